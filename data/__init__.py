@@ -1,0 +1,1 @@
+"""data: schemas, readers and writers of the files in a run directory."""

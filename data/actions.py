@@ -1,0 +1,177 @@
+"""BrowserGym actions: parse, validate and normalize action strings.
+
+BrowserGym's high-level action grammar is a Python call expression with literal arguments,
+e.g. ``click('a51', button="right")``. We parse it with :mod:`ast` (no evaluation), bind keyword
+arguments to BrowserGym's signatures, and render one canonical string so that the same action
+always compares equal: positional arguments, ``repr`` quoting, trailing defaults dropped.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+_NO_DEFAULT = object()
+
+# op -> ((param, default), ...) as in browsergym.core.action.functions (0.14).
+SIGNATURES: dict[str, tuple[tuple[str, object], ...]] = {
+    "send_msg_to_user": (("text", _NO_DEFAULT),),
+    "report_infeasible": (("reason", _NO_DEFAULT),),
+    "noop": (("wait_ms", 1000),),
+    "fill": (("bid", _NO_DEFAULT), ("value", _NO_DEFAULT), ("enable_autocomplete_menu", False)),
+    "check": (("bid", _NO_DEFAULT),),
+    "uncheck": (("bid", _NO_DEFAULT),),
+    "select_option": (("bid", _NO_DEFAULT), ("options", _NO_DEFAULT)),
+    "click": (("bid", _NO_DEFAULT), ("button", "left"), ("modifiers", [])),
+    "dblclick": (("bid", _NO_DEFAULT), ("button", "left"), ("modifiers", [])),
+    "hover": (("bid", _NO_DEFAULT),),
+    "press": (("bid", _NO_DEFAULT), ("key_comb", _NO_DEFAULT)),
+    "focus": (("bid", _NO_DEFAULT),),
+    "clear": (("bid", _NO_DEFAULT),),
+    "drag_and_drop": (("from_bid", _NO_DEFAULT), ("to_bid", _NO_DEFAULT)),
+    "upload_file": (("bid", _NO_DEFAULT), ("file", _NO_DEFAULT)),
+    "scroll": (("delta_x", _NO_DEFAULT), ("delta_y", _NO_DEFAULT)),
+    "scroll_at": (("x", _NO_DEFAULT), ("y", _NO_DEFAULT), ("dx", _NO_DEFAULT), ("dy", _NO_DEFAULT)),
+    "mouse_move": (("x", _NO_DEFAULT), ("y", _NO_DEFAULT)),
+    "mouse_up": (("x", _NO_DEFAULT), ("y", _NO_DEFAULT), ("button", "left")),
+    "mouse_down": (("x", _NO_DEFAULT), ("y", _NO_DEFAULT), ("button", "left")),
+    "mouse_click": (("x", _NO_DEFAULT), ("y", _NO_DEFAULT), ("button", "left")),
+    "mouse_dblclick": (("x", _NO_DEFAULT), ("y", _NO_DEFAULT), ("button", "left")),
+    "mouse_drag_and_drop": (
+        ("from_x", _NO_DEFAULT), ("from_y", _NO_DEFAULT), ("to_x", _NO_DEFAULT), ("to_y", _NO_DEFAULT)),
+    "mouse_upload_file": (("x", _NO_DEFAULT), ("y", _NO_DEFAULT), ("file", _NO_DEFAULT)),
+    "keyboard_press": (("key", _NO_DEFAULT),),
+    "keyboard_up": (("key", _NO_DEFAULT),),
+    "keyboard_down": (("key", _NO_DEFAULT),),
+    "keyboard_type": (("text", _NO_DEFAULT),),
+    "keyboard_insert_text": (("text", _NO_DEFAULT),),
+    "goto": (("url", _NO_DEFAULT),),
+    "go_back": (),
+    "go_forward": (),
+    "new_tab": (),
+    "tab_close": (),
+    "tab_focus": (("index", _NO_DEFAULT),),
+}
+
+# Ops whose first argument is an element id (bid) in the observation.
+ELEMENT_OPS = frozenset(op for op, params in SIGNATURES.items() if params and params[0][0] in ("bid", "from_bid"))
+# Ops that type text into the target (their value is the typed text).
+VALUE_OPS = {"fill": "value", "select_option": "options", "press": "key_comb", "upload_file": "file"}
+
+
+class ActionParseError(ValueError):
+    """The text is not one well-formed BrowserGym action."""
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One BrowserGym action: ``op`` and its arguments bound to BrowserGym's parameter names."""
+
+    op: str
+    args: tuple[tuple[str, object], ...]
+
+    @property
+    def bid(self) -> str | None:
+        """The target element id, for element ops (``click``, ``fill``, ...)."""
+        if self.op in ELEMENT_OPS:
+            return str(self.args[0][1])
+        return None
+
+    @property
+    def value(self) -> object | None:
+        """The typed / selected / pressed value, or the message text for user-facing ops."""
+        name = VALUE_OPS.get(self.op) or {"send_msg_to_user": "text", "report_infeasible": "reason",
+                                          "goto": "url"}.get(self.op)
+        return dict(self.args).get(name) if name else None
+
+    def to_string(self) -> str:
+        """Canonical BrowserGym text: positional arguments, trailing defaults dropped."""
+        values = [v for _, v in self.args]
+        params = SIGNATURES[self.op]
+        while values and len(values) > _required(params) and values[-1] == params[len(values) - 1][1]:
+            values.pop()
+        return f"{self.op}({', '.join(repr(v) for v in values)})"
+
+    def with_bid(self, bid: str) -> "Action":
+        """The same action on another element (used to build contrastive negatives)."""
+        if self.op not in ELEMENT_OPS:
+            raise ValueError(f"{self.op} has no target element")
+        return Action(self.op, ((self.args[0][0], bid),) + self.args[1:])
+
+    def __str__(self) -> str:
+        return self.to_string()
+
+
+def _required(params) -> int:
+    return sum(1 for _, d in params if d is _NO_DEFAULT)
+
+
+def parse_action(text: str) -> Action:
+    """Parse one BrowserGym action call such as ``click('a51')``; raise ActionParseError."""
+    text = (text or "").strip()
+    if not text:
+        raise ActionParseError("empty action")
+    try:
+        tree = ast.parse(text, mode="exec")
+    except SyntaxError as e:
+        raise ActionParseError(f"not a python call: {e.msg}") from None
+    calls = [n for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
+    if len(tree.body) != 1 or len(calls) != 1:
+        raise ActionParseError(f"expected exactly one action call, found {len(tree.body)} statements")
+    call = calls[0].value
+    if not isinstance(call.func, ast.Name):
+        raise ActionParseError("action must be a plain function call")
+    op = call.func.id
+    if op not in SIGNATURES:
+        raise ActionParseError(f"unknown action {op!r}")
+    params = SIGNATURES[op]
+    if len(call.args) > len(params):
+        raise ActionParseError(f"{op} takes at most {len(params)} arguments, got {len(call.args)}")
+    bound: dict[str, object] = {}
+    try:
+        for (name, _), node in zip(params, call.args):
+            bound[name] = ast.literal_eval(node)
+        for kw in call.keywords:
+            if kw.arg is None or kw.arg not in dict(params):
+                raise ActionParseError(f"{op} has no argument {kw.arg!r}")
+            if kw.arg in bound:
+                raise ActionParseError(f"{op} got argument {kw.arg!r} twice")
+            bound[kw.arg] = ast.literal_eval(kw.value)
+    except ValueError:
+        raise ActionParseError(f"{op} arguments must be literals") from None
+    args = []
+    for name, default in params:
+        if name in bound:
+            args.append((name, bound[name]))
+        elif default is _NO_DEFAULT:
+            raise ActionParseError(f"{op} is missing argument {name!r}")
+        else:
+            args.append((name, default))
+    if op in ELEMENT_OPS:
+        bid = args[0][1]
+        if not isinstance(bid, (str, int)) or not str(bid).strip():
+            raise ActionParseError(f"{op} needs a non-empty element id")
+        args[0] = (args[0][0], str(bid))
+    return Action(op, tuple(args))
+
+
+_FENCE = re.compile(r"```[ \t]*(?:[A-Za-z_]+[ \t]*\n)?(.*?)```", re.S)
+
+
+def split_agent_output(raw: str) -> tuple[str, str]:
+    """Split an agent's raw output into (thought, action text).
+
+    AgentLab agents end their output with a fenced code block holding the action; the action
+    is the last block, the thought is everything before it.
+    """
+    matches = list(_FENCE.finditer(raw or ""))
+    if not matches:
+        raise ActionParseError("no fenced code block with an action")
+    last = matches[-1]
+    return raw[: last.start()].strip(), last.group(1).strip()
+
+
+def normalize_action(text: str) -> str:
+    """Canonical string of a BrowserGym action text (raises ActionParseError)."""
+    return parse_action(text).to_string()

@@ -1,0 +1,68 @@
+"""Rebuild the bundled sample (``data/bundled/``) from the shared real traces.
+
+    python -m data.bundle --shared ../shared/data --out data/bundled
+
+Picks a handful of successful AgentLab runs (two of one task, so cross-run identity can be
+seen), converts them to the canonical Parquet format (no pickles ship with the project), and
+copies the WebPRM Collection sample records. The result must stay under 5 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from data.readers.agentlab import read_experiment
+from data.rundir import atomic_write_parquet
+from data.schema import StepRecord, steps_to_table
+
+# Run-name fragments of the successful runs that make up the sample.
+RUNS = (
+    "order-ipad-pro_14", "order-ipad-pro_11", "order-ipad-pro_2", "order-standard-laptop_33",
+    "order-loaner-laptop_4", "order-loaner-laptop_24", "order-apple-watch_3", "order-ipad-mini_15",
+    "order-development-laptop-p-c_8", "knowledge-base-search_5", "all-menu_4",
+)
+MAX_BYTES = 5 * 1024 * 1024
+
+
+def build(shared: Path, out: Path) -> Path:
+    records: list[StepRecord] = []
+    for frag in RUNS:
+        matches = sorted(d for d in (shared / "agentlab_workarena").iterdir() if d.name.endswith(frag))
+        for exp_dir in matches:
+            recs = [r for r in read_experiment(exp_dir) if isinstance(r, StepRecord)]
+            if recs and recs[0].success:
+                # Paths inside the shared folder mean nothing on another machine.
+                for r in recs:
+                    r.source_path = f"agentlab_workarena/{exp_dir.name}/{Path(r.source_path).name}"
+                    r.meta = r.meta.replace(str(exp_dir), f"agentlab_workarena/{exp_dir.name}")
+                records += recs
+                break
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "agentlab_workarena.parquet"
+    atomic_write_parquet(target, steps_to_table(records))
+    webprm = out / "webprm"
+    webprm.mkdir(exist_ok=True)
+    for f in sorted((shared / "webprm_collection_samples").glob("*.json")):
+        shutil.copyfile(f, webprm / f.name)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    if size > MAX_BYTES:
+        raise SystemExit(f"bundled sample is {size / 1e6:.1f} MB, over the 5 MB budget")
+    print(f"{len(records)} observations from {len({r.traj_id for r in records})} runs -> {target} "
+          f"({size / 1e6:.2f} MB with the WebPRM records)")
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m data.bundle")
+    ap.add_argument("--shared", type=Path, default=Path("../shared/data"))
+    ap.add_argument("--out", type=Path, default=Path("data/bundled"))
+    args = ap.parse_args(argv)
+    build(args.shared, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Ingest demonstration trajectories into a run directory.
+
+    python -m data.ingest --source agentlab --input ../shared/data/agentlab_workarena --out runs/demo
+    python -m data.ingest --source webprm --input ../shared/data/webprm_collection_samples --out runs/webprm
+    python -m data.ingest --source canonical --input data/bundled/agentlab_workarena.parquet --out runs/demo
+
+Writes ``trajectories.parquet`` (one row per observation, pinned schema), ``rejects.jsonl``
+(every dropped record with its source and reason) and the ``ingest`` entry of ``stats.json``.
+Exits non-zero only when nothing could be ingested.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from data.readers.agentlab import read_agentlab
+from data.readers.canonical import read_canonical
+from data.readers.webprm import read_webprm
+from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
+from data.schema import StepRecord, steps_to_table
+
+READERS = {"agentlab": read_agentlab, "webprm": read_webprm, "canonical": read_canonical}
+STAGE = "ingest"
+
+
+def ingest(source: str, inputs: Iterable[str | Path], out: str | Path) -> StageStats:
+    """Read ``inputs`` with the ``source`` reader and write the run directory ``out``."""
+    if source not in READERS:
+        raise ValueError(f"unknown source {source!r}; choose from {sorted(READERS)}")
+    paths = [Path(p) for p in inputs]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise FileNotFoundError(f"input not found: {', '.join(missing)}")
+    run = RunDir(out)
+    stats = StageStats(STAGE)
+    records: list[StepRecord] = []
+    rejects: list[Reject] = []
+    for item in READERS[source](paths):
+        stats.n_in += 1
+        if isinstance(item, Reject):
+            rejects.append(item)
+            stats.rejected[item.reason] += 1
+        else:
+            records.append(item)
+    stats.n_out = len(records)
+    records.sort(key=lambda r: (r.traj_id, r.step_idx))
+    trajs = {r.traj_id for r in records}
+    stats.extra = {"source": source, "inputs": [str(p) for p in paths], "trajectories": len(trajs),
+                   "successful_trajectories": len({r.traj_id for r in records if r.success}),
+                   "sites": sorted({r.site for r in records})}
+    atomic_write_parquet(run.trajectories, steps_to_table(records))
+    run.write_stage(stats, rejects)
+    return stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m data.ingest", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--source", required=True, choices=sorted(READERS))
+    ap.add_argument("--input", required=True, nargs="+", help="files or folders to read")
+    ap.add_argument("--out", required=True, help="run directory to write")
+    args = ap.parse_args(argv)
+    try:
+        stats = ingest(args.source, args.input, args.out)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(stats.summary())
+    print(f"wrote {RunDir(args.out).trajectories}")
+    if stats.n_out == 0:
+        print("error: nothing could be ingested; see rejects.jsonl", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""AgentLab / BrowserGym experiment directories -> canonical steps.
+
+An experiment directory holds ``summary_info.json``, ``goal_object.pkl.gz`` and one
+``step_<t>.pkl.gz`` per step (a pickled ``StepInfo``). The observation at step t is what the
+agent saw before acting; step t+1's ``last_action_error`` says whether that action failed.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from data.actions import ActionParseError, parse_action, split_agent_output
+from data.readers.safe_pickle import UnexpectedClassError, load_gz
+from data.rundir import Reject
+from data.schema import StepRecord
+from data.sites import site_of
+
+STAGE = "ingest"
+_STEP_FILE = re.compile(r"^step_(\d+)\.pkl\.gz$")
+# AgentLab names runs "<date>_<time>_<Agent>_on_<task name>_<seed>[_<suffix>]".
+_EXP_NAME = re.compile(r"_on_(?P<task>.+?)_(?P<seed>\d+)(?:_.*)?$")
+_ROOT_URL = re.compile(r"^RootWebArea .*?, url='([^']*)'", re.M)
+
+
+def is_experiment_dir(path: Path) -> bool:
+    return path.is_dir() and (
+        (path / "summary_info.json").exists() or any(_STEP_FILE.match(p.name) for p in path.iterdir()))
+
+
+def find_experiment_dirs(path: Path) -> list[Path]:
+    """``path`` itself if it is an experiment directory, else every one below it."""
+    if is_experiment_dir(path):
+        return [path]
+    found = []
+    for child in sorted(p for p in path.iterdir() if p.is_dir()):
+        found += find_experiment_dirs(child)
+    return found
+
+
+def step_files(exp_dir: Path) -> list[tuple[int, Path]]:
+    steps = [(int(m.group(1)), p) for p in exp_dir.iterdir() if (m := _STEP_FILE.match(p.name))]
+    return sorted(steps)
+
+
+def _goal_text(goal_object) -> str | None:
+    if isinstance(goal_object, str):
+        return goal_object.strip() or None
+    if isinstance(goal_object, (list, tuple)):
+        texts = [g.get("text", "") for g in goal_object if isinstance(g, dict) and g.get("type") == "text"]
+        return "\n".join(t for t in texts if t).strip() or None
+    return None
+
+
+def _goal_from_chat(obs: dict) -> str | None:
+    for msg in obs.get("chat_messages") or ():
+        if isinstance(msg, dict) and msg.get("role") == "user" and msg.get("message"):
+            return str(msg["message"]).strip()
+    return None
+
+
+def _active_url(obs: dict) -> str | None:
+    urls = obs.get("open_pages_urls") or ()
+    idx = obs.get("active_page_index")
+    try:
+        i = int(idx[0]) if hasattr(idx, "__len__") else int(idx)
+        return str(urls[i])
+    except (TypeError, ValueError, IndexError):
+        m = _ROOT_URL.search(obs.get("axtree_txt") or "")
+        return m.group(1) if m else None
+
+
+def _load_step(path: Path):
+    """(step object, None) or (None, (reason, detail))."""
+    try:
+        step = load_gz(path)
+    except UnexpectedClassError as e:
+        return None, ("unexpected_class", str(e))
+    except (OSError, EOFError, zlib.error) as e:
+        return None, ("corrupt_gzip", f"{type(e).__name__}: {e}")
+    except (pickle.UnpicklingError, AttributeError, ValueError, TypeError, IndexError, KeyError,
+            ImportError, MemoryError) as e:
+        return None, ("corrupt_pickle", f"{type(e).__name__}: {e}")
+    if not hasattr(step, "obs") or not hasattr(step, "action"):
+        return None, ("missing_field", f"not a StepInfo: {type(step).__name__}")
+    return step, None
+
+
+def read_experiment(exp_dir: Path) -> Iterator[StepRecord | Reject]:
+    traj_id = exp_dir.name
+    m = _EXP_NAME.search(traj_id)
+    task_name, seed = (m.group("task"), m.group("seed")) if m else (traj_id, None)
+    task_id = f"{task_name}_{seed}" if seed is not None else task_name
+
+    success, summary_note = None, ""
+    try:
+        summary = json.loads((exp_dir / "summary_info.json").read_text())
+        reward = summary.get("cum_reward")
+        success = bool(reward is not None and float(reward) > 0)
+    except (OSError, ValueError, TypeError, AttributeError) as e:
+        summary, summary_note = {}, f"summary_info.json unreadable: {type(e).__name__}"
+
+    goal = None
+    goal_path = exp_dir / "goal_object.pkl.gz"
+    if goal_path.exists():
+        try:
+            goal = _goal_text(load_gz(goal_path))
+        except (OSError, EOFError, zlib.error, pickle.UnpicklingError, ValueError, TypeError):
+            goal = None
+
+    loaded: list[tuple[int, Path, object]] = []
+    for idx, path in step_files(exp_dir):
+        step, err = _load_step(path)
+        if err:
+            yield Reject(STAGE, err[0], str(path), err[1], {"traj_id": traj_id, "step_idx": idx})
+            continue
+        obs = step.obs
+        if obs is None:
+            yield Reject(STAGE, "no_observation", str(path), "step has no observation (episode crashed)",
+                         {"traj_id": traj_id, "step_idx": idx})
+            continue
+        if not isinstance(obs, dict) or "axtree_txt" not in obs:
+            yield Reject(STAGE, "missing_field", str(path), "obs.axtree_txt missing",
+                         {"traj_id": traj_id, "step_idx": idx})
+            continue
+        loaded.append((idx, path, step))
+
+    by_idx = {idx: step for idx, _, step in loaded}
+    for idx, path, step in loaded:
+        key = {"traj_id": traj_id, "step_idx": idx}
+        obs = step.obs
+        axtree = obs.get("axtree_txt") or ""
+        if not axtree.strip():
+            yield Reject(STAGE, "empty_observation", str(path), "empty AXTree", key)
+            continue
+        intent = goal or _goal_from_chat(obs)
+        if not intent:
+            yield Reject(STAGE, "missing_goal", str(path), "no goal object and no user chat message", key)
+            continue
+        url = _active_url(obs)
+        if not url:
+            yield Reject(STAGE, "missing_field", str(path), "no active page URL", key)
+            continue
+        action = thought = None
+        if step.action is not None:
+            try:
+                thought, action_text = split_agent_output(str(step.action))
+                action = parse_action(action_text).to_string()
+            except ActionParseError as e:
+                yield Reject(STAGE, "unparseable_action", str(path), str(e), key)
+                continue
+        nxt = by_idx.get(idx + 1)
+        action_error = None
+        if action is not None and nxt is not None and isinstance(nxt.obs, dict):
+            action_error = (nxt.obs.get("last_action_error") or "").strip() or None
+        meta = {"task_name": task_name, "seed": seed, "exp_dir": str(exp_dir),
+                "open_pages_urls": [str(u) for u in (obs.get("open_pages_urls") or ())],
+                "model": ((getattr(step, "agent_info", None) or {}).get("model_info") or {}).get("model_name"),
+                "cum_reward": summary.get("cum_reward"), "err_msg": summary.get("err_msg")}
+        if summary_note:
+            meta["note"] = summary_note
+        yield StepRecord(
+            source="agentlab", site=site_of(url), task_id=task_id, traj_id=traj_id, step_idx=idx,
+            intent=intent, url=url, observation=axtree, obs_format="indented",
+            html=obs.get("pruned_html") or None, action=action, action_error=action_error,
+            thought=thought or None, success=success, source_path=str(path),
+            meta=json.dumps(meta, ensure_ascii=False, default=str))
+
+
+def read_agentlab(inputs: list[Path]) -> Iterator[StepRecord | Reject]:
+    for root in inputs:
+        for exp_dir in find_experiment_dirs(root):
+            yield from read_experiment(exp_dir)

@@ -1,0 +1,133 @@
+"""A run directory: one synthesis run, shared by every stage.
+
+Every stage writes its files atomically (temp file + rename), appends its rejects with reasons
+to ``rejects.jsonl`` and records ``in``, ``out`` and ``rejected`` (by reason) under its own key
+in ``stats.json``, so ``in = out + rejected`` can be checked per stage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+@dataclass(slots=True)
+class Reject:
+    """A record a stage dropped, with where it came from and why."""
+
+    stage: str
+    reason: str
+    source: str
+    detail: str = ""
+    key: dict = field(default_factory=dict)   # identifying fields (traj_id, step_idx, ...)
+
+
+@dataclass(slots=True)
+class StageStats:
+    """Counts of one stage; ``in = out + rejected`` is checked before it is written."""
+
+    stage: str
+    n_in: int = 0
+    n_out: int = 0
+    rejected: Counter = field(default_factory=Counter)
+    extra: dict = field(default_factory=dict)
+
+    def check(self) -> None:
+        total = self.n_out + sum(self.rejected.values())
+        if total != self.n_in:
+            raise AssertionError(f"{self.stage}: in={self.n_in} != out={self.n_out} + rejected={total - self.n_out}")
+
+    def as_dict(self) -> dict:
+        return {"in": self.n_in, "out": self.n_out, "rejected": dict(sorted(self.rejected.items())),
+                **self.extra}
+
+    def summary(self) -> str:
+        rej = sum(self.rejected.values())
+        by = ", ".join(f"{k}={v}" for k, v in sorted(self.rejected.items()))
+        return f"[{self.stage}] in={self.n_in} out={self.n_out} rejected={rej}" + (f" ({by})" if by else "")
+
+
+def _umask_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, _umask_mode())
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_parquet(path: Path, table: pa.Table) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.chmod(tmp, _umask_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunDir:
+    """Paths and bookkeeping of one run directory."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    @property
+    def trajectories(self) -> Path:
+        return self.root / "trajectories.parquet"
+
+    @property
+    def stats_path(self) -> Path:
+        return self.root / "stats.json"
+
+    @property
+    def rejects_path(self) -> Path:
+        return self.root / "rejects.jsonl"
+
+    def read_stats(self) -> dict:
+        if self.stats_path.exists():
+            return json.loads(self.stats_path.read_text())
+        return {}
+
+    def write_stage(self, stats: StageStats, rejects: list[Reject]) -> None:
+        """Record one stage's counts and rejects, replacing what an earlier run of it wrote."""
+        stats.check()
+        self.root.mkdir(parents=True, exist_ok=True)
+        kept = []
+        if self.rejects_path.exists():
+            for line in self.rejects_path.read_text().splitlines():
+                if line.strip() and json.loads(line).get("stage") != stats.stage:
+                    kept.append(line)
+        kept += [json.dumps({"stage": r.stage, "reason": r.reason, "source": r.source,
+                             "detail": r.detail, **({"key": r.key} if r.key else {})}, ensure_ascii=False)
+                 for r in rejects]
+        atomic_write_text(self.rejects_path, "".join(line + "\n" for line in kept))
+        all_stats = self.read_stats()
+        all_stats[stats.stage] = stats.as_dict()
+        atomic_write_text(self.stats_path, json.dumps(all_stats, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,68 @@
+"""The canonical step record and the pinned schema of ``trajectories.parquet``.
+
+One row per observation. A trajectory is the rows of one ``traj_id`` ordered by ``step_idx``;
+``action`` is what the demonstrator did on that observation (null on a run's final observation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import pyarrow as pa
+
+
+@dataclass(slots=True)
+class StepRecord:
+    source: str            # 'agentlab' | 'webprm'
+    site: str              # per observation: a trajectory may cross sites
+    task_id: str
+    traj_id: str
+    step_idx: int
+    intent: str
+    url: str
+    observation: str       # AXTree text
+    obs_format: str        # 'indented' (BrowserGym flatten_axtree_to_str) | 'flat' (WebPRM)
+    html: str | None       # DOM with bid attributes where the source has it
+    action: str | None     # canonical BrowserGym action, null on the final observation
+    action_error: str | None
+    thought: str | None
+    success: bool | None   # trajectory-level outcome
+    source_path: str       # where the record came from (file, or file#row)
+    meta: str              # JSON object of source-specific fields kept for provenance
+
+    def to_row(self) -> dict:
+        return asdict(self)
+
+
+TRAJECTORY_SCHEMA = pa.schema(
+    [
+        pa.field("source", pa.string(), nullable=False),
+        pa.field("site", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("traj_id", pa.string(), nullable=False),
+        pa.field("step_idx", pa.int32(), nullable=False),
+        pa.field("intent", pa.string(), nullable=False),
+        pa.field("url", pa.string(), nullable=False),
+        pa.field("observation", pa.large_string(), nullable=False),
+        pa.field("obs_format", pa.string(), nullable=False),
+        pa.field("html", pa.large_string()),
+        pa.field("action", pa.string()),
+        pa.field("action_error", pa.string()),
+        pa.field("thought", pa.string()),
+        pa.field("success", pa.bool_()),
+        pa.field("source_path", pa.string(), nullable=False),
+        pa.field("meta", pa.string(), nullable=False),
+    ]
+)
+
+assert [f.name for f in fields(StepRecord)] == TRAJECTORY_SCHEMA.names
+
+
+def steps_to_table(records: list[StepRecord]) -> pa.Table:
+    """Records -> table with the pinned schema (never inferred from the rows)."""
+    cols = {name: [getattr(r, name) for r in records] for name in TRAJECTORY_SCHEMA.names}
+    return pa.Table.from_pydict(cols, schema=TRAJECTORY_SCHEMA)
+
+
+def table_to_steps(table: pa.Table) -> list[StepRecord]:
+    return [StepRecord(**row) for row in table.to_pylist()]

@@ -1,0 +1,63 @@
+"""Website of an observation, from its URL, through a configurable alias table."""
+
+from __future__ import annotations
+
+import fnmatch
+from urllib.parse import unquote, urlsplit
+
+# WebArena serves each site on its own port of one host.
+WEBARENA_PORTS = {7770: "shopping", 7780: "shopping_admin", 9999: "reddit", 8023: "gitlab",
+                  3000: "map", 8888: "wikipedia", 4399: "homepage"}
+# Host glob -> site name.
+HOST_ALIASES = {"*.service-now.com": "servicenow"}
+
+
+def _host(url: str) -> tuple[str, int | None]:
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    host = (parts.hostname or "").lower()
+    if host.startswith("www."):
+        host = host[4:]
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return host, port
+
+
+def site_of(url: str, ports: dict[int, str] | None = None, hosts: dict[str, str] | None = None) -> str:
+    """Site name of ``url``: WebArena port, then host alias, else the host without ``www.``.
+
+    Non-web pages (``about:blank``, ``chrome://``...) map to their scheme, e.g. ``about``.
+    """
+    ports = WEBARENA_PORTS if ports is None else ports
+    hosts = HOST_ALIASES if hosts is None else hosts
+    url = (url or "").strip()
+    scheme = urlsplit(url).scheme.lower()
+    if scheme and scheme not in ("http", "https"):
+        return scheme
+    host, port = _host(url)
+    if port in ports:
+        return ports[port]
+    for pattern, name in hosts.items():
+        if fnmatch.fnmatch(host, pattern):
+            return name
+    return host or "unknown"
+
+
+def normalize_url_path(url: str) -> str:
+    """The page part of a persistent element identity: host lower-cased, ``www.`` stripped,
+    trailing slash removed, query and fragment dropped.
+
+    ServiceNow's UI wraps the real page in ``/now/nav/ui/classic/params/target/<encoded path>``;
+    the encoded target is unwrapped so both routes name the same page.
+    """
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    host, port = _host(url)
+    path = parts.path
+    marker = "/params/target/"
+    if marker in path:
+        target = unquote(path.split(marker, 1)[1])
+        path = "/" + target.split("?", 1)[0].lstrip("/")
+    path = path.rstrip("/") or "/"
+    netloc = host if port in (None, 80, 443) else f"{host}:{port}"
+    return f"{netloc}{path}"

@@ -1,0 +1,53 @@
+"""Shared fixtures: the real traces in ../shared/data (skipped with a message when absent)."""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+BUNDLED = ROOT / "data" / "bundled"
+EMBEDDED_MODEL = ROOT / ".cache" / "models" / "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not (SHARED / "agentlab_workarena").is_dir():
+        pytest.skip(f"real traces not found at {SHARED} (the shared/ folder beside the project)")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def agentlab_run(shared_data, tmp_path_factory) -> Path:
+    """All 53 shared AgentLab runs ingested once per session."""
+    from data.ingest import ingest
+
+    out = tmp_path_factory.mktemp("agentlab_run")
+    ingest("agentlab", [shared_data / "agentlab_workarena"], out)
+    return out
+
+
+def write_step_pickle(path: Path, state: dict, module: str = "browsergym.experiments.loop",
+                      name: str = "StepInfo") -> None:
+    """Pickle a StepInfo-like object the way AgentLab does, without BrowserGym installed."""
+    cls = type(name, (), {"__module__": module, "__qualname__": name})
+    fake = types.ModuleType(module)
+    setattr(fake, name, cls)
+    saved = sys.modules.get(module)
+    sys.modules[module] = fake
+    try:
+        obj = cls()
+        obj.__dict__.update(state)
+        with gzip.open(path, "wb") as f:
+            pickle.dump(obj, f)
+    finally:
+        if saved is None:
+            del sys.modules[module]
+        else:
+            sys.modules[module] = saved

@@ -1,0 +1,49 @@
+import pytest
+
+from data.actions import ActionParseError, parse_action, split_agent_output
+
+
+@pytest.mark.parametrize("text,canonical", [
+    ("click('a252')", "click('a252')"),
+    ('click("12", button="left")', "click('12')"),
+    ("click('12', button='right')", "click('12', 'right')"),
+    ("fill('34', \"it's here\")", "fill('34', \"it's here\")"),
+    ("fill(bid='34', value='x')", "fill('34', 'x')"),
+    ("scroll(0, 200)", "scroll(0, 200)"),
+    ("go_back()", "go_back()"),
+    ("noop(1000)", "noop()"),
+    ("select_option('5', ['Blue', 'Red'])", "select_option('5', ['Blue', 'Red'])"),
+    ("press('a112', 'Enter')", "press('a112', 'Enter')"),
+    ("send_msg_to_user('Done: 3 items')", "send_msg_to_user('Done: 3 items')"),
+    ("  tab_focus(1)\n", "tab_focus(1)"),
+])
+def test_canonical_form(text, canonical):
+    assert parse_action(text).to_string() == canonical
+    assert parse_action(canonical).to_string() == canonical   # a fixed point
+
+
+def test_target_and_value():
+    a = parse_action("fill('a203', 'Trello, Salesforce')")
+    assert (a.op, a.bid, a.value) == ("fill", "a203", "Trello, Salesforce")
+    assert parse_action("scroll(0, 300)").bid is None
+    assert parse_action("click(42)").bid == "42"
+    assert parse_action("click('7')").with_bid("9").to_string() == "click('9')"
+
+
+@pytest.mark.parametrize("bad", [
+    "", "click()", "explode('1')", "click(bid)", "click('1'); click('2')", "click('1', 'left', [], 3)",
+    "fill('1', value='a', value='b')", "click('1', colour='red')", "__import__('os').system('x')",
+    "click('')", "not python at all (",
+])
+def test_rejects_malformed(bad):
+    with pytest.raises(ActionParseError):
+        parse_action(bad)
+
+
+def test_split_agent_output_takes_last_block():
+    raw = "I think ```click('1')``` is wrong.\nInstead:\n```python\nfill('2', 'hi')\n```"
+    thought, action = split_agent_output(raw)
+    assert action == "fill('2', 'hi')"
+    assert thought.startswith("I think")
+    with pytest.raises(ActionParseError):
+        split_agent_output("no code here")

@@ -1,0 +1,141 @@
+"""Each kind of bad input becomes a counted reject with a reason; the run goes on."""
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import ROOT, write_step_pickle
+from data.ingest import ingest
+
+GOOD_AXTREE = ("RootWebArea 'Shop', focused, url='https://shop.example.com/'\n"
+               "\t[12] link 'Home', url='https://shop.example.com/'\n\t[13] button 'Buy'")
+
+
+def _state(action="Clicking buy.\n```click('13')```", axtree=GOOD_AXTREE, error=""):
+    return {"step": 0, "action": action, "agent_info": {},
+            "obs": {"chat_messages": [{"role": "user", "message": "Buy the thing"}],
+                    "goal_object": None, "last_action": "", "last_action_error": error,
+                    "open_pages_urls": ("https://shop.example.com/",), "active_page_index": [0],
+                    "axtree_txt": axtree, "pruned_html": "<html bid='1'></html>"}}
+
+
+def _experiment(root: Path, name="2025-01-01_00-00-00_Agent_on_shop.buy_3", n=3) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "summary_info.json").write_text(json.dumps({"cum_reward": 1, "n_steps": n}))
+    for i in range(n):
+        write_step_pickle(d / f"step_{i}.pkl.gz", _state(action=None if i == n - 1 else "```click('13')```"))
+    return d
+
+
+def _stats(run):
+    return json.loads((run / "stats.json").read_text())["ingest"]
+
+
+def _rejects(run):
+    return [json.loads(l) for l in (run / "rejects.jsonl").read_text().splitlines()]
+
+
+def test_good_synthetic_experiment(tmp_path):
+    exp = _experiment(tmp_path / "in")
+    stats = ingest("agentlab", [exp], tmp_path / "run")
+    assert (stats.n_in, stats.n_out) == (3, 3)
+    rows = pq.read_table(tmp_path / "run" / "trajectories.parquet").to_pylist()
+    assert rows[0]["intent"] == "Buy the thing"          # goal from the user's chat message
+    assert rows[0]["site"] == "shop.example.com" and rows[0]["success"] is True
+
+
+@pytest.mark.parametrize("kind,reason", [
+    ("corrupt_gzip", "corrupt_gzip"),
+    ("unexpected_class", "unexpected_class"),
+    ("missing_field", "missing_field"),
+    ("unparseable_action", "unparseable_action"),
+    ("empty_axtree", "empty_observation"),
+    ("truncated_pickle", "corrupt_pickle"),
+])
+def test_bad_step_is_rejected_with_reason(tmp_path, kind, reason):
+    exp = _experiment(tmp_path / "in")
+    bad = exp / "step_1.pkl.gz"
+    if kind == "corrupt_gzip":
+        bad.write_bytes(bad.read_bytes()[:40])
+    elif kind == "unexpected_class":
+        # A pickle that would call os.system if loaded naively.
+        marker = tmp_path / "pwned"
+        payload = (b"cos\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR.")
+        with gzip.open(bad, "wb") as f:
+            f.write(payload)
+    elif kind == "missing_field":
+        state = _state()
+        del state["obs"]["axtree_txt"]
+        write_step_pickle(bad, state)
+    elif kind == "unparseable_action":
+        write_step_pickle(bad, _state(action="I will click it.\n```click(the_button)```"))
+    elif kind == "empty_axtree":
+        write_step_pickle(bad, _state(axtree="  \n"))
+    elif kind == "truncated_pickle":
+        with gzip.open(bad, "wb") as f:
+            f.write(b"\x80\x04\x95")
+    run = tmp_path / "run"
+    stats = ingest("agentlab", [exp], run)
+    assert (stats.n_in, stats.n_out, dict(stats.rejected)) == (3, 2, {reason: 1})
+    s = _stats(run)
+    assert s["in"] == s["out"] + sum(s["rejected"].values())
+    rej = _rejects(run)
+    assert rej[0]["reason"] == reason and rej[0]["source"] == str(bad) and rej[0]["key"]["step_idx"] == 1
+    if kind == "unexpected_class":
+        assert not (tmp_path / "pwned").exists()
+        assert "os.system" in rej[0]["detail"] or "posix.system" in rej[0]["detail"]
+
+
+def test_webprm_bad_rows(tmp_path, shared_data):
+    src = tmp_path / "in"
+    src.mkdir()
+    good = json.loads((shared_data / "webprm_collection_samples" / "4.json").read_text())
+    lines = [json.dumps(good), "{not json", json.dumps({**good, "step_id": "11", "text_observation": ""}),
+             json.dumps({**good, "step_id": "12", "chosen": {"thought": "x", "action": "click(oops)"}}),
+             json.dumps({**good, "step_id": "13", "chosen": [{"thought": "t", "action": "click('3365')"}]}),
+             json.dumps({k: v for k, v in good.items() if k != "intent"}),
+             json.dumps(good)]
+    (src / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    run = tmp_path / "run"
+    stats = ingest("webprm", [src], run)
+    assert stats.n_in == 7 and stats.n_out == 2
+    assert dict(stats.rejected) == {"corrupt_file": 1, "empty_observation": 1, "unparseable_action": 1,
+                                    "missing_field": 1, "duplicate_step": 1}
+    rows = pq.read_table(run / "trajectories.parquet").to_pylist()
+    assert [r["step_idx"] for r in rows] == [10, 13]
+    assert rows[1]["action"] == "click('3365')"         # chosen given as a list
+
+
+def _cli(args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "data.ingest", *args], cwd=cwd, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_cli_exit_codes_and_no_traceback(tmp_path):
+    exp = _experiment(tmp_path / "in")
+    ok = _cli(["--source", "agentlab", "--input", str(exp), "--out", str(tmp_path / "ok")])
+    assert ok.returncode == 0 and "in=3 out=3" in ok.stdout
+    for p in exp.glob("step_*.pkl.gz"):
+        p.write_bytes(b"garbage")
+    bad = _cli(["--source", "agentlab", "--input", str(exp), "--out", str(tmp_path / "bad")])
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr and "nothing could be ingested" in bad.stderr
+    assert _stats(tmp_path / "bad")["rejected"] == {"corrupt_gzip": 3}
+    missing = _cli(["--source", "agentlab", "--input", str(tmp_path / "nope"), "--out", str(tmp_path / "x")])
+    assert missing.returncode == 2 and "input not found" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_rerun_replaces_own_rejects(tmp_path):
+    exp = _experiment(tmp_path / "in")
+    (exp / "step_1.pkl.gz").write_bytes(b"garbage")
+    run = tmp_path / "run"
+    ingest("agentlab", [exp], run)
+    ingest("agentlab", [exp], run)
+    assert len(_rejects(run)) == 1
