@@ -1,0 +1,55 @@
+"""Disk cache of LLM responses, keyed by a hash of the full request.
+
+One JSON file per request under ``<dir>/<hash[:2]>/<hash>.json``, written to a temp file and
+renamed into place. A rename is atomic on POSIX, so concurrent writers (threads or processes,
+several runs sharing one cache) never expose a half-written entry: the last writer of the same
+key wins with an identical request, and a reader sees either nothing or a whole file. No lock is
+needed and nothing has to be opened at start-up, which keeps a resumed run cheap.
+
+Only successful responses are stored; failures are retried on the next run. The API key is never
+part of a request body, so it can be neither in a key nor in a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+from data.rundir import atomic_write_text
+
+
+def request_key(payload: dict, endpoint: str) -> str:
+    """Hex SHA-256 of the request body and the endpoint that answers it.
+
+    ``payload`` holds the model, the messages and every sampling parameter (seed included).
+    The endpoint is part of the key because two servers may serve different weights under the
+    same model name (``default`` on vLLM, a local folder name)."""
+    canon = json.dumps({"endpoint": endpoint, "request": payload}, sort_keys=True,
+                       ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """Response bodies on disk, one file per request hash."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict | None:
+        """The stored response body, or None when absent or unreadable (a miss, never an error)."""
+        try:
+            entry = json.loads(self.path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        response = entry.get("response") if isinstance(entry, dict) else None
+        return response if isinstance(response, dict) else None
+
+    def put(self, key: str, payload: dict, response: dict) -> None:
+        """Store ``response`` for ``payload`` (the request is kept beside it for inspection)."""
+        entry = {"key": key, "created": time.time(), "request": payload, "response": response}
+        atomic_write_text(self.path(key), json.dumps(entry, ensure_ascii=False))

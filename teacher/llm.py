@@ -1,0 +1,495 @@
+"""Every model call of the project: chat completions, cached, retried and accounted.
+
+    python -m teacher.llm --prompt "Say hello."                      # embedded SmolLM2, in-process
+    python -m teacher.llm --prompt "Say hello." --base-url http://127.0.0.1:8011/v1 --model SmolLM2-135M-Instruct
+    python -m teacher.llm --prompt "Say hello." --backend openai --model gpt-4o-mini   # key in $OPENAI_API_KEY
+
+Stage code builds one ``LLMClient`` and calls ``achat``/``achat_many`` (async) or ``chat``/
+``chat_many`` (sync); ``chat(messages)`` at module level is the one-off form. With no endpoint
+configured the embedded model answers in-process (``teacher.local``); with ``base_url`` any
+OpenAI-compatible server does (OpenAI, vLLM, SGLang, llama.cpp, ``python -m teacher.serve``).
+
+The request body is built and the response body parsed by pure functions (``build_request``,
+``parse_response``); only ``LLMClient._fetch`` touches the network. We talk to the endpoint
+with httpx rather than the ``openai`` SDK because the fault policy is the point of this module:
+the SDK retries on its own (hidden attempts, its own backoff), turns bodies into pydantic
+objects that we would turn back into dicts for the cache, and reports faults through a second
+exception hierarchy. Here one loop decides what is retried, honours ``Retry-After``, counts
+every attempt, and turns whatever still fails into ``ChatResult.infra_error`` -- an outage is
+never a model answer, so the teacher can never count it as a disagreement.
+
+The API key is read from the environment variable named by ``api_key_env`` when a client is
+built; it goes into the Authorization header and nowhere else (not the config, the cache key,
+the cache files, logs or error messages).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import email.utils
+import json
+import logging
+import os
+import random
+import sys
+import time
+from collections import defaultdict
+from dataclasses import MISSING, dataclass, field, fields, replace
+from pathlib import Path
+
+import yaml
+
+from teacher.cache import ResponseCache, request_key
+from teacher.cost import DEFAULT_PRICES, UsageTotals, cost_usd, price_for
+
+log = logging.getLogger(__name__)
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+# Answers that say "try again later"; every other 4xx is a configuration error that a retry
+# cannot fix (bad key, unknown model, malformed request).
+RETRYABLE_STATUS = {408, 409, 429}
+SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_tokens", "n")
+
+
+@dataclass
+class LLMConfig:
+    """Where chat completions go and how they are sampled, retried, cached and priced."""
+
+    base_url: str | None = field(default=None, metadata={
+        "help": "OpenAI-compatible endpoint ending in /v1 (OpenAI, vLLM, SGLang, llama.cpp, "
+                "`python -m teacher.serve`); unset: the local backend"})
+    model: str | None = field(default=None, metadata={
+        "help": "model name at the endpoint; for the local backend a transformers folder "
+                "(default: the embedded SmolLM2-135M-Instruct)"})
+    backend: str | None = field(default=None, metadata={
+        "help": "'openai' (HTTP) or 'local' (in-process transformers); default: openai when "
+                "--base-url is set, else local. 'openai' without --base-url calls api.openai.com"})
+    api_key_env: str = field(default="OPENAI_API_KEY", metadata={
+        "help": "NAME of the environment variable holding the API key (the key itself is never "
+                "taken on the command line or written anywhere)"})
+    temperature: float = field(default=0.0, metadata={"help": "sampling temperature; 0 is greedy"})
+    top_p: float | None = field(default=None, metadata={"help": "nucleus sampling mass (unset: server default)"})
+    seed: int | None = field(default=0, metadata={"help": "sampling seed sent with every request"})
+    max_tokens: int = field(default=256, metadata={"help": "maximum completion tokens per choice"})
+    n: int = field(default=1, metadata={"help": "number of choices per request"})
+    timeout_s: float = field(default=120.0, metadata={"help": "seconds to wait for a response (read timeout)"})
+    connect_timeout_s: float = field(default=10.0, metadata={"help": "seconds to wait for a connection"})
+    max_retries: int = field(default=6, metadata={
+        "help": "retries after the first attempt on 408/409/429, 5xx, connection errors, timeouts "
+                "and malformed responses"})
+    backoff_s: float = field(default=1.0, metadata={"help": "first retry delay; doubles per retry, with jitter"})
+    backoff_max_s: float = field(default=60.0, metadata={
+        "help": "longest retry delay, also the cap on a server's Retry-After"})
+    concurrency: int = field(default=16, metadata={"help": "requests in flight at once"})
+    cache_dir: str = field(default=".cache/llm", metadata={"help": "response cache folder"})
+    no_cache: bool = field(default=False, metadata={"help": "bypass the response cache (neither read nor write)"})
+    price_in: float | None = field(default=None, metadata={
+        "help": "USD per 1M prompt tokens (default: the price table, 0 for unknown and local models)"})
+    price_out: float | None = field(default=None, metadata={"help": "USD per 1M completion tokens"})
+    prices: dict = field(default_factory=dict, metadata={
+        "help": "YAML only: extra price-table rows {model: [usd_in_per_1M, usd_out_per_1M]}"})
+
+    @property
+    def is_local(self) -> bool:
+        return (self.backend or ("openai" if self.base_url else "local")) == "local"
+
+    @property
+    def endpoint(self) -> str:
+        """The URL requests go to, or ``local:<folder>`` for the in-process backend."""
+        if self.is_local:
+            return f"local:{self.local_model_dir()}"
+        return (self.base_url or OPENAI_BASE_URL).rstrip("/")
+
+    def local_model_dir(self) -> Path:
+        from teacher.embedded import default_model_dir
+
+        return Path(self.model).resolve() if self.model else default_model_dir().resolve()
+
+    @property
+    def model_id(self) -> str:
+        """The ``model`` field of a request."""
+        if self.is_local:
+            return self.local_model_dir().name
+        if not self.model:
+            raise ValueError("an HTTP endpoint needs --model (the model name the server serves)")
+        return self.model
+
+    def price(self) -> tuple[float, float]:
+        """(input, output) USD per 1M tokens for this model."""
+        if self.price_in is not None or self.price_out is not None:
+            return (self.price_in or 0.0, self.price_out or 0.0)
+        if self.is_local:
+            return (0.0, 0.0)
+        return price_for(self.model_id, {**DEFAULT_PRICES, **{k: tuple(v) for k, v in self.prices.items()}})
+
+    def validate(self) -> "LLMConfig":
+        if self.backend not in (None, "openai", "local"):
+            raise ValueError(f"backend must be 'openai' or 'local', not {self.backend!r}")
+        if self.n < 1 or self.max_tokens < 1 or self.concurrency < 1 or self.max_retries < 0:
+            raise ValueError("n, max_tokens and concurrency must be >= 1, max_retries >= 0")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        return self
+
+    # -- loading: YAML file, then CLI flags on top -------------------------------------------
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "LLMConfig":
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = data.get("llm", data)     # a stage config may nest it under `llm:`
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"{path}: unknown LLM settings {unknown}; known: {sorted(names)}")
+        return cls(**data).validate()
+
+    @classmethod
+    def add_args(cls, parser: argparse.ArgumentParser, prefix: str = "") -> None:
+        """Add ``--base-url``, ``--model``, ... (each with its help text) and ``--llm-config FILE``.
+        A ``prefix`` ('policy-') lets one command take two configs (``--policy-model``)."""
+        group = parser.add_argument_group(f"{prefix}LLM" if prefix else "LLM")
+        group.add_argument(f"--{prefix}llm-config", metavar="FILE",
+                           help="YAML file with any of the settings below (flags override it)")
+        for f in fields(cls):
+            if f.name == "prices":
+                continue
+            flag = f"--{prefix}{f.name.replace('_', '-')}"
+            kind = _flag_type(f)
+            if kind is bool:
+                group.add_argument(flag, action="store_true", default=None, help=f.metadata["help"])
+            else:
+                group.add_argument(flag, type=kind, default=None, help=_help_with_default(f))
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, prefix: str = "") -> "LLMConfig":
+        dest = prefix.replace("-", "_")
+        path = getattr(args, f"{dest}llm_config", None)
+        base = cls.from_yaml(path) if path else cls()
+        given = {f.name: getattr(args, dest + f.name) for f in fields(cls)
+                 if getattr(args, dest + f.name, None) is not None}
+        return replace(base, **given).validate()
+
+
+def _flag_type(f):
+    t = str(f.type)
+    return bool if t == "bool" else int if t.startswith("int") else float if t.startswith("float") else str
+
+
+def _help_with_default(f) -> str:
+    default = f.default if f.default is not MISSING else None
+    return f.metadata["help"] + (f" (default: {default})" if default not in (None, "") else "")
+
+
+@dataclass(slots=True)
+class ChatResult:
+    """One request's outcome: the model's answer(s), or an infrastructure failure.
+
+    ``infra_error`` is set when no answer came back (timeouts, refused connections, 5xx or 429
+    after every retry, malformed bodies, a rejected request); ``texts`` is then empty. An empty
+    string in ``texts`` is an answer, not a failure."""
+
+    texts: list[str] = field(default_factory=list)
+    finish_reasons: list[str] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    model: str = ""
+    cached: bool = False
+    attempts: int = 0            # HTTP requests made for this result (0 when cached)
+    infra_error: str | None = None
+    key: str = ""                # cache key (request hash)
+
+    @property
+    def ok(self) -> bool:
+        return self.infra_error is None
+
+    @property
+    def text(self) -> str:
+        """The first choice ('' for a failure: check ``ok`` first)."""
+        return self.texts[0] if self.texts else ""
+
+    def check(self) -> "ChatResult":
+        """Raise ``InfraError`` for a failure (for callers that want an exception, e.g. a task
+        retried by Prefect); return self otherwise."""
+        if self.infra_error is not None:
+            raise InfraError(self.infra_error)
+        return self
+
+
+class InfraError(RuntimeError):
+    """No answer came back from the model: an outage, not a model's judgment."""
+
+
+class MalformedResponse(ValueError):
+    """A 200 response that is not a chat completion."""
+
+
+# -- pure request building and response parsing -----------------------------------------------
+def build_request(messages: list[dict], config: LLMConfig) -> dict:
+    """The JSON body of a ``/chat/completions`` request (no network, no key)."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list of {role, content}")
+    msgs = []
+    for m in messages:
+        if not isinstance(m, dict) or not {"role", "content"} <= m.keys():
+            raise ValueError(f"a message needs 'role' and 'content': {m!r:.80}")
+        msgs.append({"role": m["role"], "content": m["content"]})
+    body = {"model": config.model_id, "messages": msgs, "temperature": config.temperature,
+            "max_tokens": config.max_tokens, "n": config.n}
+    if config.top_p is not None:
+        body["top_p"] = config.top_p
+    if config.seed is not None:
+        body["seed"] = config.seed
+    return body
+
+
+def parse_response(body: dict, price: tuple[float, float] = (0.0, 0.0)) -> ChatResult:
+    """A chat-completions response body as a ``ChatResult`` (raises ``MalformedResponse``)."""
+    if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"]:
+        raise MalformedResponse("response has no 'choices'")
+    texts, reasons = [], []
+    for choice in sorted(body["choices"], key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0):
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            raise MalformedResponse("a choice has no 'message'")
+        texts.append(message.get("content") or "")   # null content (refusal, tool call) reads as ''
+        reasons.append(choice.get("finish_reason") or "")
+    usage = body.get("usage") or {}
+    p_tok, c_tok = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    return ChatResult(texts=texts, finish_reasons=reasons, prompt_tokens=p_tok, completion_tokens=c_tok,
+                      cost_usd=cost_usd(p_tok, c_tok, price), model=str(body.get("model") or ""))
+
+
+def retry_after_s(headers) -> float | None:
+    """Seconds a server asked us to wait (``retry-after-ms``, ``Retry-After`` seconds or date)."""
+    if headers.get("retry-after-ms"):
+        try:
+            return max(float(headers["retry-after-ms"]) / 1000, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        return max(email.utils.parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
+    except (TypeError, ValueError):
+        return None
+
+
+def backoff_s(retry: int, config: LLMConfig, rng: random.Random) -> float:
+    """Exponential backoff with jitter: retries of many requests that failed together spread out."""
+    return min(config.backoff_max_s, config.backoff_s * 2 ** retry) * rng.uniform(0.5, 1.0)
+
+
+# -- the client ----------------------------------------------------------------------------------
+class LLMClient:
+    """Chat completions with a disk cache, bounded concurrency, retries and usage per stage.
+
+    Nothing happens at construction beyond reading the key from the environment: the HTTP
+    connection pool is opened by the first call (per event loop) and the local model is loaded
+    by the first local call. ``usage[stage]`` totals what each stage used."""
+
+    def __init__(self, config: LLMConfig | None = None, **overrides):
+        self.config = replace(config or LLMConfig(), **overrides).validate()
+        self.usage: dict[str, UsageTotals] = defaultdict(UsageTotals)
+        self.requests_sent = 0        # HTTP requests (every attempt) or local generations
+        self._cache = None if self.config.no_cache else ResponseCache(self.config.cache_dir)
+        self._key = None if self.config.is_local else os.environ.get(self.config.api_key_env) or None
+        if not self.config.is_local and self._key is None:
+            log.info("no API key in $%s; requests go without Authorization", self.config.api_key_env)
+        self._loop = None
+        self._sem: asyncio.Semaphore | None = None
+        self._http = None
+        self._rng = random.Random()
+
+    def __repr__(self) -> str:
+        return f"LLMClient(endpoint={self.config.endpoint!r}, model={self.config.model!r})"
+
+    def _mask(self, text: str) -> str:
+        return text.replace(self._key, "***") if self._key else text
+
+    def _bind_loop(self) -> None:
+        # A semaphore and a connection pool belong to one event loop; the sync wrappers run a
+        # fresh loop per call, so rebuild both when the loop changes.
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop = loop
+            self._sem = asyncio.Semaphore(self.config.concurrency)
+            self._http = None
+
+    def _client(self):
+        import httpx
+
+        if self._http is None:
+            headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+            c = self.config
+            self._http = httpx.AsyncClient(
+                base_url=c.endpoint, headers=headers,
+                timeout=httpx.Timeout(c.timeout_s, connect=c.connect_timeout_s),
+                limits=httpx.Limits(max_connections=c.concurrency, max_keepalive_connections=c.concurrency))
+        return self._http
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def __aenter__(self) -> "LLMClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def achat(self, messages: list[dict], *, stage: str = "default", use_cache: bool = True,
+                    **sampling) -> ChatResult:
+        """One chat completion. ``sampling`` overrides temperature, top_p, seed, max_tokens or n
+        for this request (the teacher's fixed seed per attempt)."""
+        unknown = set(sampling) - set(SAMPLING_FIELDS)
+        if unknown:
+            raise TypeError(f"unknown sampling overrides {sorted(unknown)}; allowed: {SAMPLING_FIELDS}")
+        self._bind_loop()
+        cfg = replace(self.config, **sampling) if sampling else self.config
+        payload = build_request(messages, cfg)
+        key = request_key(payload, cfg.endpoint)
+        cache = self._cache if use_cache else None
+        result = self._from_cache(cache, key, cfg) if cache is not None else None
+        if result is None:
+            body, attempts, error = await (self._generate_local(payload) if cfg.is_local else self._fetch(payload))
+            if error is not None:
+                result = ChatResult(attempts=attempts, infra_error=error, model=payload["model"])
+                log.error("LLM call failed: %s", error)
+            else:
+                result = parse_response(body, cfg.price())
+                result.attempts = attempts
+                if cache is not None:
+                    cache.put(key, payload, body)
+        result.key = key
+        self.usage[stage].add(result)
+        return result
+
+    @staticmethod
+    def _from_cache(cache: ResponseCache, key: str, cfg: LLMConfig) -> ChatResult | None:
+        body = cache.get(key)
+        try:
+            result = parse_response(body, cfg.price()) if body is not None else None
+        except MalformedResponse:      # a hand-edited or foreign entry: a miss, answered afresh
+            return None
+        if result is not None:
+            result.cached = True
+        return result
+
+    async def achat_many(self, messages_list: list[list[dict]], *, stage: str = "default",
+                         use_cache: bool = True, **sampling) -> list[ChatResult]:
+        """Many chat completions at up to ``concurrency`` at once, results in input order."""
+        return list(await asyncio.gather(*(self.achat(m, stage=stage, use_cache=use_cache, **sampling)
+                                           for m in messages_list)))
+
+    def chat(self, messages: list[dict], *, stage: str = "default", use_cache: bool = True,
+             **sampling) -> ChatResult:
+        """Synchronous ``achat``."""
+        return self.chat_many([messages], stage=stage, use_cache=use_cache, **sampling)[0]
+
+    def chat_many(self, messages_list: list[list[dict]], *, stage: str = "default", use_cache: bool = True,
+                  **sampling) -> list[ChatResult]:
+        """Synchronous ``achat_many`` (works inside a running event loop too, e.g. a notebook)."""
+        async def run():
+            try:
+                return await self.achat_many(messages_list, stage=stage, use_cache=use_cache, **sampling)
+            finally:
+                await self.aclose()
+        return _run_sync(run())
+
+    async def _generate_local(self, payload: dict) -> tuple[dict | None, int, str | None]:
+        from teacher.local import load_local_model
+
+        try:
+            model = await asyncio.to_thread(load_local_model, self.config.local_model_dir())
+            self.requests_sent += 1
+            return await asyncio.to_thread(model.complete, payload), 1, None
+        except (ValueError, FileNotFoundError, RuntimeError, MemoryError) as e:
+            return None, 1, f"local_error: {type(e).__name__}: {e}"
+
+    async def _fetch(self, payload: dict) -> tuple[dict | None, int, str | None]:
+        """POST ``payload`` until a valid answer, a non-retryable status or the retry budget.
+        Returns (response body, attempts, error)."""
+        import httpx
+
+        cfg, http, error = self.config, self._client(), "no attempt"
+        for attempt in range(cfg.max_retries + 1):
+            wait = None
+            try:
+                async with self._sem:     # only the request holds a slot, never the backoff sleep
+                    self.requests_sent += 1
+                    response = await http.post("/chat/completions", json=payload)
+            except httpx.TimeoutException as e:
+                error = f"timeout: {type(e).__name__}"
+            except httpx.TransportError as e:
+                error = f"connection_error: {type(e).__name__}: {self._mask(str(e))[:200]}"
+            else:
+                status = response.status_code
+                if status == 200:
+                    try:
+                        body = response.json()
+                        parse_response(body)
+                        return body, attempt + 1, None
+                    except (ValueError, MalformedResponse) as e:
+                        error = f"malformed_response: {self._mask(str(e))[:200]}"
+                elif status in RETRYABLE_STATUS or status >= 500:
+                    error = f"http_{status}"
+                    wait = retry_after_s(response.headers)
+                else:
+                    return None, attempt + 1, f"http_{status}: {self._mask(response.text)[:300]}"
+            if attempt == cfg.max_retries:
+                break
+            wait = min(wait, cfg.backoff_max_s) if wait is not None else backoff_s(attempt, cfg, self._rng)
+            log.warning("LLM call attempt %d/%d: %s; retrying in %.2fs",
+                        attempt + 1, cfg.max_retries + 1, error, wait)
+            await asyncio.sleep(wait)
+        return None, cfg.max_retries + 1, f"{error} (after {cfg.max_retries + 1} attempts)"
+
+
+def _run_sync(coro):
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    # Already inside an event loop (a notebook, an async flow): run on a private loop in a thread.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def chat(messages: list[dict], config: LLMConfig | None = None, **overrides) -> ChatResult:
+    """One chat completion, synchronously: ``chat([{"role": "user", "content": "Hi"}])``.
+
+    ``overrides`` are ``LLMConfig`` fields (``temperature=0.2, seed=3, base_url=...``). Stages
+    that make many calls build one ``LLMClient`` instead, for its connection pool and totals."""
+    return LLMClient(config, **overrides).chat(messages)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m teacher.llm", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prompt", required=True, help="user message")
+    ap.add_argument("--system", help="optional system message")
+    LLMConfig.add_args(ap)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    client = LLMClient(LLMConfig.from_args(args))
+    messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
+        [{"role": "user", "content": args.prompt}]
+    result = client.chat(messages, stage="cli")
+    if not result.ok:
+        print(f"infrastructure failure: {result.infra_error}", file=sys.stderr)
+        return 1
+    for i, text in enumerate(result.texts):
+        print(f"[{i}] {text}")
+    print(json.dumps({"endpoint": client.config.endpoint, "model": result.model, **client.usage["cli"].as_dict()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
