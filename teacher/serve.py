@@ -107,7 +107,9 @@ def serve_in_thread(complete: Callable[[dict], dict], model_id: str, host: str =
                     port: int = 0, handler: type[BaseHTTPRequestHandler] | None = None) -> ChatServer:
     """Start a server on a background thread (port 0: any free port); ``shutdown()`` stops it."""
     server = ChatServer((host, port), complete, model_id, handler)
-    threading.Thread(target=server.serve_forever, name=f"serve:{server.base_url}", daemon=True).start()
+    # A short poll interval: shutdown() returns within 50 ms (tests start and stop many servers).
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"serve:{server.base_url}",
+                     daemon=True).start()
     return server
 
 

@@ -1,0 +1,81 @@
+"""A fault-injecting OpenAI-protocol server on 127.0.0.1 for the LLM client tests (a fixture:
+``from fake_openai import fault_server``; not a conftest, so `from conftest import ...` still
+finds the top-level one).
+
+Each POST takes the next fault from ``server.faults`` (then answers normally): ``"500"``,
+``"429:SECONDS"`` (with Retry-After), ``"401"``, ``"hang"`` (accept, never answer),
+``"garbage"`` (200 with a truncated JSON body), ``"empty"`` (200, choices without content).
+The server counts requests, in-flight peaks and the Authorization headers it saw.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from teacher.serve import OpenAIHandler, serve_in_thread
+
+
+def echo_completion(request: dict, content: str | None = None) -> dict:
+    last = request["messages"][-1]["content"]
+    return {"id": "chatcmpl-test", "object": "chat.completion", "model": request.get("model", ""),
+            "choices": [{"index": i, "message": {"role": "assistant",
+                                                 "content": f"echo[{i}] {last}" if content is None else content},
+                         "finish_reason": "stop"} for i in range(request.get("n", 1))],
+            "usage": {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}}
+
+
+class FaultHandler(OpenAIHandler):
+    def do_POST(self) -> None:
+        srv = self.server
+        with srv.lock:
+            srv.requests += 1
+            srv.auth.append(self.headers.get("Authorization"))
+            fault = srv.faults.pop(0) if srv.faults else "ok"
+            srv.inflight += 1
+            srv.peak = max(srv.peak, srv.inflight)
+        try:
+            request = self.read_json()
+            srv.bodies.append(request)
+            if srv.delay_s:
+                time.sleep(srv.delay_s)
+            if fault == "hang":
+                self.close_connection = True
+                srv.release.wait(30)
+            elif fault.startswith("429"):
+                self.send_json(429, {"error": {"message": "slow down"}}, {"Retry-After": fault.split(":")[1]})
+            elif fault == "500":
+                self.send_error_json(500, "boom", "server_error")
+            elif fault == "401":
+                # A careless server that echoes the credentials back: the client must mask them.
+                self.send_error_json(401, f"bad key {self.headers.get('Authorization')}")
+            elif fault == "garbage":
+                data = b'{"choices": [{"message": '
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            elif fault == "empty":
+                self.send_json(200, echo_completion(request, content=""))
+            else:
+                self.send_json(200, echo_completion(request))
+        finally:
+            with srv.lock:
+                srv.inflight -= 1
+
+
+@pytest.fixture
+def fault_server():
+    server = serve_in_thread(echo_completion, "fake-model", handler=FaultHandler)
+    server.lock = threading.Lock()
+    server.release = threading.Event()
+    server.faults, server.auth, server.bodies = [], [], []
+    server.requests = server.inflight = server.peak = 0
+    server.delay_s = 0.0
+    yield server
+    server.release.set()
+    server.shutdown()
+    server.server_close()

@@ -1,0 +1,273 @@
+"""The LLM access layer through real HTTP on 127.0.0.1: retries, timeouts, infrastructure
+failures, the cache (counted at the server), accounting, and the API key never leaking."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import email.utils
+import json
+import logging
+import multiprocessing
+import socket
+import time
+import uuid
+
+import pytest
+
+from fake_openai import fault_server  # noqa: F401  (fixture)
+from teacher.cache import ResponseCache, request_key
+from teacher.cost import UsageTotals, price_for
+from teacher.llm import (ChatResult, InfraError, LLMClient, LLMConfig, MalformedResponse, build_request,
+                         parse_response, retry_after_s)
+
+MSG = [{"role": "system", "content": "You judge web actions."}, {"role": "user", "content": "click('12')?"}]
+
+
+def config_for(server, tmp_path, **kw) -> LLMConfig:
+    """Short timeouts and backoffs so every fault test finishes in about a second."""
+    base = dict(base_url=server.base_url, model="fake-model", cache_dir=str(tmp_path / "cache"),
+                timeout_s=0.5, connect_timeout_s=0.5, max_retries=3, backoff_s=0.01, backoff_max_s=5.0,
+                api_key_env="SURFPRM_TEST_KEY_UNSET")
+    return LLMConfig(**{**base, **kw})
+
+
+# -- pure functions -----------------------------------------------------------------------------
+def test_build_request_has_every_sampling_parameter_and_no_key():
+    cfg = LLMConfig(base_url="http://x/v1", model="m", temperature=0.2, seed=7, max_tokens=64, n=3)
+    body = build_request(MSG, cfg)
+    assert body == {"model": "m", "messages": MSG, "temperature": 0.2, "max_tokens": 64, "n": 3, "seed": 7}
+    assert "seed" not in build_request(MSG, LLMConfig(base_url="http://x/v1", model="m", seed=None))
+    with pytest.raises(ValueError):
+        build_request([{"content": "no role"}], cfg)
+    with pytest.raises(ValueError):
+        build_request([], cfg)
+    with pytest.raises(ValueError, match="--model"):
+        build_request(MSG, LLMConfig(base_url="http://x/v1"))
+
+
+def test_cache_key_changes_with_seed_messages_and_endpoint():
+    cfg = LLMConfig(base_url="http://x/v1", model="m")
+    body = build_request(MSG, cfg)
+    key = request_key(body, cfg.endpoint)
+    assert key == request_key(json.loads(json.dumps(body)), "http://x/v1")
+    assert key != request_key(build_request(MSG, LLMConfig(base_url="http://x/v1", model="m", seed=1)), cfg.endpoint)
+    assert key != request_key(build_request(MSG[:1], cfg), cfg.endpoint)
+    assert key != request_key(body, "http://y/v1")
+
+
+def test_parse_response_orders_choices_and_prices_usage():
+    body = {"model": "gpt-4o-2024-08-06", "usage": {"prompt_tokens": 3100, "completion_tokens": 472},
+            "choices": [{"index": 1, "message": {"content": "B"}, "finish_reason": "length"},
+                        {"index": 0, "message": {"content": None}, "finish_reason": "stop"}]}
+    r = parse_response(body, price_for("gpt-4o-2024-08-06"))
+    assert r.texts == ["", "B"] and r.finish_reasons == ["stop", "length"] and r.ok
+    assert (r.prompt_tokens, r.completion_tokens) == (3100, 472)
+    assert r.cost_usd == pytest.approx((3100 * 2.50 + 472 * 10.00) / 1e6)
+    for bad in ({}, {"choices": []}, {"choices": [{"index": 0}]}, ["not", "a", "dict"]):
+        with pytest.raises(MalformedResponse):
+            parse_response(bad)
+
+
+def test_retry_after_in_seconds_milliseconds_and_http_date():
+    assert retry_after_s({"retry-after": "3"}) == 3.0
+    assert retry_after_s({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
+    later = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 < retry_after_s({"retry-after": later}) <= 30
+    assert retry_after_s({"retry-after": "soon"}) is None and retry_after_s({}) is None
+
+
+def test_price_table_and_overrides():
+    assert price_for("gpt-4o-mini") == (0.15, 0.60)          # longest matching prefix wins
+    assert price_for("my-vllm-model") == (0.0, 0.0)
+    assert LLMConfig(base_url="http://x/v1", model="my-vllm-model", prices={"my-vllm": [1, 2]}).price() == (1, 2)
+    assert LLMConfig(base_url="http://x/v1", model="gpt-4o", price_in=5.0).price() == (5.0, 0.0)
+    assert LLMConfig().price() == (0.0, 0.0)                 # the local model is free
+
+
+def test_config_from_yaml_then_cli_flags(tmp_path):
+    path = tmp_path / "llm.yaml"
+    path.write_text("llm:\n  base_url: http://h:8000/v1\n  model: qwen\n  temperature: 0.2\n  prices: {qwen: [1, 2]}\n")
+    ap = argparse.ArgumentParser()
+    LLMConfig.add_args(ap)
+    LLMConfig.add_args(ap, prefix="policy-")
+    args = ap.parse_args(["--llm-config", str(path), "--seed", "5", "--no-cache", "--policy-model", "p"])
+    cfg = LLMConfig.from_args(args)
+    assert (cfg.base_url, cfg.model, cfg.temperature, cfg.seed, cfg.no_cache) == ("http://h:8000/v1", "qwen", 0.2, 5, True)
+    assert cfg.price() == (1, 2) and not cfg.is_local
+    policy = LLMConfig.from_args(args, prefix="policy-")
+    assert policy.model == "p" and policy.is_local and policy.seed == 0
+    path.write_text("model: m\ntemprature: 0.3\n")
+    with pytest.raises(ValueError, match="temprature"):
+        LLMConfig.from_yaml(path)
+
+
+def test_usage_totals_separate_paid_cached_and_failed():
+    totals = UsageTotals()
+    totals.add(ChatResult(texts=["a"], prompt_tokens=10, completion_tokens=2, cost_usd=1.0, attempts=3))
+    totals.add(ChatResult(texts=["a"], prompt_tokens=10, completion_tokens=2, cost_usd=1.0, cached=True))
+    totals.add(ChatResult(infra_error="timeout", attempts=4))
+    d = totals.as_dict()
+    assert (d["calls"], d["cached"], d["failed"], d["retries"]) == (3, 1, 1, 5)
+    assert (d["prompt_tokens"], d["cost_usd"], d["cached_cost_usd"], d["prompt_tokens_per_call"]) == (20, 1.0, 1.0, 10.0)
+
+
+# -- faults through real HTTP -------------------------------------------------------------------
+@pytest.mark.timeout(30)
+def test_5xx_is_retried_until_an_answer(fault_server, tmp_path):
+    fault_server.faults = ["500", "500"]
+    client = LLMClient(config_for(fault_server, tmp_path))
+    r = client.chat(MSG, stage="teacher.verify")
+    assert r.ok and r.text == "echo[0] click('12')?" and r.attempts == 3
+    assert fault_server.requests == 3
+    assert client.usage["teacher.verify"].as_dict()["retries"] == 2
+
+
+@pytest.mark.timeout(30)
+def test_429_honours_retry_after(fault_server, tmp_path):
+    fault_server.faults = ["429:1"]
+    client = LLMClient(config_for(fault_server, tmp_path, backoff_s=0.01))
+    start = time.monotonic()
+    r = client.chat(MSG)
+    elapsed = time.monotonic() - start
+    assert r.ok and r.attempts == 2 and fault_server.requests == 2
+    assert elapsed >= 0.95, "the client must wait what Retry-After says, not its own 10 ms backoff"
+
+
+@pytest.mark.timeout(30)
+def test_hung_connection_times_out_and_is_retried(fault_server, tmp_path):
+    fault_server.faults = ["hang"]
+    r = LLMClient(config_for(fault_server, tmp_path, timeout_s=0.3)).chat(MSG)
+    assert r.ok and r.attempts == 2 and fault_server.requests == 2
+
+
+@pytest.mark.timeout(30)
+def test_persistent_outage_is_an_infrastructure_failure_not_an_answer(fault_server, tmp_path):
+    fault_server.faults = ["hang"] * 3
+    client = LLMClient(config_for(fault_server, tmp_path, timeout_s=0.3, max_retries=2))
+    start = time.monotonic()
+    failed = client.chat(MSG, stage="teacher.verify")
+    assert time.monotonic() - start < 5
+    assert not failed.ok and failed.infra_error.startswith("timeout") and "3 attempts" in failed.infra_error
+    assert failed.texts == [] and failed.attempts == 3 and fault_server.requests == 3
+    with pytest.raises(InfraError):
+        failed.check()
+    # An empty answer is still an answer: the model spoke, nothing failed.
+    fault_server.faults = ["empty"]
+    empty = client.chat(MSG, stage="teacher.verify", seed=1)
+    assert empty.ok and empty.texts == [""] and empty.check() is empty
+    totals = client.usage["teacher.verify"].as_dict()
+    assert (totals["calls"], totals["failed"]) == (2, 1)
+    # Failures are not cached: once the server is healthy the same request is sent again.
+    again = client.chat(MSG, stage="teacher.verify")
+    assert again.ok and not again.cached and fault_server.requests == 5
+
+
+@pytest.mark.timeout(30)
+def test_malformed_json_is_retried_then_reported(fault_server, tmp_path):
+    fault_server.faults = ["garbage"]
+    client = LLMClient(config_for(fault_server, tmp_path, max_retries=1))
+    assert client.chat(MSG).attempts == 2
+    fault_server.faults = ["garbage", "garbage"]
+    r = client.chat(MSG, seed=2)
+    assert not r.ok and r.infra_error.startswith("malformed_response") and fault_server.requests == 4
+
+
+@pytest.mark.timeout(30)
+def test_client_errors_are_not_retried_and_connection_refused_is_infra(fault_server, tmp_path):
+    fault_server.faults = ["401"]
+    r = LLMClient(config_for(fault_server, tmp_path)).chat(MSG)
+    assert not r.ok and r.infra_error.startswith("http_401") and fault_server.requests == 1
+    with socket.socket() as s:        # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = config_for(fault_server, tmp_path, base_url=f"http://127.0.0.1:{port}/v1", max_retries=1)
+    r = LLMClient(cfg).chat(MSG)
+    assert not r.ok and r.infra_error.startswith("connection_error") and r.attempts == 2
+
+
+# -- cache and concurrency ----------------------------------------------------------------------
+@pytest.mark.timeout(30)
+def test_cache_hits_send_no_request(fault_server, tmp_path):
+    batch = [[{"role": "user", "content": f"pair {i}"}] for i in range(6)]
+    cfg = config_for(fault_server, tmp_path, model="gpt-4o-mini")
+    first = LLMClient(cfg).chat_many(batch, stage="teacher.verify")
+    assert fault_server.requests == 6 and not any(r.cached for r in first)
+    rerun = LLMClient(cfg)                     # a resumed run: new client, same cache folder
+    second = rerun.chat_many(batch, stage="teacher.verify")
+    assert fault_server.requests == 6, "a cached request reached the server"
+    assert [r.texts for r in second] == [r.texts for r in first] and all(r.cached for r in second)
+    totals = rerun.usage["teacher.verify"].as_dict()
+    assert totals["cached"] == 6 and totals["cost_usd"] == 0
+    assert totals["cached_cost_usd"] == pytest.approx(6 * (1000 * 0.15 + 100 * 0.60) / 1e6)
+    assert totals["prompt_tokens"] == 6000
+    rerun.chat(batch[0], seed=99)              # another seed is another request
+    LLMClient(cfg, no_cache=True).chat(batch[0])
+    rerun.chat(batch[0], use_cache=False)
+    assert fault_server.requests == 9
+
+
+@pytest.mark.timeout(30)
+def test_concurrency_limit_holds_at_the_server(fault_server, tmp_path):
+    fault_server.delay_s = 0.05
+    client = LLMClient(config_for(fault_server, tmp_path, concurrency=4, no_cache=True))
+    results = client.chat_many([[{"role": "user", "content": str(i)}] for i in range(24)])
+    assert [r.text for r in results] == [f"echo[0] {i}" for i in range(24)]   # input order kept
+    assert 2 <= fault_server.peak <= 4
+
+
+def test_sync_chat_works_inside_a_running_event_loop(fault_server, tmp_path):
+    client = LLMClient(config_for(fault_server, tmp_path))
+
+    async def notebook_cell():
+        return client.chat(MSG)
+
+    assert asyncio.run(notebook_cell()).ok
+
+
+def _write_entries(args):
+    root, worker = args
+    cache = ResponseCache(root)
+    for i in range(40):
+        cache.put(f"{i:064x}", {"i": i}, {"choices": [{"message": {"content": f"{i}"}}], "w": worker})
+    return worker
+
+
+def test_cache_is_safe_with_concurrent_writer_processes(tmp_path):
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        assert sorted(pool.map(_write_entries, [(str(tmp_path), w) for w in range(4)])) == [0, 1, 2, 3]
+    cache = ResponseCache(tmp_path)
+    for i in range(40):
+        assert cache.get(f"{i:064x}")["choices"][0]["message"]["content"] == f"{i}"
+    assert not list(tmp_path.rglob("*.tmp")), "temp files left behind"
+    cache.path("f" * 64).parent.mkdir(parents=True, exist_ok=True)
+    cache.path("f" * 64).write_text('{"response": ')        # a torn entry reads as a miss
+    assert cache.get("f" * 64) is None
+
+
+# -- the API key --------------------------------------------------------------------------------
+@pytest.mark.timeout(30)
+def test_api_key_never_appears_in_logs_files_or_reprs(fault_server, tmp_path, monkeypatch, caplog, capfd):
+    key = f"sk-surfprm-test-{uuid.uuid4().hex}"
+    monkeypatch.setenv("SURFPRM_TEST_KEY", key)
+    caplog.set_level(logging.DEBUG)            # httpx/httpcore debug lines included
+    cfg = config_for(fault_server, tmp_path, api_key_env="SURFPRM_TEST_KEY", timeout_s=0.3, max_retries=1)
+    client = LLMClient(cfg)
+    fault_server.faults = ["429:0", "500", "hang", "garbage", "401"]
+    results = [client.chat(MSG, seed=s) for s in range(4)]
+    assert fault_server.auth[0] == f"Bearer {key}", "the key must reach the server"
+    # 429 then 500 | hang then garbage | 401 (echoing the key) | an answer
+    assert [r.ok for r in results] == [False, False, False, True]
+    assert "http_401" in results[2].infra_error and "***" in results[2].infra_error
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps({"teacher.verify": {"llm": client.usage["default"].as_dict()}}))
+    out, err = capfd.readouterr()
+    texts = [caplog.text, out, err, repr(cfg), repr(client), str(cfg.__dict__),
+             *(r.infra_error or "" for r in results), *(repr(r) for r in results)]
+    assert caplog.text, "the retries should have been logged"
+    for text in texts:
+        assert key not in text
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(files) >= 2
+    for path in files:
+        assert key.encode() not in path.read_bytes(), path
