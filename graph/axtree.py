@@ -10,6 +10,8 @@ Two text forms are read:
 * ``flat``: the WebArena / WebPRM Collection form: no indentation, ``[bid] role 'name'
   prop: value prop: value``, after a ``Tab N (current): title`` header.
 
+Parsing is on the hot path of graph building (hundreds of nodes per observation), so a line
+is read with one regular expression and its properties are decoded only when asked for.
 Nothing here knows about graphs; :mod:`graph.identity` builds element identities on top.
 """
 
@@ -19,12 +21,76 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-_STR = r"""(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""
-_STR_RE = re.compile(_STR)
-_HEAD = re.compile(r"^(?:\[(?P<bid>[^\]\s]*)\]\s+)?(?P<role>[A-Za-z][\w-]*)")
+# Python string literals, written as unrolled loops (much faster than per-char alternation).
+_STR = r"""(?:'[^'\\]*(?:\\.[^'\\]*)*'|"[^"\\]*(?:\\.[^"\\]*)*")"""
+_NODE = (r"(?:\[([^\]\s]*)\]\s+)?([A-Za-z][\w-]*)(?: (" + _STR + r"))?"
+         r"(?: value=(" + _STR + r"|[^,]*))?(.*)$")
+_LINE_TABS = re.compile(r"^(\t*)" + _NODE, re.S)
+_STR_FULL = re.compile(_STR, re.S)
 _TAB = re.compile(r"^Tab (?P<index>\d+)(?P<current> \(current\))?:\s?(?P<title>.*)$")
 _PROP = re.compile(r"\s*,\s*(?P<key>[A-Za-z_][\w-]*)(?:=(?P<val>" + _STR + r"|[^,]*))?")
 _FLAT_KEY = re.compile(r"(?:^|\s)(?P<key>[A-Za-z_][\w-]*): ")
+_FLAT_REST = re.compile(r"^ [A-Za-z_][\w-]*: ")
+_NUMBER = re.compile(r"-?\d+(\.\d+)?")
+_CONSTANTS = {"True": True, "False": False, "None": None}
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|x[0-9a-fA-F]{2}|.)", re.S)
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "0": "\0",
+                   "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
+
+
+def _unescape_one(m: re.Match) -> str:
+    e = m.group(1)
+    if len(e) > 1:
+        return chr(int(e[1:], 16))
+    return _SIMPLE_ESCAPES.get(e, "\\" + e)
+
+
+def _unquote(literal: str) -> str:
+    """Decode a quoted Python ``repr`` string (what BrowserGym prints) without compiling it."""
+    body = literal[1:-1]
+    return _ESCAPE.sub(_unescape_one, body) if "\\" in body else body
+
+
+def _literal(text: str):
+    text = text.strip()
+    if not text:
+        return ""
+    if text in _CONSTANTS:
+        return _CONSTANTS[text]
+    if text[0] in "'\"" and _STR_FULL.fullmatch(text):
+        return _unquote(text)
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def parse_props(rest: str) -> dict | None:
+    """Properties after the name: ``, key=value, flag`` (indented) or `` key: value`` (flat).
+
+    None when the text is malformed."""
+    props: dict = {}
+    if not rest:
+        return props
+    if rest[0] == ",":
+        pos = 0
+        while pos < len(rest):
+            pm = _PROP.match(rest, pos)
+            if not pm or pm.end() == pos:
+                return None
+            val = pm.group("val")
+            props[pm.group("key")] = True if val is None else _literal(val)
+            pos = pm.end()
+        return props
+    if not rest.strip():
+        return props
+    keys = list(_FLAT_KEY.finditer(rest))
+    if not keys or rest[: keys[0].start()].strip():
+        return None
+    for k, nxt in zip(keys, keys[1:] + [None]):
+        raw = rest[k.end(): nxt.start() if nxt else len(rest)].strip()
+        props[k.group("key")] = _literal(raw) if raw in _CONSTANTS or _NUMBER.fullmatch(raw) else raw
+    return props
 
 
 @dataclass(slots=True)
@@ -37,9 +103,14 @@ class AXNode:
     name: str
     depth: int
     value: object = None
-    props: dict = field(default_factory=dict)
+    rest: str = ""                # undecoded properties; see ``props``
     parent: int | None = None     # index of the parent node (None at the root or in flat trees)
     children: list[int] = field(default_factory=list)
+
+    @property
+    def props(self) -> dict:
+        """Decoded properties (``url``, ``expanded``, ``checked``, ``focused``...)."""
+        return parse_props(self.rest) or {}
 
 
 @dataclass(slots=True)
@@ -48,14 +119,17 @@ class AXTree:
     obs_format: str
     tabs: list[dict] = field(default_factory=list)       # ``Tab N (current): title`` headers
     unparsed: list[str] = field(default_factory=list)    # lines that are not nodes
+    _by_bid: dict | None = None
 
     def by_bid(self) -> dict[str, AXNode]:
         """bid -> node (the first one when a bid repeats; see :meth:`duplicate_bids`)."""
-        out: dict[str, AXNode] = {}
-        for n in self.nodes:
-            if n.bid is not None and n.bid not in out:
-                out[n.bid] = n
-        return out
+        if self._by_bid is None:
+            out: dict[str, AXNode] = {}
+            for n in self.nodes:
+                if n.bid is not None and n.bid not in out:
+                    out[n.bid] = n
+            self._by_bid = out
+        return self._by_bid
 
     def duplicate_bids(self) -> list[str]:
         seen, dups = set(), []
@@ -79,95 +153,65 @@ class AXTreeParseError(ValueError):
     """The text holds no AXTree node at all."""
 
 
-def _literal(text: str):
-    text = text.strip()
-    if not text:
-        return ""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return text
-
-
-def _take_string(rest: str) -> tuple[str | None, str]:
-    """A leading Python string literal of ``rest`` (decoded) and what follows it."""
-    m = _STR_RE.match(rest)
-    if not m:
-        return None, rest
-    return _literal(m.group(0)), rest[m.end():]
+def _well_formed_rest(rest: str, indented: bool) -> bool:
+    # A cheap shape check; the full decoding happens lazily in AXNode.props.
+    return not rest or rest[0] == "," or (not indented and _FLAT_REST.match(rest) is not None) or not rest.strip()
 
 
 def parse_line(line: str) -> tuple[dict | None, str | None]:
-    """(fields, None) for a node line, (None, reason) otherwise. Fields carry no depth."""
-    m = _HEAD.match(line)
-    if not m:
+    """(fields, None) for one node line without indentation, (None, reason) otherwise."""
+    m = _LINE_TABS.match(line)
+    if m is None or m.group(1):
         return None, "not a node line"
-    bid, role = m.group("bid"), m.group("role")
-    rest = line[m.end():]
-    name = ""
-    if rest.startswith(" "):
-        s, after = _take_string(rest[1:])
-        if s is not None:
-            name, rest = str(s), after
-    value = None
-    props: dict = {}
-    if rest.startswith(" value="):
-        v, after = _take_string(rest[len(" value="):])
-        if v is None:
-            tok = re.match(r"[^,]*", rest[len(" value="):]).group(0)
-            v, after = _literal(tok), rest[len(" value=") + len(tok):]
-        value, rest = v, after
-    if rest.startswith(","):
-        pos = 0
-        while pos < len(rest):
-            pm = _PROP.match(rest, pos)
-            if not pm or pm.end() == pos:
-                return None, f"cannot read properties at {rest[pos:pos + 30]!r}"
-            val = pm.group("val")
-            props[pm.group("key")] = True if val is None else _literal(val)
-            pos = pm.end()
-    elif rest.strip():
-        # flat form: " key: value key: value"
-        keys = list(_FLAT_KEY.finditer(rest))
-        if not keys or rest[: keys[0].start()].strip():
-            return None, f"unexpected text after name: {rest[:40]!r}"
-        for k, nxt in zip(keys, keys[1:] + [None]):
-            raw = rest[k.end(): nxt.start() if nxt else len(rest)].strip()
-            v = _literal(raw) if raw in ("True", "False", "None") or re.fullmatch(r"-?\d+(\.\d+)?", raw) else raw
-            props[k.group("key")] = v
-    return {"bid": bid if bid else None, "role": role, "name": name, "value": value, "props": props}, None
+    _, bid, role, name, value, rest = m.groups()
+    props = parse_props(rest)
+    if props is None:
+        return None, f"cannot read properties {rest[:40]!r}"
+    return {"bid": bid or None, "role": role, "name": _unquote(name) if name else "",
+            "value": _literal(value) if value is not None else None, "props": props}, None
 
 
 def parse_axtree(text: str, obs_format: str | None = None) -> AXTree:
     """Parse AXTree text. ``obs_format`` is detected when not given (tabs => indented)."""
-    lines = (text or "").split("\n")
+    lines = (text or "").splitlines()
     if obs_format is None:
         obs_format = "indented" if any(l.startswith("\t") for l in lines) else "flat"
-    tree = AXTree(nodes=[], obs_format=obs_format)
+    indented = obs_format == "indented"
+    nodes: list[AXNode] = []
+    tree = AXTree(nodes=nodes, obs_format=obs_format)
     stack: list[AXNode] = []   # ancestors of the current line, for indented trees
+    match = _LINE_TABS.match
     for raw in lines:
-        if not raw.strip():
+        m = match(raw)
+        if m is None or not _well_formed_rest(m.group(6), indented):
+            if raw.startswith("Tab ") and (tab := _TAB.match(raw.rstrip())):
+                tree.tabs.append({"index": int(tab.group("index")), "current": bool(tab.group("current")),
+                                  "title": tab.group("title")})
+            elif raw.strip():
+                tree.unparsed.append(raw)
             continue
-        stripped = raw.lstrip("\t")
-        depth = len(raw) - len(stripped) if obs_format == "indented" else 0
-        tab = _TAB.match(stripped.rstrip())
-        if tab and depth == 0:
+        tabs, bid, role, name, value, rest = m.groups()
+        if role == "Tab" and not tabs and (tab := _TAB.match(raw.rstrip())):
             tree.tabs.append({"index": int(tab.group("index")), "current": bool(tab.group("current")),
                               "title": tab.group("title")})
             continue
-        fields_, why = parse_line(stripped.rstrip("\r"))
-        if fields_ is None:
-            tree.unparsed.append(raw)
-            continue
-        node = AXNode(index=len(tree.nodes), depth=depth, **fields_)
-        if obs_format == "indented":
+        if name:
+            name = _unquote(name)
+        else:
+            name = ""
+        if value is not None:
+            value = _literal(value)
+        depth = len(tabs) if indented else 0
+        node = AXNode(len(nodes), bid or None, role, name, depth, value, rest, None, [])
+        if indented:
             while stack and stack[-1].depth >= depth:
                 stack.pop()
             if stack:
-                node.parent = stack[-1].index
-                stack[-1].children.append(node.index)
+                parent = stack[-1]
+                node.parent = parent.index
+                parent.children.append(node.index)
             stack.append(node)
-        tree.nodes.append(node)
-    if not tree.nodes:
+        nodes.append(node)
+    if not nodes:
         raise AXTreeParseError("no AXTree node found" + (f"; first line: {lines[0][:60]!r}" if lines else ""))
     return tree

@@ -1,0 +1,257 @@
+"""Persistent element identity ``v = phi(site, URL, elem_ctx)`` and virtual nodes.
+
+Runtime bids never enter an identity: the same element seen in two runs (different bids) gets
+the same node id, two different elements of one page get different ids. ``elem_ctx`` is:
+
+* the element's accessible role and name;
+* its ancestor chain of (role, name), skipping inert containers (generic, group, listitem,
+  layout tables, ...). The root's name (the page title) is left out: titles
+  carry counters ("(3) Inbox") that would split a page; so are the names of containers named
+  by their content (cells, rows, lists...), which change with whatever the widget lists. Names are cut to 80 characters;
+  the chain is stored root first;
+* its ordinal among logical siblings (same nearest non-inert ancestor) of the same role and
+  name. We deliberately count same (role, name) siblings rather than all same-role siblings:
+  a position among all links shifts whenever a list gains an item, which would split an
+  element across runs; the ordinal only disambiguates true duplicates;
+* its subtree signature: the (role, name) of its direct children.
+
+On a flat AXTree (no indentation) the ancestors come from the step's HTML (bid attributes)
+when it is there, and otherwise there are none; ``context`` records which ('axtree', 'html',
+'none') so a consumer knows how much to trust the identity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from graph.axtree import AXNode, AXTree
+
+# Containers that structure the page without meaning: skipped in ancestor chains.
+INERT_ROLES = frozenset({
+    "generic", "group", "listitem", "none", "presentation", "paragraph", "strong", "emphasis",
+    "Section", "LayoutTable", "LayoutTableRow", "LayoutTableCell", "LayoutTableColumn", "rowgroup",
+    "LabelText", "StaticText", "ListMarker", "DescriptionList", "term", "definition", "superscript",
+    "subscript", "time", "mark", "code", "Abbr", "abbr", "insertion", "deletion", "blockquote",
+    "figure", "Legend", "InlineTextBox", "LineBreak", "caption", "Canvas", "Pre", "sectionheader",
+    "sectionfooter", "ruby", "Ruby",
+})
+# Elements an agent acts on. Composite widgets (listbox, menu, tablist, ...) are included so
+# that their options / items / tabs get containment edges to them.
+INTERACTIVE_ROLES = frozenset({
+    "link", "button", "textbox", "searchbox", "combobox", "checkbox", "radio", "option",
+    "menuitem", "menuitemcheckbox", "menuitemradio", "tab", "switch", "slider", "spinbutton",
+    "treeitem", "gridcell", "columnheader", "rowheader", "textarea", "input",
+    "listbox", "menu", "menubar", "tablist", "radiogroup", "tree", "grid", "treegrid", "toolbar",
+})
+# Containers whose accessible name is computed from their text content: a table cell's name
+# is everything inside it, so it changes whenever a widget lists different items. Their
+# names are left out of ancestor chains (the role stays).
+CONTENT_NAMED_ROLES = frozenset({"cell", "row", "gridcell", "rowheader", "columnheader", "table", "list",
+                                 "article", "tabpanel", "option", "treeitem", "menuitem", "tooltip",
+                                 "status", "log", "alert", "note", "feed"})
+EDITABLE_ROLES = frozenset({"textbox", "searchbox", "combobox", "textarea", "spinbutton"})
+NAME_LIMIT = 80
+SIGNATURE_LIMIT = 8
+
+# Virtual node type of each action without a DOM anchor.
+VIRTUAL_TYPES = {
+    "scroll": "viewport", "scroll_at": "viewport", "noop": "viewport",
+    "goto": "navigation", "go_back": "navigation", "go_forward": "navigation",
+    "new_tab": "tabs", "tab_close": "tabs", "tab_focus": "tabs",
+    "send_msg_to_user": "user", "report_infeasible": "user",
+    "mouse_move": "pointer", "mouse_up": "pointer", "mouse_down": "pointer", "mouse_click": "pointer",
+    "mouse_dblclick": "pointer", "mouse_drag_and_drop": "pointer", "mouse_upload_file": "pointer",
+    "keyboard_press": "keyboard", "keyboard_up": "keyboard", "keyboard_down": "keyboard",
+    "keyboard_type": "keyboard", "keyboard_insert_text": "keyboard",
+}
+# Terminal answers are scoped to the current page; every other virtual node to the landing page.
+CURRENT_PAGE_TYPES = frozenset({"user"})
+
+
+def is_interactive(node: AXNode) -> bool:
+    return node.bid is not None and node.role in INTERACTIVE_ROLES
+
+
+def _hash(parts) -> str:
+    # repr of nested tuples/lists of str and int is deterministic across runs and platforms.
+    return hashlib.blake2b(repr(parts).encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+@dataclass(slots=True)
+class ElementContext:
+    """Everything ``phi`` hashes, kept readable for the node table."""
+
+    role: str
+    name: str
+    ancestors: tuple[tuple[str, str], ...]   # (role, name) of non-inert ancestors, root first
+    ordinal: int                             # among logical siblings with the same role and name
+    signature: tuple[tuple[str, str], ...]   # (role, name) of direct children
+    context: str                             # 'axtree' | 'html' | 'none'
+    # Ancestor ordinals, set only for elements that collide on their page without them
+    # (repeated widgets): positions are the least stable part of a page, so they are used
+    # only where nothing else tells two elements apart.
+    positions: tuple[int, ...] | None = None
+
+    def node_id(self, site: str, url_path: str) -> str:
+        parts = [site, url_path, self.role, self.name, self.ancestors, self.ordinal, self.signature]
+        if self.positions is not None:
+            parts.append(self.positions)
+        return "e-" + _hash(parts)
+
+
+def virtual_node_id(site: str, url_path: str, vtype: str, op: str) -> str:
+    return "v-" + _hash([site, url_path, vtype, op])
+
+
+class PageContext:
+    """Computes element contexts for one parsed observation, memoizing ancestor chains."""
+
+    def __init__(self, tree: AXTree, html_ancestors: dict[str, list[str]] | None = None):
+        self.tree = tree
+        nodes = tree.nodes
+        self.html_ancestors = html_ancestors or {}
+        anchor: list[int | None] = [None] * len(nodes)
+        if tree.obs_format == "indented":
+            self.context = "axtree"
+            # Parents precede children in document order, so one forward pass suffices.
+            for node in nodes:
+                p = node.parent
+                if p is not None:
+                    anchor[node.index] = p if nodes[p].role not in INERT_ROLES else anchor[p]
+        elif html_ancestors:
+            self.context = "html"
+            by_bid = tree.by_bid()
+            for node in nodes:
+                for bid in html_ancestors.get(node.bid or "", ()):
+                    anc = by_bid.get(bid)
+                    if anc is not None and anc.role not in INERT_ROLES:
+                        anchor[node.index] = anc.index
+                        break
+        else:
+            self.context = "none"
+        self._anchor = anchor
+        self._chains: list[tuple | None] = [None] * len(nodes)
+        self._ordinals: list[int] | None = None
+        self._positions: list[int] | None = None
+
+    def anchor(self, index: int) -> int | None:
+        """Nearest non-inert ancestor of node ``index``."""
+        return self._anchor[index]
+
+    def chain(self, index: int) -> tuple[tuple[str, str], ...]:
+        """(role, name) of the non-inert ancestors of node ``index``, root first."""
+        chains, anchors = self._chains, self._anchor
+        # Walk up to the first memoized anchor, then fill in downwards (no recursion: deep
+        # trees exist).
+        pending, i = [], index
+        while i is not None and chains[i] is None:
+            pending.append(i)
+            i = anchors[i]
+        nodes = self.tree.nodes
+        for j in reversed(pending):
+            a = anchors[j]
+            chains[j] = () if a is None else chains[a] + ((nodes[a].role, self._chain_name(nodes[a])),)
+        return chains[index]
+
+    def positions(self, index: int) -> tuple[int, ...]:
+        """Positions of the chain's ancestors among their same-label siblings, root first."""
+        out, a = [], self._anchor[index]
+        while a is not None:
+            out.append(self._position(a))
+            a = self._anchor[a]
+        return tuple(reversed(out))
+
+    @staticmethod
+    def _chain_name(n: AXNode) -> str:
+        return "" if n.role == "RootWebArea" or n.role in CONTENT_NAMED_ROLES else n.name[:NAME_LIMIT]
+
+    def _ordinal(self, index: int) -> int:
+        """Index of an element among its logical siblings with the same role and name."""
+        if self._ordinals is None:
+            self._ordinals = self._rank(lambda n: n.name[:NAME_LIMIT])
+        return self._ordinals[index]
+
+    def _position(self, index: int) -> int:
+        """Index of an ancestor among its logical siblings with the same role and chain name."""
+        if self._positions is None:
+            self._positions = self._rank(self._chain_name)
+        return self._positions[index]
+
+    def _rank(self, name_of) -> list[int]:
+        counts: dict[tuple, int] = {}
+        out = [0] * len(self.tree.nodes)
+        anchors = self._anchor
+        for n in self.tree.nodes:
+            if n.role in INERT_ROLES and n.bid is None:
+                continue   # never an anchor, never an element
+            key = (anchors[n.index], n.role, name_of(n))
+            c = counts.get(key, 0)
+            out[n.index] = c
+            counts[key] = c + 1
+        return out
+
+    def element(self, node: AXNode) -> ElementContext:
+        """The context of one element, without positional disambiguation."""
+        nodes = self.tree.nodes
+        editable = node.role in EDITABLE_ROLES
+        sig = []
+        for c in node.children[:SIGNATURE_LIMIT]:
+            child = nodes[c]
+            # Text inside an editable field is what was typed into it, not what it is.
+            if child.role == "StaticText" and (editable or child.name == node.name):
+                continue
+            sig.append((child.role, child.name[:30]))
+        return ElementContext(node.role, node.name[:NAME_LIMIT], self.chain(node.index),
+                              self._ordinal(node.index), tuple(sig), self.context)
+
+    def identities(self, site: str, url_path: str, nodes: list[AXNode]) -> dict[int, tuple[str, ElementContext]]:
+        """node index -> (node id, context) for ``nodes`` of this page.
+
+        Elements that collide without positions get their ancestor positions added; any that
+        still collide are ambiguous (see :func:`ambiguous`).
+        """
+        out: dict[int, tuple[str, ElementContext]] = {}
+        counts: dict[str, int] = {}
+        for n in nodes:
+            ctx = self.element(n)
+            nid = ctx.node_id(site, url_path)
+            out[n.index] = (nid, ctx)
+            counts[nid] = counts.get(nid, 0) + 1
+        if len(counts) < len(out):
+            for idx, (nid, ctx) in list(out.items()):
+                if counts[nid] > 1:
+                    ctx.positions = self.positions(idx)
+                    out[idx] = (ctx.node_id(site, url_path), ctx)
+        return out
+
+
+def ambiguous(ids: dict[int, tuple[str, ElementContext]]) -> set[str]:
+    """Node ids held by more than one element of the page."""
+    seen: set[str] = set()
+    dup: set[str] = set()
+    for nid, _ in ids.values():
+        (dup if nid in seen else seen).add(nid)
+    return dup
+
+
+def html_bid_ancestors(html: str) -> dict[str, list[str]]:
+    """bid -> bids of its HTML ancestors, nearest first (BrowserGym marks elements with ``bid``)."""
+    import lxml.html
+
+    try:
+        root = lxml.html.fromstring(html)
+    except (ValueError, TypeError):  # lxml raises ParserError (a ValueError) on empty documents
+        return {}
+    out: dict[str, list[str]] = {}
+    for el in root.iter():
+        bid = el.get("bid") if hasattr(el, "get") else None
+        if bid is None:
+            continue
+        anc, p = [], el.getparent()
+        while p is not None:
+            if p.get("bid") is not None:
+                anc.append(p.get("bid"))
+            p = p.getparent()
+        out[bid] = anc
+    return out

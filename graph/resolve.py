@@ -1,0 +1,58 @@
+"""Resolution: map the elements of one observation to graph nodes, and back to bids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from data.sites import normalize_url_path
+from graph.axtree import AXNode, AXTree, parse_axtree
+from graph.identity import ElementContext, PageContext, ambiguous, html_bid_ancestors, is_interactive
+
+
+@dataclass(slots=True)
+class Resolution:
+    """The interactive elements of one observation and the nodes they map to."""
+
+    site: str
+    url: str                                   # normalized URL path
+    tree: AXTree
+    page: PageContext
+    bid_to_node: dict[str, str]
+    node_to_bids: dict[str, list[str]]
+    contexts: dict[str, ElementContext] = field(default_factory=dict)   # node id -> context
+    ambiguous: set[str] = field(default_factory=set)                    # ids held by several bids
+
+    def unique_bid(self, node_id: str) -> str | None:
+        """The one active bid of ``node_id`` here, or None if absent or ambiguous."""
+        bids = self.node_to_bids.get(node_id)
+        return bids[0] if bids and len(bids) == 1 else None
+
+    def node(self, bid: str) -> AXNode | None:
+        return self.tree.by_bid().get(bid)
+
+    @property
+    def ambiguity_rate(self) -> float:
+        n = len(self.bid_to_node)
+        return sum(len(self.node_to_bids[i]) for i in self.ambiguous) / n if n else 0.0
+
+
+def resolve_observation(observation: str | AXTree, obs_format: str, site: str, url: str,
+                        html: str | None = None, extra_bids: tuple[str, ...] = ()) -> Resolution:
+    """Resolve every interactive element (plus ``extra_bids``, e.g. an acted-on image) of an
+    observation to its persistent node id. Raises AXTreeParseError on unparseable text."""
+    tree = observation if isinstance(observation, AXTree) else parse_axtree(observation, obs_format)
+    html_anc = html_bid_ancestors(html) if (html and tree.obs_format == "flat") else None
+    page = PageContext(tree, html_anc)
+    url_path = normalize_url_path(url)
+    extra = set(extra_bids)
+    elements = [n for n in tree.nodes if is_interactive(n) or (n.bid is not None and n.bid in extra)]
+    ids = page.identities(site, url_path, elements)
+    bid_to_node: dict[str, str] = {}
+    node_to_bids: dict[str, list[str]] = {}
+    contexts: dict[str, ElementContext] = {}
+    for n in elements:
+        nid, ctx = ids[n.index]
+        bid_to_node[n.bid] = nid
+        node_to_bids.setdefault(nid, []).append(n.bid)
+        contexts[nid] = ctx
+    return Resolution(site, url_path, tree, page, bid_to_node, node_to_bids, contexts, ambiguous(ids))

@@ -1,0 +1,41 @@
+"""Pinned schemas of ``graphs/<site>/nodes.parquet`` and ``edges.parquet``."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+NODE_SCHEMA = pa.schema([
+    pa.field("node_id", pa.string(), nullable=False),
+    pa.field("site", pa.string(), nullable=False),
+    pa.field("url", pa.string(), nullable=False),           # normalized URL path of the page
+    pa.field("kind", pa.string(), nullable=False),          # 'element' | 'virtual'
+    pa.field("role", pa.string(), nullable=False),          # accessible role; the op family for virtual nodes
+    pa.field("name", pa.string(), nullable=False),          # accessible name; the op for virtual nodes
+    pa.field("vtype", pa.string()),                          # viewport | navigation | tabs | user | pointer | keyboard
+    pa.field("ancestors", pa.string()),                      # JSON [[role, name], ...], root first
+    pa.field("ordinal", pa.int32()),
+    pa.field("signature", pa.string()),                      # JSON [[role, name], ...] of direct children
+    pa.field("positions", pa.string()),                      # JSON ancestor ordinals, only for repeated widgets
+    pa.field("context", pa.string()),                        # 'axtree' | 'html' | 'none' (virtual: null)
+    pa.field("interactive", pa.bool_(), nullable=False),    # interactive role (else: only ever acted on)
+    pa.field("n_obs", pa.int64(), nullable=False),          # observations it appeared in
+    pa.field("n_traj", pa.int64(), nullable=False),         # trajectories it appeared in
+    pa.field("bids", pa.list_(pa.string()), nullable=False),    # runtime ids it had (a sample, up to 8)
+    pa.field("ops", pa.list_(pa.string()), nullable=False),     # ops demonstrated on it
+    pa.field("values", pa.list_(pa.string()), nullable=False),  # values typed / selected / pressed into it
+    pa.field("n_demos", pa.int64(), nullable=False),        # demonstrated actions on it
+])
+
+EDGE_SCHEMA = pa.schema([
+    pa.field("src", pa.string(), nullable=False),
+    pa.field("dst", pa.string(), nullable=False),
+    pa.field("type", pa.string(), nullable=False),          # 'containment' (child -> ancestor) | 'interaction'
+    pa.field("depth_gap", pa.int32()),                       # AXTree depth difference (containment)
+    pa.field("op", pa.string()),                             # op of a_t (interaction)
+    pa.field("count", pa.int64(), nullable=False),          # observations (containment) / transitions (interaction)
+    pa.field("trajectories", pa.list_(pa.string()), nullable=False),
+])
+
+
+def table(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=schema)

@@ -1,0 +1,175 @@
+"""graph.build on the real AgentLab traces, and on bad input."""
+
+import json
+from collections import Counter
+
+import pyarrow.parquet as pq
+import pytest
+
+from data.actions import parse_action
+from data.rundir import atomic_write_parquet
+from data.schema import StepRecord, steps_to_table
+from graph import demonstrated, elements_on_page, hop_distance, load_graph, temporal_successors
+from graph.build import build_graphs
+from graph.schema import EDGE_SCHEMA, NODE_SCHEMA
+
+
+@pytest.fixture(scope="module")
+def built(agentlab_run):
+    stats = build_graphs(agentlab_run, workers=2)
+    return agentlab_run, stats
+
+
+def _nodes(run, site="servicenow"):
+    return pq.read_table(run / "graphs" / site / "nodes.parquet").to_pylist()
+
+
+def _edges(run, site="servicenow"):
+    return pq.read_table(run / "graphs" / site / "edges.parquet").to_pylist()
+
+
+def test_manifest_and_stats(built):
+    run, stats = built
+    manifest = json.loads((run / "graphs" / "manifest.json").read_text())
+    s = manifest["sites"]["servicenow"]
+    assert set(manifest["sites"]) == {"servicenow"}          # successful runs stay on ServiceNow
+    assert s["trajectories"] == 34 and s["observations"] == 314
+    assert s["element_nodes"] > 500 and s["virtual_nodes"] > 0
+    assert s["containment_edges"] > 0 and s["interaction_edges"] > 0
+    assert s["url_paths"] >= 5
+    assert s["ambiguity_rate"] < 0.01
+    st = json.loads((run / "stats.json").read_text())["graph.build"]
+    assert st["in"] == 870 and st["in"] == st["out"] + sum(st["rejected"].values())
+    assert st["rejected"]["unsuccessful_trajectory"] == 556
+    steps = st["steps"]
+    assert steps["in"] == steps["out"] + sum(steps["rejected"].values())
+    assert steps["rejected"]["action_failed"] > 0   # real timeouts, not demonstrations
+    reasons = Counter(json.loads(l)["reason"] for l in (run / "rejects.jsonl").read_text().splitlines()
+                      if json.loads(l)["stage"] == "graph.build")
+    assert reasons["unsuccessful_trajectory"] == 556
+    assert reasons["action_failed"] == steps["rejected"]["action_failed"]
+
+
+def test_schemas_pinned(built):
+    run, _ = built
+    assert pq.read_schema(run / "graphs/servicenow/nodes.parquet").equals(NODE_SCHEMA)
+    assert pq.read_schema(run / "graphs/servicenow/edges.parquet").equals(EDGE_SCHEMA)
+
+
+def test_same_element_across_runs_is_one_node(built):
+    run, _ = built
+    # The catalog's "iPad pro" link in the "Top Requests" widget: clicked in every
+    # order-ipad-pro run, under different bids, on a widget whose other items vary.
+    links = [n for n in _nodes(run) if n["name"] == "iPad pro" and n["role"] == "link"
+             and n["url"].endswith("catalog_home.do") and "click" in n["ops"]]
+    assert len(links) == 1
+    link = links[0]
+    assert link["n_traj"] >= 5
+    rows = pq.read_table(run / "trajectories.parquet").to_pylist()
+    ipad_runs = {r["traj_id"] for r in rows if "order-ipad-pro" in r["task_id"] and r["success"]}
+    clicks = {r["traj_id"] for r in rows if r["traj_id"] in ipad_runs and r["action"]
+              and r["action"].startswith("click(") and "iPad pro" in r["observation"]
+              and f"[{parse_action(r['action']).bid}] link 'iPad pro'" in r["observation"]}
+    assert len(clicks) >= 3   # the demonstrations that clicked it, in different runs
+
+
+def test_different_bids_do_not_split(built):
+    run, _ = built
+    multi = [n for n in _nodes(run) if n["kind"] == "element" and len(n["bids"]) > 1]
+    assert multi, "some elements carry different bids in different observations"
+    assert all(len(set(n["bids"])) == len(n["bids"]) for n in multi)
+
+
+def test_virtual_nodes(built):
+    run, _ = built
+    virtual = [n for n in _nodes(run) if n["kind"] == "virtual"]
+    by_op = Counter(n["name"] for n in virtual)
+    assert by_op["scroll"] > 0 and by_op["send_msg_to_user"] > 0
+    assert {n["vtype"] for n in virtual if n["name"] == "scroll"} == {"viewport"}
+    assert {n["vtype"] for n in virtual if n["name"] == "send_msg_to_user"} == {"user"}
+    answers = [v for n in virtual if n["name"] == "send_msg_to_user" for v in n["values"]]
+    assert any("REQ00" in a for a in answers)
+
+
+def test_edges_are_deduplicated_and_counted(built):
+    run, _ = built
+    edges = _edges(run)
+    keys = [(e["src"], e["dst"], e["type"], e["op"]) for e in edges]
+    assert len(keys) == len(set(keys))
+    node_ids = {n["node_id"] for n in _nodes(run)}
+    assert all(e["src"] in node_ids and e["dst"] in node_ids for e in edges)
+    inter = [e for e in edges if e["type"] == "interaction"]
+    assert sum(e["count"] for e in inter) > len(inter)    # some transitions recur across runs
+    assert all(e["count"] >= len(e["trajectories"]) >= 1 for e in edges)
+    # Transition count bound: a trajectory with k mapped steps gives at most k-1 transitions.
+    st = json.loads((run / "stats.json").read_text())["graph.build"]
+    assert sum(e["count"] for e in inter) <= st["steps"]["out"] - 34
+    contain = [e for e in edges if e["type"] == "containment"]
+    assert all(e["depth_gap"] >= 1 and e["op"] is None for e in contain)
+    assert all(e["op"] and e["depth_gap"] is None for e in inter)
+
+
+def test_round_trip_networkx(built):
+    run, _ = built
+    G = load_graph(run, "servicenow")
+    nodes, edges = _nodes(run), _edges(run)
+    assert G.number_of_nodes() == len(nodes) and G.number_of_edges() == len(edges)
+    for n in nodes[:50]:
+        assert G.nodes[n["node_id"]] == n
+    e = edges[0]
+    key = "containment" if e["type"] == "containment" else f"interaction:{e['op']}"
+    assert G.edges[e["src"], e["dst"], key] == e
+    link = next(n["node_id"] for n in nodes if n["name"] == "iPad pro" and "click" in n["ops"])
+    assert demonstrated(G, link)["ops"] == ["click"]
+    assert temporal_successors(G, link)
+    assert link in elements_on_page(G, G.nodes[link]["url"])
+    nxt = temporal_successors(G, link)[0][0]
+    assert hop_distance(G, link, nxt) == 1.0
+    with pytest.raises(FileNotFoundError, match="sites"):
+        load_graph(run, "nowhere.example")
+
+
+def _step(traj, i, obs, action, url="https://shop.example.com/a", error=None, success=True):
+    return StepRecord(source="agentlab", site="shop.example.com", task_id="t", traj_id=traj, step_idx=i,
+                      intent="buy", url=url, observation=obs, obs_format="indented", html=None,
+                      action=action, action_error=error, thought=None, success=success,
+                      source_path=f"{traj}/step_{i}", meta="{}")
+
+
+OBS = "RootWebArea 'Shop'\n\t[1] link 'Home'\n\t[2] button 'Buy'\n\t\t[3] link 'Inside'"
+
+
+def test_bad_input_is_counted_not_fatal(tmp_path):
+    steps = [
+        _step("a", 0, OBS, "click('2')"),
+        _step("a", 1, "%%% not an axtree %%%", "click('2')"),
+        _step("a", 2, OBS, "click('99')"),                                    # target missing
+        _step("a", 3, OBS + "\n\t[2] link 'Dup'", "click('1')"),              # duplicate bids
+        _step("a", 4, OBS, "click('1')", error="TimeoutError: Locator.click"),
+        _step("a", 5, OBS, "scroll(0, 300)"),
+        _step("a", 6, OBS, "send_msg_to_user('done')"),
+        _step("a", 7, OBS, None),
+        _step("b", 0, OBS, "click('1')", success=False),
+    ]
+    atomic_write_parquet(tmp_path / "trajectories.parquet", steps_to_table(steps))
+    stats = build_graphs(tmp_path, workers=1)
+    assert stats.n_in == 9 and stats.n_out == 6
+    assert dict(stats.rejected) == {"unparseable_observation": 1, "duplicate_bids": 1, "unsuccessful_trajectory": 1}
+    assert stats.extra["steps"] == {"in": 5, "out": 3, "rejected": {"target_not_in_observation": 1, "action_failed": 1}}
+    edges = _edges(tmp_path, "shop.example.com")
+    contain = [e for e in edges if e["type"] == "containment"]
+    assert len(contain) == 1 and contain[0]["depth_gap"] == 1 and contain[0]["count"] == 6
+    inter = [e for e in edges if e["type"] == "interaction"]
+    # click Buy -> scroll -> send_msg: rejected steps are skipped over, not chained through
+    assert [e["op"] for e in sorted(inter, key=lambda e: e["op"])] == ["click", "scroll"]
+    nodes = {n["node_id"]: n for n in _nodes(tmp_path, "shop.example.com")}
+    buy = next(n for n in nodes.values() if n["name"] == "Buy")
+    assert buy["ops"] == ["click"] and buy["n_obs"] == 6
+
+
+def test_include_failed_and_missing_input(tmp_path):
+    steps = [_step("b", 0, OBS, "click('1')", success=False), _step("b", 1, OBS, None, success=False)]
+    atomic_write_parquet(tmp_path / "trajectories.parquet", steps_to_table(steps))
+    assert build_graphs(tmp_path, include_failed=True, workers=1).n_out == 2
+    with pytest.raises(FileNotFoundError):
+        build_graphs(tmp_path / "nothing")
