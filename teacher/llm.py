@@ -366,8 +366,8 @@ class LLMClient:
             else:
                 result = parse_response(body, cfg.price())
                 result.attempts = attempts
-                if cache is not None:
-                    cache.put(key, payload, body)
+                if cache is not None:    # fsync off the event loop: other requests keep flowing
+                    await asyncio.to_thread(cache.put, key, payload, body)
         result.key = key
         self.usage[stage].add(result)
         return result

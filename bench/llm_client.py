@@ -1,0 +1,90 @@
+"""Throughput of the LLM client against a server that answers after a fixed delay.
+
+    .venv/bin/python bench/llm_client.py [--requests 1000] [--concurrency 16] [--delay-s 0.2]
+
+A local OpenAI-protocol server (``teacher.serve.ChatServer``, in its own process so it does not
+share the client's interpreter) answers every chat completion after ``--delay-s``. The client
+sends ``--requests`` distinct requests at ``--concurrency``; the ideal is
+concurrency / delay requests/s (80 for 16 and 200 ms). Then a new client (a resumed run) sends
+the same requests again with the same cache folder: every answer must come from disk, and the
+server must receive nothing. Targets (issue 4): >= 85% of the ideal; cached rerun < 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from teacher.llm import LLMClient, LLMConfig  # noqa: E402
+
+
+def _serve(delay_s: float, port, counter, ready) -> None:
+    from teacher.serve import ChatServer
+
+    def complete(request: dict) -> dict:
+        with counter.get_lock():
+            counter.value += 1
+        time.sleep(delay_s)
+        return {"object": "chat.completion", "model": request["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 20, "completion_tokens": 1, "total_tokens": 21}}
+
+    server = ChatServer(("127.0.0.1", 0), complete, "bench-model")
+    port.value = server.server_address[1]
+    ready.set()
+    server.serve_forever(poll_interval=0.05)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench/llm_client.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--delay-s", type=float, default=0.2)
+    ap.add_argument("--cache-root", help="folder for the (temporary) cache; default: the system temp dir")
+    args = ap.parse_args(argv)
+
+    ctx = multiprocessing.get_context("spawn")
+    port, counter, ready = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Event()
+    server = ctx.Process(target=_serve, args=(args.delay_s, port, counter, ready), daemon=True)
+    server.start()
+    try:
+        if not ready.wait(30):
+            raise RuntimeError("bench server did not start")
+        batch = [[{"role": "user", "content": f"request {i}"}] for i in range(args.requests)]
+        with tempfile.TemporaryDirectory(dir=args.cache_root) as cache_dir:
+            cfg = LLMConfig(base_url=f"http://127.0.0.1:{port.value}/v1", model="bench-model",
+                            concurrency=args.concurrency, cache_dir=cache_dir, timeout_s=30)
+            start = time.perf_counter()
+            first = LLMClient(cfg).chat_many(batch, stage="bench")
+            cold_s = time.perf_counter() - start
+            sent_cold = counter.value
+
+            start = time.perf_counter()
+            second = LLMClient(cfg).chat_many(batch, stage="bench")
+            warm_s = time.perf_counter() - start
+            sent_warm = counter.value - sent_cold
+    finally:
+        server.terminate()
+        server.join(5)
+
+    ideal = args.concurrency / args.delay_s
+    rps = args.requests / cold_s
+    failed = sum(not r.ok for r in first + second)
+    all_cached = all(r.cached for r in second)
+    ok_rate, ok_cache = rps >= 0.85 * ideal, warm_s < 2.0 and sent_warm == 0 and all_cached
+    print(f"llm_client: {args.requests} requests, concurrency {args.concurrency}, server delay {args.delay_s * 1000:.0f} ms")
+    print(f"  cold:   {cold_s:6.2f} s  {rps:6.1f} req/s = {100 * rps / ideal:5.1f}% of ideal {ideal:.0f} req/s "
+          f"(target >= 85%)  sent {sent_cold}  failed {failed}  -> {'PASS' if ok_rate else 'FAIL'}")
+    print(f"  cached: {warm_s:6.2f} s  sent {sent_warm}  all from cache: {all_cached} "
+          f"(target < 2 s, 0 sent)  -> {'PASS' if ok_cache else 'FAIL'}")
+    return 0 if ok_rate and ok_cache and not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
