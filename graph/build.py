@@ -91,6 +91,8 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
     elements_seen = ambiguous_seen = 0
     collisions = Counter()
     mapped: dict[tuple[str, int], tuple[str, str]] = {}     # (traj, step) -> (node, op)
+    content_pages: dict[tuple[str, int], str] = {}           # (traj, step) -> page it shows
+    pending_virtual: list[tuple[dict, object]] = []
     urls: set[str] = set()
 
     for row in rows:
@@ -115,7 +117,8 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
             rejects.append(Reject(STAGE, "duplicate_bids", src, f"bids repeated: {dups[:5]}", key))
             continue
         n_obs_out += 1
-        urls.add(res.url)
+        content_pages[(row["traj_id"], row["step_idx"])] = res.content_page
+        urls.add(res.content_page)
         by_bid = res.tree.by_bid()
         elements_seen += len(res.bid_to_node)
         for nid in res.ambiguous:
@@ -128,7 +131,7 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
                 ctx = res.contexts[nid]
                 ax = by_bid[bids[0]]
                 acc = nodes[nid] = _NodeAcc(row={
-                    "node_id": nid, "site": site, "url": res.url, "kind": "element", "role": ctx.role,
+                    "node_id": nid, "site": site, "url": ctx.page, "kind": "element", "role": ctx.role,
                     "name": ctx.name, "vtype": None, "ancestors": json.dumps(ctx.ancestors, ensure_ascii=False),
                     "ordinal": ctx.ordinal, "signature": json.dumps(ctx.signature, ensure_ascii=False),
                     "positions": json.dumps(ctx.positions) if ctx.positions is not None else None,
@@ -173,19 +176,33 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
             if action.op in VALUE_OPS and action.value is not None:
                 acc.values.add(f"{action.op}:{_value_str(action.value)}")
         else:
-            vtype = VIRTUAL_TYPES.get(action.op, "viewport")
-            landing = row["url"] if vtype in CURRENT_PAGE_TYPES else (row.get("next_url") or row["url"])
-            page = normalize_url_path(landing)
-            nid = virtual_node_id(site, page, vtype, action.op)
-            acc = nodes.get(nid)
-            if acc is None:
-                acc = nodes[nid] = _NodeAcc(row={
-                    "node_id": nid, "site": site, "url": page, "kind": "virtual", "role": vtype,
-                    "name": action.op, "vtype": vtype, "ancestors": None, "ordinal": None, "signature": None,
-                    "positions": None, "context": None, "interactive": False})
-            acc.trajs.add(row["traj_id"])
-            if action.op in ("send_msg_to_user", "report_infeasible", "goto") and action.value is not None:
-                acc.values.add(f"{action.op}:{_value_str(action.value)}")
+            # Virtual nodes are scoped to the landing page, known once its observation is read.
+            pending_virtual.append((row, action))
+            continue
+        acc.ops.add(action.op)
+        acc.n_demos += 1
+        n_steps_out += 1
+        mapped[(row["traj_id"], row["step_idx"])] = (nid, action.op)
+
+    for row, action in pending_virtual:
+        vtype = VIRTUAL_TYPES.get(action.op, "viewport")
+        here = content_pages[(row["traj_id"], row["step_idx"])]
+        if vtype in CURRENT_PAGE_TYPES:
+            page = here
+        else:
+            page = content_pages.get((row["traj_id"], row["step_idx"] + 1))
+            if page is None:   # the next observation is on another site, rejected, or absent
+                page = normalize_url_path(row["next_url"]) if row.get("next_url") else here
+        nid = virtual_node_id(site, page, vtype, action.op)
+        acc = nodes.get(nid)
+        if acc is None:
+            acc = nodes[nid] = _NodeAcc(row={
+                "node_id": nid, "site": site, "url": page, "kind": "virtual", "role": vtype,
+                "name": action.op, "vtype": vtype, "ancestors": None, "ordinal": None, "signature": None,
+                "positions": None, "context": None, "interactive": False})
+        acc.trajs.add(row["traj_id"])
+        if action.op in ("send_msg_to_user", "report_infeasible", "goto") and action.value is not None:
+            acc.values.add(f"{action.op}:{_value_str(action.value)}")
         acc.ops.add(action.op)
         acc.n_demos += 1
         n_steps_out += 1

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from data.sites import normalize_url_path
 from graph.axtree import AXNode, AXTree
 
 # Containers that structure the page without meaning: skipped in ancestor chains.
@@ -92,9 +93,10 @@ class ElementContext:
     # (repeated widgets): positions are the least stable part of a page, so they are used
     # only where nothing else tells two elements apart.
     positions: tuple[int, ...] | None = None
+    page: str = ""                           # normalized URL path of the element's own document
 
-    def node_id(self, site: str, url_path: str) -> str:
-        parts = [site, url_path, self.role, self.name, self.ancestors, self.ordinal, self.signature]
+    def node_id(self, site: str) -> str:
+        parts = [site, self.page, self.role, self.name, self.ancestors, self.ordinal, self.signature]
         if self.positions is not None:
             parts.append(self.positions)
         return "e-" + _hash(parts)
@@ -131,9 +133,31 @@ class PageContext:
         else:
             self.context = "none"
         self._anchor = anchor
+        self._frames: list[str | None] | None = None
         self._chains: list[tuple | None] = [None] * len(nodes)
         self._ordinals: list[int] | None = None
         self._positions: list[int] | None = None
+
+    def frame_page(self, index: int) -> str | None:
+        """Normalized URL of the iframe document holding node ``index`` (None: the top page).
+
+        A page that keeps its address while its content frame navigates (ServiceNow's UI
+        shell) would otherwise fold every page into one; the iframe's own RootWebArea carries
+        the URL of what is really shown.
+        """
+        if self._frames is None:
+            nodes = self.tree.nodes
+            frames: list[str | None] = [None] * len(nodes)
+            for node in nodes:
+                p = node.parent
+                inherited = frames[p] if p is not None else None
+                if p is not None and node.role == "RootWebArea":
+                    url = node.props.get("url")
+                    frames[node.index] = normalize_url_path(url) if isinstance(url, str) and url else inherited
+                else:
+                    frames[node.index] = inherited
+            self._frames = frames
+        return self._frames[index]
 
     def anchor(self, index: int) -> int | None:
         """Nearest non-inert ancestor of node ``index``."""
@@ -215,14 +239,15 @@ class PageContext:
         counts: dict[str, int] = {}
         for n in nodes:
             ctx = self.element(n)
-            nid = ctx.node_id(site, url_path)
+            ctx.page = self.frame_page(n.index) or url_path
+            nid = ctx.node_id(site)
             out[n.index] = (nid, ctx)
             counts[nid] = counts.get(nid, 0) + 1
         if len(counts) < len(out):
             for idx, (nid, ctx) in list(out.items()):
                 if counts[nid] > 1:
                     ctx.positions = self.positions(idx)
-                    out[idx] = (ctx.node_id(site, url_path), ctx)
+                    out[idx] = (ctx.node_id(site), ctx)
         return out
 
 

@@ -14,7 +14,7 @@ class Resolution:
     """The interactive elements of one observation and the nodes they map to."""
 
     site: str
-    url: str                                   # normalized URL path
+    url: str                                   # normalized URL path of the observation
     tree: AXTree
     page: PageContext
     bid_to_node: dict[str, str]
@@ -29,6 +29,18 @@ class Resolution:
 
     def node(self, bid: str) -> AXNode | None:
         return self.tree.by_bid().get(bid)
+
+    @property
+    def content_page(self) -> str:
+        """The page the observation mostly shows: the document (top page or iframe) holding
+        the most interactive elements. It scopes virtual nodes (a scroll on ServiceNow scrolls
+        the content frame, whatever the shell's address says)."""
+        counts: dict[str, int] = {}
+        for nid, bids in self.node_to_bids.items():
+            page = self.contexts[nid].page
+            counts[page] = counts.get(page, 0) + len(bids)
+        best = max(counts.items(), key=lambda kv: (kv[1], kv[0] == self.url), default=(self.url, 0))
+        return best[0]
 
     @property
     def ambiguity_rate(self) -> float:

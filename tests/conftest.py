@@ -51,3 +51,17 @@ def write_step_pickle(path: Path, state: dict, module: str = "browsergym.experim
             del sys.modules[module]
         else:
             sys.modules[module] = saved
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(tmp_path_factory):
+    """One temporary Prefect API for the whole session (starting one costs 5-25 s here)."""
+    import os
+
+    os.environ.setdefault("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect_home")))
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    os.environ["DO_NOT_TRACK"] = "1"
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -1,0 +1,93 @@
+"""The ``build-graphs`` Prefect flow: one task per site, cached and retried.
+
+    python -m flows.build_graphs --run RUN [--include-failed] [--dask-address tcp://host:8786 | --dask-local]
+
+Threads by default; ``--dask-address`` sends the per-site tasks to a Dask cluster through
+``prefect-dask`` (``--dask-local`` starts a local one), the path for users who outgrow one
+machine. The logic lives in :mod:`graph.build`; this module only wires it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from data.rundir import Reject, RunDir
+from graph.build import build_site, finalize, load_rows, plan, site_dirname, write_site
+
+GRAPH_CODE_VERSION = "1"   # bump when identity or edge rules change, to invalidate cached site builds
+
+
+def _fingerprint(path: Path) -> str:
+    st = path.stat()
+    return f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _site_cache_key(context, parameters) -> str:
+    """A site's build is reused while the trajectories file and the graph code are unchanged."""
+    raw = "|".join([GRAPH_CODE_VERSION, parameters["fingerprint"], parameters["site"],
+                    str(parameters["include_failed"])])
+    return "build-site-" + hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+@task(name="build-site-graph", retries=2, retry_delay_seconds=2, cache_key_fn=_site_cache_key,
+      persist_result=True)
+def build_site_graph(run: str, site: str, rows: list[dict], traj_steps: dict, fingerprint: str,
+                     include_failed: bool) -> tuple[str, dict, list[Reject]]:
+    """Build and write one site's graph; returns (site, stats, rejects) for the manifest."""
+    graph = build_site(site, rows, traj_steps)
+    write_site(RunDir(run), graph)
+    return site, graph.stats, graph.rejects
+
+
+@flow(name="build-graphs", task_runner=ThreadPoolTaskRunner(max_workers=4), log_prints=True)
+def build_graphs_flow(run: str, include_failed: bool = False) -> dict:
+    """Build the Interaction Element Graph of every site of a run directory."""
+    rundir = RunDir(run)
+    rows = load_rows(rundir)
+    per_site, traj_steps, plan_rejects = plan(rows, include_failed)
+    fingerprint = _fingerprint(rundir.trajectories)
+    futures = []
+    for site, site_rows in sorted(per_site.items()):
+        # A cached result is only as good as the files it describes: rebuild missing ones.
+        out = rundir.root / "graphs" / site_dirname(site)
+        fresh = not ((out / "nodes.parquet").exists() and (out / "edges.parquet").exists())
+        site_task = build_site_graph.with_options(refresh_cache=True) if fresh else build_site_graph
+        futures.append(site_task.submit(str(rundir.root), site, site_rows, traj_steps[site], fingerprint,
+                                        include_failed))
+    results = [f.result() for f in futures]
+    stats = finalize(rundir, results, plan_rejects, len(rows), include_failed)
+    print(stats.summary())
+    return stats.as_dict()
+
+
+def with_dask(address: str | None = None, local: bool = False):
+    """The flow on a Dask cluster (an address, or a local cluster when ``local``)."""
+    from prefect_dask import DaskTaskRunner
+
+    if address:
+        runner = DaskTaskRunner(address=address)
+    else:
+        runner = DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": local})
+    return build_graphs_flow.with_options(task_runner=runner)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flows.build_graphs")
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--include-failed", action="store_true")
+    ap.add_argument("--dask-address", default=None, help="scheduler address of an existing Dask cluster")
+    ap.add_argument("--dask-local", action="store_true", help="start a local Dask cluster")
+    args = ap.parse_args(argv)
+    fl = with_dask(args.dask_address, True) if (args.dask_address or args.dask_local) else build_graphs_flow
+    fl(run=args.run, include_failed=args.include_failed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Serve the project's Prefect deployments.
+
+    python -m flows.serve
+
+With a Prefect server running (``prefect server start --host 127.0.0.1 --port 4200`` and
+``PREFECT_API_URL=http://127.0.0.1:4200/api``), this process serves the deployments below; run
+one with e.g. ``prefect deployment run 'build-graphs/default' --param run=runs/demo --watch``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from prefect import serve
+
+from flows.build_graphs import build_graphs_flow
+
+
+def deployments():
+    """Every deployment this project serves (name 'default' each)."""
+    return [
+        build_graphs_flow.to_deployment(name="default", parameters={"run": "runs/demo"}),
+    ]
+
+
+def main() -> int:
+    serve(*deployments())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
