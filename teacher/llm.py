@@ -64,6 +64,7 @@ class LLMConfig:
         "help": "model name at the endpoint; for the local backend a transformers folder "
                 "(default: the embedded SmolLM2-135M-Instruct)"})
     backend: str | None = field(default=None, metadata={
+        "choices": ("openai", "local"),
         "help": "'openai' (HTTP) or 'local' (in-process transformers); default: openai when "
                 "--base-url is set, else local. 'openai' without --base-url calls api.openai.com"})
     api_key_env: str = field(default="OPENAI_API_KEY", metadata={
@@ -159,7 +160,8 @@ class LLMConfig:
             if kind is bool:
                 group.add_argument(flag, action="store_true", default=None, help=f.metadata["help"])
             else:
-                group.add_argument(flag, type=kind, default=None, help=_help_with_default(f))
+                group.add_argument(flag, type=kind, default=None, choices=f.metadata.get("choices"),
+                                   help=_help_with_default(f))
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, prefix: str = "") -> "LLMConfig":
@@ -366,11 +368,18 @@ class LLMClient:
             else:
                 result = parse_response(body, cfg.price())
                 result.attempts = attempts
-                if cache is not None:    # fsync off the event loop: other requests keep flowing
-                    await asyncio.to_thread(cache.put, key, payload, body)
+                if cache is not None:
+                    await self._store(cache, key, payload, body)
         result.key = key
         self.usage[stage].add(result)
         return result
+
+    @staticmethod
+    async def _store(cache: ResponseCache, key: str, payload: dict, body: dict) -> None:
+        try:     # fsync off the event loop, so other requests keep flowing
+            await asyncio.to_thread(cache.put, key, payload, body)
+        except OSError as e:     # a full disk costs a repeated call on the next run, not this answer
+            log.warning("could not cache an LLM response: %s", e)
 
     @staticmethod
     def _from_cache(cache: ResponseCache, key: str, cfg: LLMConfig) -> ChatResult | None:
