@@ -39,6 +39,7 @@ $(CHROMIUM):
 # The main job on the bundled sample with the embedded defaults; stages are added as they land.
 run: setup
 	$(PY) -m data.ingest --source canonical --input data/bundled/agentlab_workarena.parquet --out $(RUN)
+	$(PY) -m graph.build --run $(RUN)
 	@echo "run directory: $(RUN)"
 
 test: setup
@@ -47,8 +48,9 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
+# Every benchmark under bench/; figures are recorded by hand in bench/RESULTS.md.
 bench: setup
-	@echo "benchmarks: see bench/README.md"; ls bench/*.py 2>/dev/null | while read b; do $(PY) $$b || exit 1; done
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf runs .pytest_cache

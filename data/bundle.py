@@ -16,7 +16,7 @@ from pathlib import Path
 
 from data.readers.agentlab import read_experiment
 from data.rundir import atomic_write_parquet
-from data.schema import StepRecord, steps_to_table
+from data.schema import ROW_GROUP_SIZE, StepRecord, for_storage, steps_to_table
 
 # Run-name fragments of the successful runs that make up the sample.
 RUNS = (
@@ -42,7 +42,7 @@ def build(shared: Path, out: Path) -> Path:
                 break
     out.mkdir(parents=True, exist_ok=True)
     target = out / "agentlab_workarena.parquet"
-    atomic_write_parquet(target, steps_to_table(records))
+    atomic_write_parquet(target, for_storage(steps_to_table(records)), ROW_GROUP_SIZE)
     webprm = out / "webprm"
     webprm.mkdir(exist_ok=True)
     for f in sorted((shared / "webprm_collection_samples").glob("*.json")):

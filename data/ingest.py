@@ -20,7 +20,7 @@ from data.readers.agentlab import read_agentlab
 from data.readers.canonical import read_canonical
 from data.readers.webprm import read_webprm
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
-from data.schema import StepRecord, steps_to_table
+from data.schema import ROW_GROUP_SIZE, StepRecord, for_storage, steps_to_table
 
 READERS = {"agentlab": read_agentlab, "webprm": read_webprm, "canonical": read_canonical}
 STAGE = "ingest"
@@ -46,12 +46,11 @@ def ingest(source: str, inputs: Iterable[str | Path], out: str | Path) -> StageS
         else:
             records.append(item)
     stats.n_out = len(records)
-    records.sort(key=lambda r: (r.traj_id, r.step_idx))
     trajs = {r.traj_id for r in records}
     stats.extra = {"source": source, "inputs": [str(p) for p in paths], "trajectories": len(trajs),
                    "successful_trajectories": len({r.traj_id for r in records if r.success}),
                    "sites": sorted({r.site for r in records})}
-    atomic_write_parquet(run.trajectories, steps_to_table(records))
+    atomic_write_parquet(run.trajectories, for_storage(steps_to_table(records)), ROW_GROUP_SIZE)
     run.write_stage(stats, rejects)
     return stats
 

@@ -79,12 +79,12 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_parquet(path: Path, table: pa.Table) -> None:
+def atomic_write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, compression="zstd", row_group_size=row_group_size)
         os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)
     except BaseException:

@@ -18,7 +18,7 @@ from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from data.rundir import Reject, RunDir
-from graph.build import build_site, finalize, load_rows, plan, site_dirname, write_site
+from graph.build import build_and_write_site, finalize, load_plan_rows, plan, site_dirname
 
 GRAPH_CODE_VERSION = "1"   # bump when identity or edge rules change, to invalidate cached site builds
 
@@ -37,29 +37,26 @@ def _site_cache_key(context, parameters) -> str:
 
 @task(name="build-site-graph", retries=2, retry_delay_seconds=2, cache_key_fn=_site_cache_key,
       persist_result=True)
-def build_site_graph(run: str, site: str, rows: list[dict], traj_steps: dict, fingerprint: str,
+def build_site_graph(run: str, site: str, site_plan: dict, fingerprint: str,
                      include_failed: bool) -> tuple[str, dict, list[Reject]]:
     """Build and write one site's graph; returns (site, stats, rejects) for the manifest."""
-    graph = build_site(site, rows, traj_steps)
-    write_site(RunDir(run), graph)
-    return site, graph.stats, graph.rejects
+    return build_and_write_site(run, site, site_plan)
 
 
 @flow(name="build-graphs", task_runner=ThreadPoolTaskRunner(max_workers=4), log_prints=True)
 def build_graphs_flow(run: str, include_failed: bool = False) -> dict:
     """Build the Interaction Element Graph of every site of a run directory."""
     rundir = RunDir(run)
-    rows = load_rows(rundir)
-    per_site, traj_steps, plan_rejects = plan(rows, include_failed)
+    rows = load_plan_rows(rundir)
+    per_site, plan_rejects = plan(rows, include_failed)
     fingerprint = _fingerprint(rundir.trajectories)
     futures = []
-    for site, site_rows in sorted(per_site.items()):
+    for site, site_plan in sorted(per_site.items()):
         # A cached result is only as good as the files it describes: rebuild missing ones.
         out = rundir.root / "graphs" / site_dirname(site)
         fresh = not ((out / "nodes.parquet").exists() and (out / "edges.parquet").exists())
         site_task = build_site_graph.with_options(refresh_cache=True) if fresh else build_site_graph
-        futures.append(site_task.submit(str(rundir.root), site, site_rows, traj_steps[site], fingerprint,
-                                        include_failed))
+        futures.append(site_task.submit(str(rundir.root), site, site_plan, fingerprint, include_failed))
     results = [f.result() for f in futures]
     stats = finalize(rundir, results, plan_rejects, len(rows), include_failed)
     print(stats.summary())

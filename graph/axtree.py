@@ -153,11 +153,6 @@ class AXTreeParseError(ValueError):
     """The text holds no AXTree node at all."""
 
 
-def _well_formed_rest(rest: str, indented: bool) -> bool:
-    # A cheap shape check; the full decoding happens lazily in AXNode.props.
-    return not rest or rest[0] == "," or (not indented and _FLAT_REST.match(rest) is not None) or not rest.strip()
-
-
 def parse_line(line: str) -> tuple[dict | None, str | None]:
     """(fields, None) for one node line without indentation, (None, reason) otherwise."""
     m = _LINE_TABS.match(line)
@@ -180,37 +175,43 @@ def parse_axtree(text: str, obs_format: str | None = None) -> AXTree:
     nodes: list[AXNode] = []
     tree = AXTree(nodes=nodes, obs_format=obs_format)
     stack: list[AXNode] = []   # ancestors of the current line, for indented trees
+    depths: list[int] = []     # their depths (kept apart: attribute access costs on this path)
     match = _LINE_TABS.match
     for raw in lines:
         m = match(raw)
-        if m is None or not _well_formed_rest(m.group(6), indented):
+        if m is not None:
+            tabs, bid, role, name, value, rest = m.groups()
+            if rest and rest[0] != "," and rest.strip() and (indented or _FLAT_REST.match(rest) is None):
+                m = None   # trailing text that is no property list
+        if m is None or (role == "Tab" and not tabs and raw.startswith("Tab ")):
             if raw.startswith("Tab ") and (tab := _TAB.match(raw.rstrip())):
                 tree.tabs.append({"index": int(tab.group("index")), "current": bool(tab.group("current")),
                                   "title": tab.group("title")})
             elif raw.strip():
                 tree.unparsed.append(raw)
             continue
-        tabs, bid, role, name, value, rest = m.groups()
-        if role == "Tab" and not tabs and (tab := _TAB.match(raw.rstrip())):
-            tree.tabs.append({"index": int(tab.group("index")), "current": bool(tab.group("current")),
-                              "title": tab.group("title")})
-            continue
         if name:
-            name = _unquote(name)
+            name = name[1:-1] if "\\" not in name else _unquote(name)
         else:
             name = ""
         if value is not None:
             value = _literal(value)
-        depth = len(tabs) if indented else 0
-        node = AXNode(len(nodes), bid or None, role, name, depth, value, rest, None, [])
+        index = len(nodes)
         if indented:
-            while stack and stack[-1].depth >= depth:
+            depth = len(tabs)
+            while depths and depths[-1] >= depth:
                 stack.pop()
+                depths.pop()
             if stack:
                 parent = stack[-1]
-                node.parent = parent.index
-                parent.children.append(node.index)
+                node = AXNode(index, bid or None, role, name, depth, value, rest, parent.index, [])
+                parent.children.append(index)
+            else:
+                node = AXNode(index, bid or None, role, name, depth, value, rest, None, [])
             stack.append(node)
+            depths.append(depth)
+        else:
+            node = AXNode(index, bid or None, role, name, 0, value, rest, None, [])
         nodes.append(node)
     if not nodes:
         raise AXTreeParseError("no AXTree node found" + (f"; first line: {lines[0][:60]!r}" if lines else ""))

@@ -32,6 +32,7 @@ from graph.resolve import resolve_observation
 from graph.schema import EDGE_SCHEMA, NODE_SCHEMA, table
 
 STAGE = "graph.build"
+PLAN_COLUMNS = ["traj_id", "step_idx", "site", "url", "success", "source_path"]
 COLUMNS = ["traj_id", "task_id", "step_idx", "site", "url", "observation", "obs_format", "html", "action",
            "action_error", "success"]
 MAX_BIDS = 8
@@ -78,9 +79,8 @@ def _value_str(v) -> str:
 def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int, str]]]) -> SiteGraph:
     """Build the graph of ``site`` from its observations (already filtered by success).
 
-    ``rows`` carry ``next_url`` (the URL of the trajectory's next observation, for virtual
-    nodes scoped to the landing page); ``traj_steps`` lists every trajectory's (step_idx, site)
-    so that a transition through another site's page is not taken for a direct one.
+    ``rows`` carry ``next_url`` and ``traj_steps`` lists every trajectory's (step_idx, site):
+    see :func:`plan`.
     """
     nodes: dict[str, _NodeAcc] = {}
     contain: dict[tuple[str, str], _EdgeAcc] = {}
@@ -276,40 +276,61 @@ def _interactive_ancestor(res, node) -> tuple[str | None, int]:
     return None, 0
 
 
-def load_rows(run: RunDir) -> list[dict]:
-    """The columns graph building needs. HTML (large) is read only for flat observations, the
-    only ones whose ancestors come from it."""
-    table_ = pq.read_table(run.trajectories, columns=[c for c in COLUMNS if c != "html"] + ["source_path"])
-    rows = table_.to_pylist()
-    flat = [i for i, r in enumerate(rows) if r["obs_format"] == "flat"]
-    html = pq.read_table(run.trajectories, columns=["html"]).column("html") if flat else None
-    for i, r in enumerate(rows):
-        r["html"] = html[i].as_py() if html is not None and r["obs_format"] == "flat" else None
-    return rows
+def load_plan_rows(run: RunDir) -> list[dict]:
+    """The light columns that planning needs (no observation text)."""
+    return pq.read_table(run.trajectories, columns=PLAN_COLUMNS).to_pylist()
 
 
-def plan(rows: list[dict], include_failed: bool) -> tuple[dict[str, list[dict]], dict, list[Reject]]:
-    """Group observations by site, attach ``next_url``, and list each trajectory's steps."""
+def plan(rows: list[dict], include_failed: bool) -> tuple[dict[str, dict], list[Reject]]:
+    """Decide which observations each site's build reads.
+
+    Returns, per site, ``steps`` ([traj_id, step_idx, next_url] of its observations; next_url
+    is the URL of the trajectory's next observation, for virtual nodes scoped to the landing
+    page) and ``traj_steps`` (every (step_idx, site) of its trajectories, so that a transition
+    through another site's page is not taken for a direct one); and the rejects of planning.
+    """
     by_traj: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by_traj[r["traj_id"]].append(r)
-    per_site: dict[str, list[dict]] = defaultdict(list)
-    traj_steps: dict[str, list[tuple[int, str]]] = {}
+    per_site: dict[str, dict] = {}
     rejects = []
     for traj, steps in by_traj.items():
         steps.sort(key=lambda r: r["step_idx"])
         if not include_failed and not steps[0]["success"]:
-            rejects += [Reject(STAGE, "unsuccessful_trajectory", r.get("source_path") or traj,
+            rejects += [Reject(STAGE, "unsuccessful_trajectory", r["source_path"] or traj,
                                "trajectory did not succeed (use --include-failed to keep it)",
                                {"traj_id": traj, "step_idx": r["step_idx"]}) for r in steps]
             continue
+        seq = [(r["step_idx"], r["site"]) for r in steps]
         for r, nxt in zip(steps, steps[1:] + [None]):
-            r["next_url"] = nxt["url"] if nxt is not None and nxt["step_idx"] == r["step_idx"] + 1 else None
-            per_site[r["site"]].append(r)
-        traj_steps[traj] = [(r["step_idx"], r["site"]) for r in steps]
-    sites_trajs = {site: {r["traj_id"] for r in rs} for site, rs in per_site.items()}
-    site_traj_steps = {site: {t: traj_steps[t] for t in trajs} for site, trajs in sites_trajs.items()}
-    return dict(per_site), site_traj_steps, rejects
+            next_url = nxt["url"] if nxt is not None and nxt["step_idx"] == r["step_idx"] + 1 else None
+            site_plan = per_site.setdefault(r["site"], {"steps": [], "traj_steps": {}})
+            site_plan["steps"].append([traj, r["step_idx"], next_url])
+            site_plan["traj_steps"][traj] = seq
+    return per_site, rejects
+
+
+def load_site_rows(run: RunDir, site: str, steps: list[list]) -> list[dict]:
+    """The observations of one site that its plan selected, with ``next_url`` attached.
+
+    Each site's build reads its own rows, so observation text never travels between
+    processes (or Dask workers); HTML is read only for flat observations, the only ones whose
+    ancestors come from it."""
+    wanted = {(t, i): nxt for t, i, nxt in steps}
+    table_ = pq.read_table(run.trajectories, columns=[c for c in COLUMNS if c != "html"] + ["source_path"],
+                           filters=[("site", "==", site)])
+    rows = [r for r in table_.to_pylist() if (r["traj_id"], r["step_idx"]) in wanted]
+    html = {}
+    if any(r["obs_format"] == "flat" for r in rows):
+        for r in pq.read_table(run.trajectories, columns=["traj_id", "step_idx", "html"],
+                               filters=[("site", "==", site), ("obs_format", "==", "flat")]).to_pylist():
+            html[(r["traj_id"], r["step_idx"])] = r["html"]
+    for r in rows:
+        key = (r["traj_id"], r["step_idx"])
+        r["next_url"] = wanted[key]
+        r["html"] = html.get(key)
+    rows.sort(key=lambda r: (r["traj_id"], r["step_idx"]))
+    return rows
 
 
 def write_site(run: RunDir, graph: SiteGraph) -> Path:
@@ -319,11 +340,16 @@ def write_site(run: RunDir, graph: SiteGraph) -> Path:
     return out
 
 
-def _build_and_write(args) -> tuple[str, dict, list[Reject]]:
-    run_root, site, rows, traj_steps = args
-    graph = build_site(site, rows, traj_steps)
-    write_site(RunDir(run_root), graph)
+def build_and_write_site(run_root: str, site: str, site_plan: dict) -> tuple[str, dict, list[Reject]]:
+    """Read, build and write one site's graph; returns (site, stats, rejects)."""
+    run = RunDir(run_root)
+    graph = build_site(site, load_site_rows(run, site, site_plan["steps"]), site_plan["traj_steps"])
+    write_site(run, graph)
     return site, graph.stats, graph.rejects
+
+
+def _job(args) -> tuple[str, dict, list[Reject]]:
+    return build_and_write_site(*args)
 
 
 def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject]]], plan_rejects: list[Reject],
@@ -362,16 +388,16 @@ def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int
     run = RunDir(run_dir)
     if not run.trajectories.exists():
         raise FileNotFoundError(f"{run.trajectories} not found: run `python -m data.ingest` first")
-    rows = load_rows(run)
-    per_site, traj_steps, plan_rejects = plan(rows, include_failed)
-    jobs = [(str(run.root), site, rs, traj_steps[site]) for site, rs in
-            sorted(per_site.items(), key=lambda kv: -len(kv[1]))]
-    workers = workers or min(len(jobs), os.cpu_count() or 1)
-    if workers > 1 and len(jobs) > 1:
+    rows = load_plan_rows(run)
+    per_site, plan_rejects = plan(rows, include_failed)
+    # Largest sites first, so the pool does not end waiting on one big site.
+    jobs = [(str(run.root), site, sp) for site, sp in sorted(per_site.items(), key=lambda kv: -len(kv[1]["steps"]))]
+    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(_build_and_write, jobs))
+            results = list(pool.map(_job, jobs))
     else:
-        results = [_build_and_write(j) for j in jobs]
+        results = [_job(j) for j in jobs]
     return finalize(run, results, plan_rejects, len(rows), include_failed)
 
 

@@ -94,9 +94,11 @@ class ElementContext:
     # only where nothing else tells two elements apart.
     positions: tuple[int, ...] | None = None
     page: str = ""                           # normalized URL path of the element's own document
+    chain_key: str = ""                      # repr of ``ancestors``, computed once per anchor
 
     def node_id(self, site: str) -> str:
-        parts = [site, self.page, self.role, self.name, self.ancestors, self.ordinal, self.signature]
+        parts = [site, self.page, self.role, self.name, self.chain_key or repr(self.ancestors), self.ordinal,
+                 self.signature]
         if self.positions is not None:
             parts.append(self.positions)
         return "e-" + _hash(parts)
@@ -135,6 +137,7 @@ class PageContext:
         self._anchor = anchor
         self._frames: list[str | None] | None = None
         self._chains: list[tuple | None] = [None] * len(nodes)
+        self._chain_keys: dict[int | None, str] = {}
         self._ordinals: list[int] | None = None
         self._positions: list[int] | None = None
 
@@ -226,8 +229,13 @@ class PageContext:
             if child.role == "StaticText" and (editable or child.name == node.name):
                 continue
             sig.append((child.role, child.name[:30]))
-        return ElementContext(node.role, node.name[:NAME_LIMIT], self.chain(node.index),
-                              self._ordinal(node.index), tuple(sig), self.context)
+        chain = self.chain(node.index)
+        anchor = self._anchor[node.index]
+        key = self._chain_keys.get(anchor)
+        if key is None:
+            key = self._chain_keys[anchor] = repr(chain)
+        return ElementContext(node.role, node.name[:NAME_LIMIT], chain, self._ordinal(node.index), tuple(sig),
+                              self.context, chain_key=key)
 
     def identities(self, site: str, url_path: str, nodes: list[AXNode]) -> dict[int, tuple[str, ElementContext]]:
         """node index -> (node id, context) for ``nodes`` of this page.

@@ -21,6 +21,7 @@ class Resolution:
     node_to_bids: dict[str, list[str]]
     contexts: dict[str, ElementContext] = field(default_factory=dict)   # node id -> context
     ambiguous: set[str] = field(default_factory=set)                    # ids held by several bids
+    _content_page: str | None = None
 
     def unique_bid(self, node_id: str) -> str | None:
         """The one active bid of ``node_id`` here, or None if absent or ambiguous."""
@@ -35,11 +36,14 @@ class Resolution:
         """The page the observation mostly shows: the document (top page or iframe) holding
         the most interactive elements. It scopes virtual nodes (a scroll on ServiceNow scrolls
         the content frame, whatever the shell's address says)."""
+        if self._content_page is not None:
+            return self._content_page
         counts: dict[str, int] = {}
         for nid, bids in self.node_to_bids.items():
             page = self.contexts[nid].page
             counts[page] = counts.get(page, 0) + len(bids)
         best = max(counts.items(), key=lambda kv: (kv[1], kv[0] == self.url), default=(self.url, 0))
+        self._content_page = best[0]
         return best[0]
 
     @property
