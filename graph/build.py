@@ -3,7 +3,8 @@
     python -m graph.build --run RUN [--include-failed] [--workers N]
 
 Reads ``RUN/trajectories.parquet``; writes ``RUN/graphs/<site>/nodes.parquet``,
-``RUN/graphs/<site>/edges.parquet``, ``RUN/graphs/manifest.json`` (per-site statistics in the
+``RUN/graphs/<site>/edges.parquet``, ``RUN/graphs/<site>/steps.parquet`` (where each demonstrated
+step landed: node, op, page), ``RUN/graphs/manifest.json`` (per-site statistics in the
 paper's terms) and the ``graph.build`` entry of ``stats.json``. Observations of unsuccessful
 trajectories are left out by default (``--include-failed`` keeps them, for analysis); every
 observation or step left out is written to ``rejects.jsonl`` with its reason.
@@ -27,9 +28,9 @@ from data.actions import ELEMENT_OPS, VALUE_OPS, ActionParseError, parse_action
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet, atomic_write_text
 from data.sites import normalize_url_path
 from graph.axtree import AXTreeParseError
-from graph.identity import CURRENT_PAGE_TYPES, VIRTUAL_TYPES, is_interactive, virtual_node_id
+from graph.identity import is_interactive, virtual_node
 from graph.resolve import resolve_observation
-from graph.schema import EDGE_SCHEMA, NODE_SCHEMA, table
+from graph.schema import EDGE_SCHEMA, NODE_SCHEMA, STEP_SCHEMA, table
 
 STAGE = "graph.build"
 PLAN_COLUMNS = ["traj_id", "step_idx", "site", "url", "success", "source_path"]
@@ -68,6 +69,7 @@ class SiteGraph:
     site: str
     nodes: pa.Table
     edges: pa.Table
+    steps: pa.Table
     stats: dict
     rejects: list[Reject]
 
@@ -185,15 +187,10 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
         mapped[(row["traj_id"], row["step_idx"])] = (nid, action.op)
 
     for row, action in pending_virtual:
-        vtype = VIRTUAL_TYPES.get(action.op, "viewport")
-        here = content_pages[(row["traj_id"], row["step_idx"])]
-        if vtype in CURRENT_PAGE_TYPES:
-            page = here
-        else:
-            page = content_pages.get((row["traj_id"], row["step_idx"] + 1))
-            if page is None:   # the next observation is on another site, rejected, or absent
-                page = normalize_url_path(row["next_url"]) if row.get("next_url") else here
-        nid = virtual_node_id(site, page, vtype, action.op)
+        landing = content_pages.get((row["traj_id"], row["step_idx"] + 1))
+        if landing is None and row.get("next_url"):   # next observation on another site, or rejected
+            landing = normalize_url_path(row["next_url"])
+        nid, vtype, page = virtual_node(site, action.op, content_pages[(row["traj_id"], row["step_idx"])], landing)
         acc = nodes.get(nid)
         if acc is None:
             acc = nodes[nid] = _NodeAcc(row={
@@ -251,7 +248,10 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
     }
     node_rows.sort(key=lambda r: r["node_id"])
     edge_rows.sort(key=lambda r: (r["type"], r["src"], r["dst"], r["op"] or ""))
-    return SiteGraph(site, table(node_rows, NODE_SCHEMA), table(edge_rows, EDGE_SCHEMA), stats, rejects)
+    step_rows = [{"traj_id": t, "step_idx": i, "site": site, "node_id": nid, "kind": nodes[nid].row["kind"],
+                  "op": op, "page": content_pages[(t, i)]} for (t, i), (nid, op) in sorted(mapped.items())]
+    return SiteGraph(site, table(node_rows, NODE_SCHEMA), table(edge_rows, EDGE_SCHEMA),
+                     table(step_rows, STEP_SCHEMA), stats, rejects)
 
 
 def _interactive_ancestor(res, node) -> tuple[str | None, int]:
@@ -337,6 +337,7 @@ def write_site(run: RunDir, graph: SiteGraph) -> Path:
     out = run.root / "graphs" / site_dirname(graph.site)
     atomic_write_parquet(out / "nodes.parquet", graph.nodes)
     atomic_write_parquet(out / "edges.parquet", graph.edges)
+    atomic_write_parquet(out / "steps.parquet", graph.steps)
     return out
 
 

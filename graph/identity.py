@@ -108,6 +108,14 @@ def virtual_node_id(site: str, url_path: str, vtype: str, op: str) -> str:
     return "v-" + _hash([site, url_path, vtype, op])
 
 
+def virtual_node(site: str, op: str, current_page: str, landing_page: str | None) -> tuple[str, str, str]:
+    """(node id, virtual type, scoping page) of an action without a DOM anchor: terminal
+    answers are scoped to the current page, every other virtual node to the landing page."""
+    vtype = VIRTUAL_TYPES.get(op, "viewport")
+    page = current_page if vtype in CURRENT_PAGE_TYPES else (landing_page or current_page)
+    return virtual_node_id(site, page, vtype, op), vtype, page
+
+
 class PageContext:
     """Computes element contexts for one parsed observation, memoizing ancestor chains."""
 

@@ -39,3 +39,14 @@ EDGE_SCHEMA = pa.schema([
 
 def table(rows: list[dict], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
+
+# Where each demonstrated step landed in the graph (one row per mapped step).
+STEP_SCHEMA = pa.schema([
+    pa.field("traj_id", pa.string(), nullable=False),
+    pa.field("step_idx", pa.int32(), nullable=False),
+    pa.field("site", pa.string(), nullable=False),
+    pa.field("node_id", pa.string(), nullable=False),
+    pa.field("kind", pa.string(), nullable=False),          # 'element' | 'virtual'
+    pa.field("op", pa.string(), nullable=False),
+    pa.field("page", pa.string(), nullable=False),          # content page of the observation
+])

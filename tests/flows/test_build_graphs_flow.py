@@ -55,14 +55,12 @@ def test_flow_on_local_dask_cluster(prefect_harness, sample_run):
 
 def test_site_task_logic_without_engine(sample_run):
     from flows.build_graphs import build_site_graph
-    from graph.build import load_rows, plan
+    from graph.build import load_plan_rows, plan
     from data.rundir import RunDir
 
-    rows = load_rows(RunDir(sample_run))
-    per_site, traj_steps, _ = plan(rows, False)
-    site, stats, rejects = build_site_graph.fn(str(sample_run), "servicenow", per_site["servicenow"],
-                                               traj_steps["servicenow"], "fp", False)
-    assert site == "servicenow" and stats["observations"] == len(per_site["servicenow"])
+    per_site, _ = plan(load_plan_rows(RunDir(sample_run)), False)
+    site, stats, rejects = build_site_graph.fn(str(sample_run), "servicenow", per_site["servicenow"], "fp", False)
+    assert site == "servicenow" and stats["observations"] == len(per_site["servicenow"]["steps"])
     assert (sample_run / "graphs" / "servicenow" / "nodes.parquet").exists()
 
 
