@@ -89,9 +89,9 @@ class Action:
         """Canonical BrowserGym text: positional arguments, trailing defaults dropped."""
         values = [v for _, v in self.args]
         params = SIGNATURES[self.op]
-        while values and len(values) > _required(params) and values[-1] == params[len(values) - 1][1]:
+        while values and len(values) > _required(params) and values[-1] == _freeze(params[len(values) - 1][1]):
             values.pop()
-        return f"{self.op}({', '.join(repr(v) for v in values)})"
+        return f"{self.op}({', '.join(_render(v) for v in values)})"
 
     def with_bid(self, bid: str) -> "Action":
         """The same action on another element (used to build contrastive negatives)."""
@@ -103,8 +103,27 @@ class Action:
         return self.to_string()
 
 
+def _render(value) -> str:
+    # Sequences are stored as tuples (hashable) but BrowserGym writes lists.
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_render(v) for v in value) + "]"
+    return repr(value)
+
+
 def _required(params) -> int:
     return sum(1 for _, d in params if d is _NO_DEFAULT)
+
+
+MAX_ACTION_CHARS = 10_000
+
+
+def _freeze(value):
+    """Hashable, canonical argument values: lists become tuples, integral floats ints."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def parse_action(text: str) -> Action:
@@ -112,10 +131,14 @@ def parse_action(text: str) -> Action:
     text = (text or "").strip()
     if not text:
         raise ActionParseError("empty action")
+    if len(text) > MAX_ACTION_CHARS:
+        raise ActionParseError(f"action longer than {MAX_ACTION_CHARS} characters")
     try:
         tree = ast.parse(text, mode="exec")
     except SyntaxError as e:
         raise ActionParseError(f"not a python call: {e.msg}") from None
+    except (MemoryError, RecursionError):
+        raise ActionParseError("action too deeply nested to parse") from None
     calls = [n for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
     if len(tree.body) != 1 or len(calls) != 1:
         raise ActionParseError(f"expected exactly one action call, found {len(tree.body)} statements")
@@ -138,19 +161,19 @@ def parse_action(text: str) -> Action:
             if kw.arg in bound:
                 raise ActionParseError(f"{op} got argument {kw.arg!r} twice")
             bound[kw.arg] = ast.literal_eval(kw.value)
-    except ValueError:
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         raise ActionParseError(f"{op} arguments must be literals") from None
     args = []
     for name, default in params:
         if name in bound:
-            args.append((name, bound[name]))
+            args.append((name, _freeze(bound[name])))
         elif default is _NO_DEFAULT:
             raise ActionParseError(f"{op} is missing argument {name!r}")
         else:
-            args.append((name, default))
+            args.append((name, _freeze(default)))
     if op in ELEMENT_OPS:
         bid = args[0][1]
-        if not isinstance(bid, (str, int)) or not str(bid).strip():
+        if not isinstance(bid, (str, int)) or isinstance(bid, bool) or not str(bid).strip():
             raise ActionParseError(f"{op} needs a non-empty element id")
         args[0] = (args[0][0], str(bid))
     return Action(op, tuple(args))

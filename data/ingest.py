@@ -20,7 +20,7 @@ from data.readers.agentlab import read_agentlab
 from data.readers.canonical import read_canonical
 from data.readers.webprm import read_webprm
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
-from data.schema import ROW_GROUP_SIZE, StepRecord, for_storage, steps_to_table
+from data.schema import ROW_GROUP_SIZE, StepRecord, check_record, for_storage, steps_to_table
 
 READERS = {"agentlab": read_agentlab, "webprm": read_webprm, "canonical": read_canonical}
 STAGE = "ingest"
@@ -38,8 +38,20 @@ def ingest(source: str, inputs: Iterable[str | Path], out: str | Path) -> StageS
     stats = StageStats(STAGE)
     records: list[StepRecord] = []
     rejects: list[Reject] = []
+    seen: set[tuple[str, int]] = set()
     for item in READERS[source](paths):
         stats.n_in += 1
+        if not isinstance(item, Reject):
+            problem = check_record(item)
+            key = {"traj_id": str(item.traj_id), "step_idx": str(item.step_idx)}
+            if problem:
+                item = Reject(STAGE, problem[0], str(item.source_path), problem[1], key)
+            elif (item.traj_id, item.step_idx) in seen:
+                # Overlapping inputs (a folder and a run inside it) must not double a step.
+                item = Reject(STAGE, "duplicate_step", item.source_path,
+                              f"{item.traj_id} step {item.step_idx} already read", key)
+            else:
+                seen.add((item.traj_id, item.step_idx))
         if isinstance(item, Reject):
             rejects.append(item)
             stats.rejected[item.reason] += 1

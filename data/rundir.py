@@ -7,6 +7,7 @@ in ``stats.json``, so ``in = out + rejected`` can be checked per stage.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -116,9 +117,17 @@ class RunDir:
         return {}
 
     def write_stage(self, stats: StageStats, rejects: list[Reject]) -> None:
-        """Record one stage's counts and rejects, replacing what an earlier run of it wrote."""
+        """Record one stage's counts and rejects, replacing what an earlier run of it wrote.
+
+        Read-modify-write of two shared files: an exclusive lock keeps stages that finish at
+        the same time (separate processes) from losing each other's entries."""
         stats.check()
         self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".stats.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._write_stage_locked(stats, rejects)
+
+    def _write_stage_locked(self, stats: StageStats, rejects: list[Reject]) -> None:
         kept = []
         if self.rejects_path.exists():
             for line in self.rejects_path.read_text().splitlines():

@@ -64,6 +64,37 @@ STORAGE_ORDER = [("site", "ascending"), ("traj_id", "ascending"), ("step_idx", "
 ROW_GROUP_SIZE = 256
 
 
+_INT32_MAX = 2**31 - 1
+_REQUIRED_STR = ("source", "site", "task_id", "traj_id", "intent", "url", "observation", "obs_format",
+                 "source_path", "meta")
+_OPTIONAL_STR = ("html", "action", "action_error", "thought")
+
+
+def check_record(rec: StepRecord) -> tuple[str, str] | None:
+    """(reason, detail) if a record cannot be stored as it is, else None.
+
+    Readers build records from untrusted files; this is the last gate before the pinned schema,
+    so a wrong type or an out-of-range index becomes a counted reject, never a failed write."""
+    for name in _REQUIRED_STR:
+        if not isinstance(getattr(rec, name), str):
+            return "bad_field_type", f"{name} is {type(getattr(rec, name)).__name__}, not str"
+    for name in _OPTIONAL_STR:
+        value = getattr(rec, name)
+        if value is not None and not isinstance(value, str):
+            return "bad_field_type", f"{name} is {type(value).__name__}, not str"
+    if rec.success is not None and not isinstance(rec.success, bool):
+        return "bad_field_type", f"success is {type(rec.success).__name__}, not bool"
+    if not isinstance(rec.step_idx, int) or isinstance(rec.step_idx, bool) or not 0 <= rec.step_idx <= _INT32_MAX:
+        return "bad_step_index", f"step index {rec.step_idx!r} is not an int in [0, 2**31)"
+    if not rec.intent.strip():
+        return "missing_goal", "empty intent"
+    if not rec.observation.strip():
+        return "empty_observation", "empty observation"
+    if rec.obs_format not in ("indented", "flat"):
+        return "bad_field_type", f"obs_format {rec.obs_format!r}"
+    return None
+
+
 def steps_to_table(records: list[StepRecord]) -> pa.Table:
     """Records -> table with the pinned schema (never inferred from the rows)."""
     cols = {name: [getattr(r, name) for r in records] for name in TRAJECTORY_SCHEMA.names}

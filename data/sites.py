@@ -12,8 +12,22 @@ WEBARENA_PORTS = {7770: "shopping", 7780: "shopping_admin", 9999: "reddit", 8023
 HOST_ALIASES = {"*.service-now.com": "servicenow"}
 
 
+_SCHEMES = ("about:", "chrome:", "data:", "javascript:", "file:", "blob:", "view-source:")
+
+
+def _split(url: str):
+    """urlsplit that reads a scheme-less 'host:port/path' as a host, and never raises."""
+    url = url.strip()
+    if "://" not in url and not url.lower().startswith(_SCHEMES):
+        url = f"http://{url}"
+    try:
+        return urlsplit(url)
+    except ValueError:       # e.g. an unbalanced IPv6 bracket
+        return urlsplit("http://invalid.url/")
+
+
 def _host(url: str) -> tuple[str, int | None]:
-    parts = urlsplit(url if "://" in url else f"http://{url}")
+    parts = _split(url)
     host = (parts.hostname or "").lower()
     if host.startswith("www."):
         host = host[4:]
@@ -32,7 +46,7 @@ def site_of(url: str, ports: dict[int, str] | None = None, hosts: dict[str, str]
     ports = WEBARENA_PORTS if ports is None else ports
     hosts = HOST_ALIASES if hosts is None else hosts
     url = (url or "").strip()
-    scheme = urlsplit(url).scheme.lower()
+    scheme = _split(url).scheme.lower()
     if scheme and scheme not in ("http", "https"):
         return scheme
     host, port = _host(url)
@@ -51,7 +65,7 @@ def normalize_url_path(url: str) -> str:
     ServiceNow's UI wraps the real page in ``/now/nav/ui/classic/params/target/<encoded path>``;
     the encoded target is unwrapped so both routes name the same page.
     """
-    parts = urlsplit(url if "://" in url else f"http://{url}")
+    parts = _split(url)
     host, port = _host(url)
     path = parts.path
     marker = "/params/target/"

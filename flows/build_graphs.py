@@ -18,9 +18,15 @@ from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from data.rundir import Reject, RunDir
+import data
+import graph
 from graph.build import build_and_write_site, finalize, load_plan_rows, plan, site_dirname
 
-GRAPH_CODE_VERSION = "1"   # bump when identity or edge rules change, to invalidate cached site builds
+# The code a site's graph depends on: a change to any of these files invalidates cached builds.
+_CODE = [Path(graph.__file__).parent / name for name in ("axtree.py", "identity.py", "resolve.py", "build.py",
+                                                          "schema.py")] + \
+        [Path(data.__file__).parent / name for name in ("actions.py", "sites.py", "schema.py")]
+OUTPUTS = ("nodes.parquet", "edges.parquet", "steps.parquet")
 
 
 def _fingerprint(path: Path) -> str:
@@ -28,9 +34,20 @@ def _fingerprint(path: Path) -> str:
     return f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
 
 
+def _code_version() -> str:
+    return hashlib.sha256(b"".join(p.read_bytes() for p in _CODE)).hexdigest()[:16]
+
+
+def outputs_fingerprint(run: str | Path, site: str) -> str | None:
+    """Size and mtime of a site's written files (None if any is missing)."""
+    out = Path(run) / "graphs" / site_dirname(site)
+    paths = [out / name for name in OUTPUTS]
+    return "|".join(_fingerprint(p) for p in paths) if all(p.exists() for p in paths) else None
+
+
 def _site_cache_key(context, parameters) -> str:
     """A site's build is reused while the trajectories file and the graph code are unchanged."""
-    raw = "|".join([GRAPH_CODE_VERSION, parameters["fingerprint"], parameters["site"],
+    raw = "|".join([_code_version(), parameters["fingerprint"], parameters["site"],
                     str(parameters["include_failed"])])
     return "build-site-" + hashlib.sha256(raw.encode()).hexdigest()[:32]
 
@@ -38,9 +55,11 @@ def _site_cache_key(context, parameters) -> str:
 @task(name="build-site-graph", retries=2, retry_delay_seconds=2, cache_key_fn=_site_cache_key,
       persist_result=True)
 def build_site_graph(run: str, site: str, site_plan: dict, fingerprint: str,
-                     include_failed: bool) -> tuple[str, dict, list[Reject]]:
-    """Build and write one site's graph; returns (site, stats, rejects) for the manifest."""
-    return build_and_write_site(run, site, site_plan)
+                     include_failed: bool) -> tuple[tuple[str, dict, list[Reject]], str | None]:
+    """Build and write one site's graph; returns ((site, stats, rejects), fingerprint of the
+    files written) so that a cached result is used only while those files are untouched."""
+    result = build_and_write_site(run, site, site_plan)
+    return result, outputs_fingerprint(run, site)
 
 
 @flow(name="build-graphs", task_runner=ThreadPoolTaskRunner(max_workers=4), log_prints=True)
@@ -50,14 +69,17 @@ def build_graphs_flow(run: str, include_failed: bool = False) -> dict:
     rows = load_plan_rows(rundir)
     per_site, plan_rejects = plan(rows, include_failed)
     fingerprint = _fingerprint(rundir.trajectories)
-    futures = []
-    for site, site_plan in sorted(per_site.items()):
-        # A cached result is only as good as the files it describes: rebuild missing ones.
-        out = rundir.root / "graphs" / site_dirname(site)
-        fresh = not ((out / "nodes.parquet").exists() and (out / "edges.parquet").exists())
-        site_task = build_site_graph.with_options(refresh_cache=True) if fresh else build_site_graph
-        futures.append(site_task.submit(str(rundir.root), site, site_plan, fingerprint, include_failed))
-    results = [f.result() for f in futures]
+    args = {site: (str(rundir.root), site, site_plan, fingerprint, include_failed)
+            for site, site_plan in sorted(per_site.items())}
+    futures = {site: build_site_graph.submit(*a) for site, a in args.items()}
+    results = []
+    for site, future in futures.items():
+        result, written = future.result()
+        # A cached result is only as good as the files it describes: if they were removed or
+        # rewritten since (another build, a manual edit), build the site again.
+        if written is None or outputs_fingerprint(run, site) != written:
+            result, _ = build_site_graph.with_options(refresh_cache=True)(*args[site])
+        results.append(result)
     stats = finalize(rundir, results, plan_rejects, len(rows), include_failed)
     print(stats.summary())
     return stats.as_dict()

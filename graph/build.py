@@ -13,7 +13,9 @@ observation or step left out is written to ``rejects.jsonl`` with its reason.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import shutil
 import os
 import sys
 from collections import Counter, defaultdict
@@ -40,8 +42,13 @@ MAX_BIDS = 8
 
 
 def site_dirname(site: str) -> str:
-    """A file-system-safe folder name for a site."""
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in site) or "_"
+    """A file-system-safe folder name for a site: the name itself when it is safe, else a
+    sanitized name with a short hash (so 'a b' and 'a_b' stay apart and '..' cannot escape)."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in site)
+    if safe == site and safe and not safe.startswith("."):
+        return safe
+    digest = hashlib.blake2b(site.encode("utf-8", "surrogatepass"), digest_size=3).hexdigest()
+    return f"{safe.lstrip('.') or 'site'}-{digest}"
 
 
 @dataclass(slots=True)
@@ -90,9 +97,10 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
     rejects: list[Reject] = []
     obs_rej, step_rej = Counter(), Counter()
     n_obs_out = n_steps_in = n_steps_out = 0
-    elements_seen = ambiguous_seen = 0
+    elements_seen = ambiguous_seen = positional = 0
     collisions = Counter()
     mapped: dict[tuple[str, int], tuple[str, str]] = {}     # (traj, step) -> (node, op)
+    breaks: set[tuple[str, int]] = set()                     # unusable observations: the chain stops
     content_pages: dict[tuple[str, int], str] = {}           # (traj, step) -> page it shows
     pending_virtual: list[tuple[dict, object]] = []
     urls: set[str] = set()
@@ -110,11 +118,13 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
         try:
             res = resolve_observation(row["observation"], row["obs_format"], site, row["url"], row["html"], extra)
         except AXTreeParseError as e:
+            breaks.add((row["traj_id"], row["step_idx"]))
             obs_rej["unparseable_observation"] += 1
             rejects.append(Reject(STAGE, "unparseable_observation", src, str(e), key))
             continue
         dups = res.tree.duplicate_bids()
         if dups:
+            breaks.add((row["traj_id"], row["step_idx"]))
             obs_rej["duplicate_bids"] += 1
             rejects.append(Reject(STAGE, "duplicate_bids", src, f"bids repeated: {dups[:5]}", key))
             continue
@@ -123,6 +133,7 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
         urls.add(res.content_page)
         by_bid = res.tree.by_bid()
         elements_seen += len(res.bid_to_node)
+        positional += res.page.collided
         for nid in res.ambiguous:
             ambiguous_seen += len(res.node_to_bids[nid])
             ax = by_bid[res.node_to_bids[nid][0]]
@@ -206,13 +217,18 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
         mapped[(row["traj_id"], row["step_idx"])] = (nid, action.op)
 
     # Interaction edges v_t -> v_{t+1}, walking each trajectory in order. A step on another
-    # site's page breaks the chain; a rejected step of this site is skipped over.
+    # site's page, or an observation we could not read, breaks the chain (what happened there
+    # is unknown). A failed action or one whose target is missing changed nothing on the page,
+    # so the chain steps over it: the next demonstrated action follows from the same state.
     cross_site = 0
     for traj, steps in traj_steps.items():
         prev = None
         for step_idx, step_site in steps:
             if step_site != site:
                 cross_site += prev is not None
+                prev = None
+                continue
+            if (traj, step_idx) in breaks:
                 prev = None
                 continue
             cur = mapped.get((traj, step_idx))
@@ -239,7 +255,13 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
         "element_nodes": n_el, "virtual_nodes": len(node_rows) - n_el,
         "containment_edges": len(contain), "interaction_edges": len(interact),
         "trajectories": len({r["traj_id"] for r in rows}), "observations": n_obs_out,
-        "url_paths": len(urls), "elements_seen": elements_seen, "ambiguous_elements": ambiguous_seen,
+        "url_paths": len(urls), "elements_seen": elements_seen,
+        # Sightings whose context (role, name, chain, ordinal, signature) matched another element
+        # of the same page, so that ancestor positions had to tell them apart (repeated widgets).
+        "positional_elements": positional,
+        "positional_rate": round(positional / elements_seen, 6) if elements_seen else 0.0,
+        # Sightings that still share a node with another element of the page: unresolvable.
+        "ambiguous_elements": ambiguous_seen,
         "ambiguity_rate": round(ambiguous_seen / elements_seen, 6) if elements_seen else 0.0,
         "collisions": [{"url": u, "role": r, "name": n, "elements": c} for (u, r, n), c in collisions.most_common(10)],
         "cross_site_transitions": cross_site,
@@ -373,8 +395,17 @@ def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject]]], plan_re
         rejects += rej
     totals = {k: sum(s[k] for s in sites.values()) for k in
               ("element_nodes", "virtual_nodes", "containment_edges", "interaction_edges", "trajectories",
-               "observations", "url_paths", "elements_seen", "ambiguous_elements", "cross_site_transitions")}
+               "observations", "url_paths", "elements_seen", "positional_elements", "ambiguous_elements",
+               "cross_site_transitions")}
+    totals["positional_rate"] = round(totals["positional_elements"] / totals["elements_seen"], 6) if totals["elements_seen"] else 0.0
     totals["ambiguity_rate"] = round(totals["ambiguous_elements"] / totals["elements_seen"], 6) if totals["elements_seen"] else 0.0
+    # Folders of sites that this build did not produce (an earlier build's) would be loaded as
+    # if current: remove them.
+    graphs_dir = run.root / "graphs"
+    keep = {site_dirname(s) for s in sites}
+    for d in graphs_dir.iterdir() if graphs_dir.exists() else ():
+        if d.is_dir() and d.name not in keep and (d / "nodes.parquet").exists():
+            shutil.rmtree(d)
     manifest = {"stage": STAGE, "include_failed": include_failed, "sites": sites, "totals": totals}
     atomic_write_text(run.root / "graphs" / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     stats.extra = {"sites": len(sites), **totals,

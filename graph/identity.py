@@ -37,6 +37,8 @@ INERT_ROLES = frozenset({
     "figure", "Legend", "InlineTextBox", "LineBreak", "caption", "Canvas", "Pre", "sectionheader",
     "sectionfooter", "ruby", "Ruby",
 })
+COMPOSITE_ROLES = frozenset({"listbox", "menu", "menubar", "tablist", "radiogroup", "tree", "grid", "treegrid",
+                             "toolbar", "combobox"})
 # Elements an agent acts on. Composite widgets (listbox, menu, tablist, ...) are included so
 # that their options / items / tabs get containment edges to them.
 INTERACTIVE_ROLES = frozenset({
@@ -144,6 +146,7 @@ class PageContext:
             self.context = "none"
         self._anchor = anchor
         self._frames: list[str | None] | None = None
+        self.collided = 0    # elements that needed positions to be told apart (last identities call)
         self._chains: list[tuple | None] = [None] * len(nodes)
         self._chain_keys: dict[int | None, str] = {}
         self._ordinals: list[int] | None = None
@@ -230,13 +233,16 @@ class PageContext:
         """The context of one element, without positional disambiguation."""
         nodes = self.tree.nodes
         editable = node.role in EDITABLE_ROLES
+        # A composite widget's items carry state in their labels ("256 GB [add $100.00]"
+        # becomes "256 GB" once chosen): its signature keeps their roles only.
+        composite = node.role in COMPOSITE_ROLES
         sig = []
         for c in node.children[:SIGNATURE_LIMIT]:
             child = nodes[c]
             # Text inside an editable field is what was typed into it, not what it is.
-            if child.role == "StaticText" and (editable or child.name == node.name):
+            if child.role == "StaticText" and (editable or composite or child.name == node.name):
                 continue
-            sig.append((child.role, child.name[:30]))
+            sig.append((child.role, "" if composite else child.name[:30]))
         chain = self.chain(node.index)
         anchor = self._anchor[node.index]
         key = self._chain_keys.get(anchor)
@@ -259,9 +265,11 @@ class PageContext:
             nid = ctx.node_id(site)
             out[n.index] = (nid, ctx)
             counts[nid] = counts.get(nid, 0) + 1
+        self.collided = 0
         if len(counts) < len(out):
             for idx, (nid, ctx) in list(out.items()):
                 if counts[nid] > 1:
+                    self.collided += 1
                     ctx.positions = self.positions(idx)
                     out[idx] = (ctx.node_id(site), ctx)
         return out

@@ -134,6 +134,9 @@ def read_experiment(exp_dir: Path) -> Iterator[StepRecord | Reject]:
         key = {"traj_id": traj_id, "step_idx": idx}
         obs = step.obs
         axtree = obs.get("axtree_txt") or ""
+        if not isinstance(axtree, str):
+            yield Reject(STAGE, "missing_field", str(path), f"axtree_txt is {type(axtree).__name__}", key)
+            continue
         if not axtree.strip():
             yield Reject(STAGE, "empty_observation", str(path), "empty AXTree", key)
             continue
@@ -156,7 +159,7 @@ def read_experiment(exp_dir: Path) -> Iterator[StepRecord | Reject]:
         nxt = by_idx.get(idx + 1)
         action_error = None
         if action is not None and nxt is not None and isinstance(nxt.obs, dict):
-            action_error = (nxt.obs.get("last_action_error") or "").strip() or None
+            action_error = str(nxt.obs.get("last_action_error") or "").strip() or None
         meta = {"task_name": task_name, "seed": seed, "exp_dir": str(exp_dir),
                 "open_pages_urls": [str(u) for u in (obs.get("open_pages_urls") or ())],
                 "model": ((getattr(step, "agent_info", None) or {}).get("model_info") or {}).get("model_name"),
@@ -166,7 +169,8 @@ def read_experiment(exp_dir: Path) -> Iterator[StepRecord | Reject]:
         yield StepRecord(
             source="agentlab", site=site_of(url), task_id=task_id, traj_id=traj_id, step_idx=idx,
             intent=intent, url=url, observation=axtree, obs_format="indented",
-            html=obs.get("pruned_html") or None, action=action, action_error=action_error,
+            html=obs.get("pruned_html") if isinstance(obs.get("pruned_html"), str) and obs.get("pruned_html") else None,
+            action=action, action_error=action_error,
             thought=thought or None, success=success, source_path=str(path),
             meta=json.dumps(meta, ensure_ascii=False, default=str))
 

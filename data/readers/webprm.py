@@ -81,9 +81,14 @@ def _record(src: str, row) -> StepRecord | Reject:
         step_idx = int(row["step_id"])
     except (TypeError, ValueError):
         return Reject(STAGE, "missing_field", src, f"step_id {row['step_id']!r} is not an integer", key)
-    obs = str(row["text_observation"])
+    obs = row["text_observation"]
+    for name in ("text_observation", "intent"):
+        if not isinstance(row[name], str):
+            return Reject(STAGE, "bad_field_type", src, f"{name} is {type(row[name]).__name__}, not str", key)
     if not obs.strip():
         return Reject(STAGE, "empty_observation", src, "empty text_observation", key)
+    if not str(row["intent"]).strip():
+        return Reject(STAGE, "missing_goal", src, "empty intent", key)
     chosen, more = _chosen(row)
     if not chosen or not chosen.get("action"):
         return Reject(STAGE, "missing_field", src, "chosen has no action", key)
@@ -100,7 +105,8 @@ def _record(src: str, row) -> StepRecord | Reject:
         source="webprm", site=site, task_id=str(row["task_id"]), traj_id=f"webprm:{row['task_id']}",
         step_idx=step_idx, intent=str(row["intent"]).strip(), url=url, observation=obs,
         obs_format="flat", html=None, action=action, action_error=None,
-        thought=(chosen.get("thought") or None), success=True, source_path=src,
+        thought=chosen["thought"] if isinstance(chosen.get("thought"), str) and chosen["thought"] else None,
+        success=True, source_path=src,
         meta=json.dumps(meta, ensure_ascii=False, default=str))
 
 
@@ -111,7 +117,7 @@ def read_webprm(inputs: list[Path]) -> Iterator[StepRecord | Reject]:
         for path in find_files(root):
             try:
                 rows = list(_rows(path))
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, RecursionError) as e:
                 yield Reject(STAGE, "corrupt_file", str(path), f"{type(e).__name__}: {e}")
                 continue
             for src, row in rows:
@@ -120,12 +126,5 @@ def read_webprm(inputs: list[Path]) -> Iterator[StepRecord | Reject]:
                     yield rec
                 else:
                     records.append(rec)
-    seen: set[tuple[str, int]] = set()
-    for rec in sorted(records, key=lambda r: (r.traj_id, r.step_idx)):
-        if (rec.traj_id, rec.step_idx) in seen:
-            yield Reject(STAGE, "duplicate_step", rec.source_path,
-                         f"task {rec.task_id} step {rec.step_idx} seen before",
-                         {"task_id": rec.task_id, "step_idx": rec.step_idx})
-            continue
-        seen.add((rec.traj_id, rec.step_idx))
-        yield rec
+    # Trajectory order; a repeated (task, step) is rejected by data.ingest.
+    yield from sorted(records, key=lambda r: (r.traj_id, r.step_idx))

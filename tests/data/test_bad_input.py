@@ -139,3 +139,52 @@ def test_rerun_replaces_own_rejects(tmp_path):
     ingest("agentlab", [exp], run)
     ingest("agentlab", [exp], run)
     assert len(_rejects(run)) == 1
+
+
+def test_overlapping_inputs_do_not_double_steps(tmp_path):
+    exp = _experiment(tmp_path / "in")
+    stats = ingest("agentlab", [exp, tmp_path / "in"], tmp_path / "run")
+    assert (stats.n_in, stats.n_out, dict(stats.rejected)) == (6, 3, {"duplicate_step": 3})
+
+
+@pytest.mark.parametrize("change,reason", [
+    ({"text_observation": 5}, "bad_field_type"),
+    ({"chosen": {"thought": ["a"], "action": "click('3365')"}}, None),    # odd thought: dropped, row kept
+    ({"step_id": str(2**40)}, "bad_step_index"),
+    ({"intent": "   "}, "missing_goal"),
+    ({"current_url": "http://[::1/x"}, None),                                # unreadable URL: site 'invalid.url'
+])
+def test_odd_webprm_values_never_crash(tmp_path, shared_data, change, reason):
+    good = json.loads((shared_data / "webprm_collection_samples" / "4.json").read_text())
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "rows.jsonl").write_text(json.dumps({**good, "step_id": "1"}) + "\n" + json.dumps({**good, **change}) + "\n")
+    stats = ingest("webprm", [src], tmp_path / "run")
+    assert stats.n_in == 2
+    assert dict(stats.rejected) == ({reason: 1} if reason else {})
+    assert pq.read_table(tmp_path / "run" / "trajectories.parquet").num_rows == stats.n_out
+
+
+def test_deeply_nested_json_is_a_reject(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "deep.json").write_text("[" * 100000 + "]" * 100000)
+    (src / "ok.json").write_text(json.dumps({"task_id": "1", "step_id": "0", "intent": "x", "current_url": "http://a.b/",
+                                             "text_observation": "[1] button 'A'",
+                                             "chosen": {"thought": "t", "action": "click('1')"}}))
+    stats = ingest("webprm", [src], tmp_path / "run")
+    assert stats.n_out == 1 and stats.rejected["corrupt_file"] == 1
+
+
+def test_agentlab_odd_types_are_rejects(tmp_path):
+    exp = _experiment(tmp_path / "in")
+    state = _state()
+    state["obs"]["axtree_txt"] = 5
+    write_step_pickle(exp / "step_1.pkl.gz", state)
+    state = _state()
+    state["obs"]["pruned_html"] = 7
+    write_step_pickle(exp / "step_0.pkl.gz", state)
+    stats = ingest("agentlab", [exp], tmp_path / "run")
+    assert (stats.n_out, dict(stats.rejected)) == (2, {"missing_field": 1})
+    rows = pq.read_table(tmp_path / "run" / "trajectories.parquet").to_pylist()
+    assert rows[0]["html"] is None

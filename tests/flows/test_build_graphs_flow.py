@@ -43,6 +43,11 @@ def test_flow_builds_and_caches(prefect_harness, sample_run):
     shutil.rmtree(sample_run / "graphs" / "servicenow")
     build_graphs_flow(run=str(sample_run))
     assert _graph_nodes(sample_run) == flow_nodes
+    # So are outputs rewritten behind the cache's back (another build, a manual edit).
+    nodes_path = sample_run / "graphs" / "servicenow" / "nodes.parquet"
+    pq.write_table(pq.read_table(nodes_path).slice(0, 3), nodes_path)
+    build_graphs_flow(run=str(sample_run))
+    assert _graph_nodes(sample_run) == flow_nodes
 
 
 @pytest.mark.slow
@@ -59,7 +64,9 @@ def test_site_task_logic_without_engine(sample_run):
     from data.rundir import RunDir
 
     per_site, _ = plan(load_plan_rows(RunDir(sample_run)), False)
-    site, stats, rejects = build_site_graph.fn(str(sample_run), "servicenow", per_site["servicenow"], "fp", False)
+    (site, stats, rejects), written = build_site_graph.fn(str(sample_run), "servicenow", per_site["servicenow"],
+                                                          "fp", False)
+    assert written and "nodes.parquet" in written
     assert site == "servicenow" and stats["observations"] == len(per_site["servicenow"]["steps"])
     assert (sample_run / "graphs" / "servicenow" / "nodes.parquet").exists()
 

@@ -150,21 +150,26 @@ def test_bad_input_is_counted_not_fatal(tmp_path):
         _step("a", 6, OBS, "send_msg_to_user('done')"),
         _step("a", 7, OBS, None),
         _step("b", 0, OBS, "click('1')", success=False),
+        _step("c", 0, OBS, "click('2')"),
+        _step("c", 1, OBS, "click('1')", error="TimeoutError: Locator.click"),
+        _step("c", 2, OBS, "click('77')"),
+        _step("c", 3, OBS, "scroll(0, 300)"),
     ]
     atomic_write_parquet(tmp_path / "trajectories.parquet", steps_to_table(steps))
     stats = build_graphs(tmp_path, workers=1)
-    assert stats.n_in == 9 and stats.n_out == 6
+    assert stats.n_in == 13 and stats.n_out == 10
     assert dict(stats.rejected) == {"unparseable_observation": 1, "duplicate_bids": 1, "unsuccessful_trajectory": 1}
-    assert stats.extra["steps"] == {"in": 5, "out": 3, "rejected": {"target_not_in_observation": 1, "action_failed": 1}}
+    assert stats.extra["steps"] == {"in": 9, "out": 5, "rejected": {"target_not_in_observation": 2, "action_failed": 2}}
     edges = _edges(tmp_path, "shop.example.com")
     contain = [e for e in edges if e["type"] == "containment"]
-    assert len(contain) == 1 and contain[0]["depth_gap"] == 1 and contain[0]["count"] == 6
-    inter = [e for e in edges if e["type"] == "interaction"]
-    # click Buy -> scroll -> send_msg: rejected steps are skipped over, not chained through
-    assert [e["op"] for e in sorted(inter, key=lambda e: e["op"])] == ["click", "scroll"]
+    assert len(contain) == 1 and contain[0]["depth_gap"] == 1 and contain[0]["count"] == 10
+    inter = {(e["op"], tuple(e["trajectories"])): e["count"] for e in edges if e["type"] == "interaction"}
+    # a: an unreadable observation breaks the chain after click Buy; scroll -> answer remains.
+    # c: a failed click and a missing target changed nothing, so click Buy -> scroll is direct.
+    assert inter == {("scroll", ("a",)): 1, ("click", ("c",)): 1}
     nodes = {n["node_id"]: n for n in _nodes(tmp_path, "shop.example.com")}
     buy = next(n for n in nodes.values() if n["name"] == "Buy")
-    assert buy["ops"] == ["click"] and buy["n_obs"] == 6
+    assert buy["ops"] == ["click"] and buy["n_obs"] == 10
 
 
 def test_include_failed_and_missing_input(tmp_path):
@@ -173,3 +178,21 @@ def test_include_failed_and_missing_input(tmp_path):
     assert build_graphs(tmp_path, include_failed=True, workers=1).n_out == 2
     with pytest.raises(FileNotFoundError):
         build_graphs(tmp_path / "nothing")
+
+
+def test_site_dirnames_are_safe_and_distinct():
+    from graph.build import site_dirname
+
+    assert site_dirname("servicenow") == "servicenow" and site_dirname("apple.com") == "apple.com"
+    assert not site_dirname("..").startswith(".") and "/" not in site_dirname("a/b")
+    assert site_dirname("a b") != site_dirname("a_b")
+
+
+def test_rebuild_removes_stale_site_folders(tmp_path):
+    steps = [_step("a", 0, OBS, "click('2')"), _step("a", 1, OBS, None)]
+    atomic_write_parquet(tmp_path / "trajectories.parquet", steps_to_table(steps))
+    stale = tmp_path / "graphs" / "old.example"
+    stale.mkdir(parents=True)
+    (stale / "nodes.parquet").write_bytes(b"x")
+    build_graphs(tmp_path, workers=1)
+    assert not stale.exists() and (tmp_path / "graphs" / "shop.example.com" / "nodes.parquet").exists()
