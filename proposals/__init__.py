@@ -1,1 +1,1 @@
-"""proposals"""
+"""proposals: the six rules that propose grounded, minimally contrastive negatives."""

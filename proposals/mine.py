@@ -1,0 +1,432 @@
+"""Propose grounded, minimally contrastive negatives for every demonstrated step.
+
+    python -m proposals.mine --run RUN [--budget 10000 --seed 42 --axes spatial,temporal,spatiotemporal --no-graph]
+
+Reads ``RUN/trajectories.parquet`` and the graphs of ``graph.build``; writes the full pool to
+``RUN/candidates.parquet`` with ``sampled`` marking the seeded sample of ``--budget`` rows the
+teacher will verify, the ``proposals.mine`` entry of ``stats.json`` (pool and sample per rule and
+axis, GMCP ratio and its residual, hallucinated targets, drops by reason) and the dropped
+proposals in ``rejects.jsonl``. ``--no-graph`` mines from the local observation and trajectory
+only (the paper's No-Graph ablation); ``--axes`` builds single-axis variants. Same inputs, seed
+and LLM cache: byte-identical output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from data.actions import ELEMENT_OPS, VALUE_OPS, Action, ActionParseError, parse_action
+from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
+from graph.axtree import AXTreeParseError
+from graph.build import site_dirname
+from graph.identity import virtual_node
+from graph.resolve import Resolution, resolve_observation
+from graph.schema import table
+from proposals.affordance import current_values, fill_prompt, pick_option, pick_value, valid_fill
+from proposals.audit import audit_candidates, audit_webprm_rejected
+from proposals.graphindex import GraphIndex
+from proposals.rules import RULE_FUNCS, Params, Proposal, StepContext, TrajStep
+from proposals.schema import AXES, AXIS_OF, CANDIDATE_SCHEMA, RULES
+
+STAGE = "proposals.mine"
+COLUMNS = ["source", "site", "task_id", "traj_id", "step_idx", "intent", "url", "observation", "obs_format",
+           "action", "action_error", "success", "source_path", "meta"]
+
+
+@dataclass
+class MineConfig:
+    budget: int = 10000
+    seed: int = 42
+    axes: tuple[str, ...] = AXES
+    no_graph: bool = False
+    params: Params = field(default_factory=Params)
+
+    @property
+    def rules(self) -> list[str]:
+        return [r for r in RULES if AXIS_OF[r] in self.axes]
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A grounded negative that still needs its value (fill) or its final checks."""
+
+    row: dict                 # trajectory row of the step
+    ctx_pos: str              # canonical positive action
+    pos_kind: str
+    pos_bid: str | None
+    pos_node: str
+    rule: str
+    proposal: Proposal
+    op: str
+    value: object = None
+    value_source: str | None = None
+    prompt: list | None = None       # fill prompt when the value comes from the LLM
+    current: set = field(default_factory=set)
+    positive_value: str | None = None
+    also_fired: list = field(default_factory=list)
+    infra: str | None = None         # the LLM layer's infrastructure error, when no answer came
+
+
+def load_rows(run: RunDir) -> list[dict]:
+    cols = pq.read_schema(run.trajectories).names
+    rows = pq.read_table(run.trajectories, columns=COLUMNS).to_pylist()
+    if "html" in cols and any(r["obs_format"] == "flat" for r in rows):
+        html = pq.read_table(run.trajectories, columns=["html"]).column("html").to_pylist()
+        for r, h in zip(rows, html):
+            r["html"] = h if r["obs_format"] == "flat" else None
+    else:
+        for r in rows:
+            r["html"] = None
+    return rows
+
+
+def _make(op: str, bid: str, value=None) -> Action:
+    if op in ("fill", "press"):
+        return parse_action(f"{op}({bid!r}, {str(value)!r})")
+    if op == "select_option":
+        return parse_action(f"select_option({bid!r}, {value!r})")
+    return parse_action(f"{op}({bid!r})")
+
+
+def _pair_id(row: dict, rule: str, action_neg: str) -> str:
+    raw = f"{row['traj_id']}\x1f{row['step_idx']}\x1f{rule}\x1f{action_neg}"
+    return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
+
+
+class Miner:
+    """Runs the rules over a run's successful trajectories and grounds what they propose."""
+
+    def __init__(self, run: RunDir, config: MineConfig):
+        self.run, self.config = run, config
+        self.drops: Counter = Counter()
+        self.rejects: list[Reject] = []
+        self.proposed = 0
+        self.steps = Counter()
+        self._graphs: dict[str, GraphIndex | None] = {}
+
+    def graph(self, site: str) -> GraphIndex | None:
+        if self.config.no_graph:
+            return None
+        if site not in self._graphs:
+            d = self.run.root / "graphs" / site_dirname(site)
+            self._graphs[site] = GraphIndex(d) if (d / "nodes.parquet").exists() else None
+        return self._graphs[site]
+
+    def drop(self, reason: str, row: dict, detail: str, rule: str | None = None) -> None:
+        self.drops[reason] += 1
+        key = {"traj_id": row["traj_id"], "step_idx": row["step_idx"]}
+        if rule:
+            key["rule"] = rule
+        self.rejects.append(Reject(STAGE, reason, row.get("source_path") or row["traj_id"], detail, key))
+
+    # -- one trajectory -------------------------------------------------------------------
+    def trajectory(self, rows: list[dict]) -> list[_Pending]:
+        resolved: list[tuple[dict, Resolution | None]] = []
+        for row in rows:
+            action = None
+            try:
+                action = parse_action(row["action"]) if row["action"] else None
+            except ActionParseError:
+                pass
+            extra = (action.bid,) if action is not None and action.bid else ()
+            try:
+                res = resolve_observation(row["observation"], row["obs_format"], row["site"], row["url"],
+                                          row.get("html"), extra)
+            except AXTreeParseError:
+                res = None
+            resolved.append((row, res))
+        # The demonstrated steps as TrajSteps (failed actions are no demonstration).
+        steps: list[TrajStep] = []
+        where: dict[int, int] = {}
+        pages = {row["step_idx"]: res.content_page for row, res in resolved if res is not None}
+        for row, res in resolved:
+            if not row["action"] or row["action_error"] or res is None:
+                continue
+            action = parse_action(row["action"])
+            if action.op in ELEMENT_OPS:
+                node = res.bid_to_node.get(action.bid)
+                kind = "element" if node else None
+            else:
+                node, _, _ = virtual_node(row["site"], action.op, res.content_page, pages.get(row["step_idx"] + 1))
+                kind = "virtual"
+            where[row["step_idx"]] = len(steps)
+            steps.append(TrajStep(row["step_idx"], action, node, kind, res.content_page))
+        element_steps = [s for s in steps if s.kind == "element"]
+        goal = element_steps[-1].node if element_steps else None
+
+        out: list[_Pending] = []
+        for row, res in resolved:
+            if not row["action"]:
+                continue
+            self.steps["in"] += 1
+            if row["action_error"]:
+                self.steps["action_failed"] += 1
+                continue
+            if res is None:
+                self.steps["unparseable_observation"] += 1
+                continue
+            ts = steps[where[row["step_idx"]]]
+            if ts.kind is None:
+                self.steps["positive_not_in_observation"] += 1
+                continue
+            self.steps["mined"] += 1
+            ctx = StepContext(res=res, positive=ts.action, pos_node=ts.node, pos_kind=ts.kind,
+                              pos_bid=ts.action.bid if ts.kind == "element" else None, steps=steps,
+                              position=where[row["step_idx"]], goal=goal, graph=self.graph(row["site"]))
+            out += self.step(row, ctx)
+        return out
+
+    # -- one step -------------------------------------------------------------------------
+    def step(self, row: dict, ctx: StepContext) -> list[_Pending]:
+        rng = random.Random(f"{self.config.seed}:{row['traj_id']}:{row['step_idx']}")
+        pos_str = ctx.positive.to_string()
+        kept: dict[str, _Pending] = {}
+        by_bid = ctx.res.tree.by_bid()
+        for rule in self.config.rules:
+            for prop in RULE_FUNCS[rule](ctx, self.config.params):
+                self.proposed += 1
+                if prop.node.startswith("v-"):
+                    self.drop("virtual_target", row, f"{rule}: {prop.node} has no DOM anchor", rule)
+                    continue
+                bids = ctx.res.node_to_bids.get(prop.node)
+                if not bids:
+                    self.drop("absent_target", row, f"{rule}: {prop.node} not visible in O_t", rule)
+                    continue
+                if len(bids) > 1:
+                    self.drop("ambiguous_target", row, f"{rule}: {prop.node} has bids {bids}", rule)
+                    continue
+                bid = bids[0]
+                ax = by_bid[bid]
+                p = _Pending(row, pos_str, ctx.pos_kind, ctx.pos_bid, ctx.pos_node, rule, prop, "")
+                if prop.action is not None:            # a demonstrated action, replayed here
+                    action = prop.action.with_bid(bid)
+                    p.op, p.value, p.value_source = action.op, action.value, "action"
+                else:
+                    p.op = ctx.op_for(prop.node, bid)
+                    if not self._value(p, ctx, ax, rng):
+                        continue
+                    if p.value_source == "llm":
+                        action = None            # completed in a batch later
+                    else:
+                        action = _make(p.op, bid, p.value)
+                if action is not None:
+                    neg = action.to_string()
+                    if neg == pos_str:
+                        self.drop("equals_positive", row, f"{rule}: {neg}", rule)
+                        continue
+                    if neg in kept:
+                        kept[neg].also_fired.append(rule)
+                        self.drop("duplicate_negative", row, f"{rule}: {neg} already proposed by {kept[neg].rule}", rule)
+                        continue
+                    kept[neg] = p
+                else:
+                    # Same element, same op, same prompt: the same negative whichever rule found it.
+                    slot = f"\x00llm:{prop.node}:{p.op}"
+                    if slot in kept:
+                        kept[slot].also_fired.append(rule)
+                        self.drop("duplicate_negative", row, f"{rule}: {p.op} on {prop.node} already proposed", rule)
+                        continue
+                    kept[slot] = p
+        return list(kept.values())
+
+    def _value(self, p: _Pending, ctx: StepContext, ax, rng: random.Random) -> bool:
+        """Set the value of a fill / select / press negative; False (and a drop) if impossible."""
+        if p.op not in VALUE_OPS:
+            return True
+        taken = current_values(ax, ctx.res.tree)
+        if ctx.positive.op == p.op and ctx.positive.value is not None and not isinstance(ctx.positive.value, (list, tuple)):
+            p.positive_value = str(ctx.positive.value)
+            taken = taken | {p.positive_value.strip().lower()}
+        if p.op == "select_option":
+            p.value, p.value_source = pick_option(ctx.res.tree, ax, taken, rng), "option"
+            if p.value is None:
+                self.drop("no_option", p.row, f"{p.rule}: no other option on {ax.role} {ax.name!r}", p.rule)
+                return False
+            return True
+        demonstrated = ctx.graph.values(p.proposal.node, p.op) if ctx.graph is not None else \
+            [str(s.action.value) for s in ctx.steps if s.node == p.proposal.node and s.action.op == p.op]
+        p.value = pick_value(demonstrated, taken, rng)
+        if p.value is not None:
+            p.value_source = "demonstrated" if ctx.graph is not None else "trajectory"
+            return True
+        if p.op == "press":
+            self.drop("no_value", p.row, f"{p.rule}: no key demonstrated on {ax.name!r}", p.rule)
+            return False
+        p.value_source, p.current = "llm", taken
+        p.prompt = fill_prompt(p.row["intent"], ax, current_values(ax, ctx.res.tree), p.positive_value)
+        return True
+
+    # -- fill values through the LLM layer --------------------------------------------------
+    def complete_fills(self, pending: list[_Pending], llm_config) -> dict:
+        need = [p for p in pending if p.value_source == "llm"]
+        if not need:
+            return {}
+        from teacher.llm import LLMClient
+
+        client = LLMClient(llm_config)
+        todo = need
+        for attempt in range(2):        # one more seed for values that fail validation
+            results = client.chat_many([p.prompt for p in todo], stage=STAGE, temperature=0.7,
+                                       seed=self.config.seed + attempt, max_tokens=24)
+            retry = []
+            for p, r in zip(todo, results):
+                if not r.ok:
+                    p.value = None
+                    p.infra = r.infra_error
+                    continue
+                value = valid_fill(r.text, p.current, p.positive_value)
+                if value is None:
+                    retry.append(p)
+                    p.value = None
+                else:
+                    p.value = value
+            todo = retry
+            if not todo:
+                break
+        return client.usage[STAGE].as_dict() if STAGE in client.usage else {}
+
+
+def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None) -> StageStats:
+    """Mine the full candidate pool of a run; write ``candidates.parquet`` and the audit."""
+    config = config or MineConfig()
+    run = RunDir(run_dir)
+    if not run.trajectories.exists():
+        raise FileNotFoundError(f"{run.trajectories} not found: run `python -m data.ingest` first")
+    if not config.no_graph and not (run.root / "graphs" / "manifest.json").exists():
+        raise FileNotFoundError(f"{run.root / 'graphs'} not found: run `python -m graph.build` first "
+                                f"(or mine with --no-graph)")
+    t0 = time.perf_counter()
+    rows = load_rows(run)
+    by_traj: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_traj[r["traj_id"]].append(r)
+    miner = Miner(run, config)
+    pending: list[_Pending] = []
+    for traj in sorted(by_traj):
+        steps = sorted(by_traj[traj], key=lambda r: r["step_idx"])
+        if not steps[0]["success"]:
+            continue
+        pending += miner.trajectory(steps)
+    if llm_config is None:
+        from teacher.llm import LLMConfig
+        llm_config = LLMConfig()
+    usage = miner.complete_fills(pending, llm_config)
+
+    cands = []
+    seen: dict[tuple, set] = defaultdict(set)
+    for p in pending:
+        row = p.row
+        if p.value_source == "llm" and p.value is None:
+            reason = "fill_value_unavailable" if p.infra else "fill_value_invalid"
+            miner.drop(reason, row, f"{p.rule}: no valid value for {p.proposal.node}", p.rule)
+            continue
+        bid = p.proposal.bid
+        if p.proposal.action is not None:
+            action = p.proposal.action.with_bid(bid)
+        else:
+            action = _make(p.op, bid, p.value)
+        neg = action.to_string()
+        key = (row["traj_id"], row["step_idx"])
+        if p.value_source == "llm":     # checks deferred until the value existed
+            if neg == p.ctx_pos:
+                miner.drop("equals_positive", row, f"{p.rule}: {neg}", p.rule)
+                continue
+            if neg in seen[key]:
+                miner.drop("duplicate_negative", row, f"{p.rule}: {neg}", p.rule)
+                continue
+        seen[key].add(neg)
+        pos = parse_action(p.ctx_pos)
+        gmcp = p.pos_kind == "element" and pos.op == action.op
+        cands.append({
+            "pair_id": _pair_id(row, p.rule, neg), "site": row["site"], "traj_id": row["traj_id"],
+            "task_id": row["task_id"], "step_idx": row["step_idx"], "rule": p.rule, "axis": AXIS_OF[p.rule],
+            "action_pos": p.ctx_pos, "action_neg": neg, "gmcp": gmcp, "sampled": False,
+            "pos_kind": p.pos_kind, "pos_bid": p.pos_bid, "pos_node": p.pos_node, "neg_bid": bid,
+            "neg_node": p.proposal.node, "op_pos": pos.op, "op_neg": action.op, "value_source": p.value_source,
+            "evidence": json.dumps({**p.proposal.evidence, **({"also_fired": p.also_fired} if p.also_fired else {})},
+                                   sort_keys=True, ensure_ascii=False),
+            "mode": "no_graph" if config.no_graph else "graph"})
+    cands.sort(key=lambda c: c["pair_id"])
+    rng = random.Random(config.seed)
+    for i in rng.sample(range(len(cands)), min(config.budget, len(cands))):
+        cands[i]["sampled"] = True
+    atomic_write_parquet(run.root / "candidates.parquet", table(cands, CANDIDATE_SCHEMA))
+
+    stats = StageStats(STAGE, n_in=miner.proposed, n_out=len(cands), rejected=miner.drops)
+    obs_by_key = {(r["traj_id"], r["step_idx"]): r for r in rows}
+    stats.extra = {
+        "config": {"budget": config.budget, "seed": config.seed, "axes": list(config.axes),
+                   "no_graph": config.no_graph, "params": {k: getattr(config.params, k) for k in config.params.__slots__}},
+        "steps": dict(miner.steps),
+        "audit": audit_candidates(cands, obs_by_key),
+        "llm": usage,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    webprm = audit_webprm_rejected(rows)
+    if webprm["pairs"]:
+        stats.extra["webprm_rejected_audit"] = webprm
+    run.write_stage(stats, miner.rejects)
+    return stats
+
+
+def format_audit(stats: StageStats) -> str:
+    a = stats.extra["audit"]
+    lines = [stats.summary(), f"pool {a['pool']['pairs']} pairs, sample {a['sample']['pairs']}"]
+    lines.append(f"{'rule':<30} {'axis':<15} {'pool':>6} {'sample':>6}")
+    for rule in RULES:
+        lines.append(f"{rule:<30} {AXIS_OF[rule]:<15} {a['pool']['by_rule'].get(rule, 0):>6} "
+                     f"{a['sample']['by_rule'].get(rule, 0):>6}")
+    s = a["sample"]
+    lines.append(f"GMCP {s['gmcp_ratio']:.2%} of the sample (paper: 74.60%; WebArbiter data: 24.19%); residual: "
+                 f"virtual positives {s['virtual_positive_ratio']:.2%}, affordance mismatches "
+                 f"{s['affordance_mismatch_ratio']:.2%} {s['mismatch_directions']}")
+    lines.append(f"hallucinated targets: {a['hallucinated_targets']}")
+    w = stats.extra.get("webprm_rejected_audit")
+    if w:
+        lines.append(f"WebPRM rejected actions on the same steps: {w['pairs']} pairs, GMCP {w['gmcp_ratio']:.2%}, "
+                     f"hallucinated {w['hallucinated_targets']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from teacher.llm import LLMConfig
+
+    ap = argparse.ArgumentParser(prog="python -m proposals.mine", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--budget", type=int, default=10000, help="rows of the seeded sample the teacher verifies")
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--axes", default=",".join(AXES), help="comma-separated subset of spatial,temporal,spatiotemporal")
+    ap.add_argument("--no-graph", action="store_true", help="mine from the local observation and trajectory only")
+    for name, f in Params.__dataclass_fields__.items():
+        ap.add_argument(f"--{name.replace('_', '-')}", type=type(f.default), default=f.default)
+    LLMConfig.add_args(ap, prefix="fill-")   # the model that completes fill values
+    args = ap.parse_args(argv)
+    axes = tuple(a.strip() for a in args.axes.split(",") if a.strip())
+    bad = [a for a in axes if a not in AXES]
+    if bad:
+        print(f"error: unknown axes {bad}; choose from {list(AXES)}", file=sys.stderr)
+        return 2
+    params = Params(**{name: getattr(args, name) for name in Params.__dataclass_fields__})
+    config = MineConfig(budget=args.budget, seed=args.seed, axes=axes, no_graph=args.no_graph, params=params)
+    try:
+        stats = mine(args.run, config, LLMConfig.from_args(args, prefix="fill-"))
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_audit(stats))
+    print(f"wrote {Path(args.run) / 'candidates.parquet'}")
+    return 0 if stats.n_out else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""The six rules that propose grounded negatives for one demonstrated step.
+
+Each rule is a plain function ``rule(ctx, params) -> list[Proposal]``: which element (node and
+bid of the current observation) to act on, optionally the full action (temporal rules replay a
+demonstrated action), and the evidence that made the rule fire. Grounding, affordance and fill
+values are applied afterwards (``proposals.mine``), the same way for every rule.
+
+spatial:        structurally_near, textually_near_graph_distant
+temporal:       repeat_past, act_too_early
+spatiotemporal: away_from_goal, create_a_cycle
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rapidfuzz import fuzz
+
+from data.actions import Action
+from data.sites import normalize_url_path
+from graph.resolve import Resolution
+from proposals.affordance import choose_op
+from proposals.graphindex import INF, GraphIndex
+
+
+@dataclass(slots=True)
+class Params:
+    max_per_rule: int = 3           # negatives kept per rule and step (nearest / most contrastive first)
+    near_hops: int = 4              # structurally_near: containment hops on the page
+    text_ratio: float = 0.75        # textually_near: character-level similarity must exceed this
+    far_hops: int = 4               # textually_near: graph distance must exceed this (or be unreachable)
+    window: int = 3                 # repeat_past / act_too_early: k <= window steps away
+
+
+@dataclass(slots=True)
+class TrajStep:
+    """One demonstrated step of the trajectory, as mining sees it."""
+
+    step_idx: int
+    action: Action
+    node: str | None        # element or virtual node id (None when its target was not resolved)
+    kind: str | None        # 'element' | 'virtual'
+    page: str               # content page of its observation
+
+
+@dataclass(slots=True)
+class StepContext:
+    res: Resolution                 # the observation O_t, resolved
+    positive: Action
+    pos_node: str
+    pos_kind: str
+    pos_bid: str | None
+    steps: list[TrajStep]           # the trajectory's demonstrated steps, in order
+    position: int                   # index of this step in ``steps``
+    goal: str | None                # the task's final interaction element
+    graph: GraphIndex | None        # None in the No-Graph ablation
+    _chains: dict = field(default_factory=dict)
+    _ops: dict = field(default_factory=dict)
+    _elements: list | None = None
+
+    # -- the page's structure: interactive elements hang under their non-inert anchors --
+    def chain(self, index: int) -> list[int]:
+        """[element, anchor, anchor's anchor, ...] in the page's structure tree."""
+        got = self._chains.get(index)
+        if got is None:
+            got, i = [], index
+            while i is not None:
+                got.append(i)
+                i = self.res.page.anchor(i)
+            self._chains[index] = got
+        return got
+
+    def structural_distance(self, a: int, b: int) -> float:
+        pos = {n: k for k, n in enumerate(self.chain(a))}
+        for k, n in enumerate(self.chain(b)):
+            if n in pos:
+                return k + pos[n]
+        return INF
+
+    def elements(self) -> list[tuple[str, str, int]]:
+        """(node, bid, AX index) of every element that resolves to exactly one bid here and can
+        be acted on by itself. The options of a native select (a combobox's option children)
+        are chosen through the select, not clicked: they are left out."""
+        if self._elements is None:
+            by_bid = self.res.tree.by_bid()
+            nodes = self.res.tree.nodes
+            out = []
+            for nid, bids in self.res.node_to_bids.items():
+                if len(bids) != 1:
+                    continue
+                ax = by_bid[bids[0]]
+                if ax.role == "option" and ax.parent is not None and nodes[ax.parent].role == "combobox":
+                    continue
+                out.append((nid, bids[0], ax.index))
+            self._elements = sorted(out, key=lambda t: t[2])
+        return self._elements
+
+    def ax(self, bid: str):
+        return self.res.tree.by_bid()[bid]
+
+    def op_for(self, node: str, bid: str) -> str:
+        """The op a negative would take on this element (see ``proposals.affordance``)."""
+        got = self._ops.get(node)
+        if got is None:
+            demo = self.graph.ops(node) if self.graph is not None else \
+                sorted({s.action.op for s in self.steps if s.node == node})
+            got = self._ops[node] = choose_op(self.res.tree, self.ax(bid), demo, self.positive.op)[0]
+        return got
+
+    def contrast(self, node: str, bid: str) -> int:
+        """0 when acting on the element takes the positive's op (a minimal pair), else 1: rules
+        rank those first, so the cap keeps the most minimally contrastive negatives."""
+        return 0 if self.op_for(node, bid) == self.positive.op else 1
+
+    def hop_distance(self, a_node: str, b_node: str, a_bid: str | None, b_bid: str | None) -> float:
+        """Graph distance (combined containment + interaction), or the page's structural
+        distance in the No-Graph ablation."""
+        if self.graph is not None:
+            return self.graph.distance(a_node, b_node)
+        if a_bid is None or b_bid is None:
+            return INF
+        return self.structural_distance(self.ax(a_bid).index, self.ax(b_bid).index)
+
+
+@dataclass(slots=True)
+class Proposal:
+    node: str
+    bid: str
+    evidence: dict
+    action: Action | None = None    # set when the rule replays a demonstrated action
+
+
+def _others(ctx: StepContext):
+    return [(n, b, i) for n, b, i in ctx.elements() if n != ctx.pos_node]
+
+
+def structurally_near(ctx: StepContext, p: Params) -> list[Proposal]:
+    """Elements a few containment hops from the positive target on the current page."""
+    if ctx.pos_kind != "element" or ctx.pos_bid is None:
+        return []
+    src = ctx.ax(ctx.pos_bid).index
+    scored = []
+    for node, bid, idx in _others(ctx):
+        d = ctx.structural_distance(src, idx)
+        if d <= p.near_hops:
+            scored.append((ctx.contrast(node, bid), d, idx, node, bid))
+    scored.sort()
+    out = []
+    for _, d, idx, node, bid in scored[: p.max_per_rule]:
+        common = next(i for i in ctx.chain(idx) if i in set(ctx.chain(src)))
+        shared = ctx.res.tree.nodes[common]
+        out.append(Proposal(node, bid, {"hops": d, "near_hops": p.near_hops,
+                                        "shared_container": [shared.role, shared.name[:60]]}))
+    return out
+
+
+def textually_near_graph_distant(ctx: StepContext, p: Params) -> list[Proposal]:
+    """Elements whose text looks like the positive's but that sit far from it in the graph, so
+    viable alternative paths (close in the graph) are not penalized."""
+    if ctx.pos_kind != "element" or ctx.pos_bid is None:
+        return []
+    name = ctx.ax(ctx.pos_bid).name.strip()
+    if not name:
+        return []
+    scored = []
+    for node, bid, idx in _others(ctx):
+        other = ctx.ax(bid).name.strip()
+        if not other:
+            continue
+        ratio = fuzz.ratio(name, other) / 100.0
+        if ratio <= p.text_ratio:
+            continue
+        hops = ctx.hop_distance(ctx.pos_node, node, ctx.pos_bid, bid)
+        if hops > p.far_hops:
+            scored.append((ctx.contrast(node, bid), -ratio, idx, node, bid, ratio, hops))
+    scored.sort()
+    return [Proposal(node, bid, {"ratio": round(ratio, 4), "text_ratio": p.text_ratio,
+                                 "hops": None if hops == INF else hops, "far_hops": p.far_hops,
+                                 "distance": "graph" if ctx.graph is not None else "page"})
+            for _, _, _, node, bid, ratio, hops in scored[: p.max_per_rule]]
+
+
+def _replay(ctx: StepContext, p: Params, direction: int, label: str) -> list[Proposal]:
+    out = []
+    for k in range(1, p.window + 1):
+        j = ctx.position + direction * k
+        if not 0 <= j < len(ctx.steps):
+            break
+        other = ctx.steps[j]
+        if other.node is None:
+            continue
+        bids = ctx.res.node_to_bids.get(other.node)
+        # Grounding decides about absent, ambiguous and virtual targets (and counts them).
+        bid = bids[0] if bids else ""
+        out.append(Proposal(other.node, bid, {label: k, "from_step": other.step_idx,
+                                              "demonstrated": other.action.to_string(), "window": p.window},
+                            action=other.action))
+    return out[: p.max_per_rule]
+
+
+def repeat_past(ctx: StepContext, p: Params) -> list[Proposal]:
+    """The action from k <= N steps back, replayed on its element if it is still visible."""
+    return _replay(ctx, p, -1, "k_back")
+
+
+def act_too_early(ctx: StepContext, p: Params) -> list[Proposal]:
+    """The action k <= N steps ahead, taken now because its element is already visible."""
+    return _replay(ctx, p, +1, "k_ahead")
+
+
+def away_from_goal(ctx: StepContext, p: Params) -> list[Proposal]:
+    """Elements strictly farther from the task's final interaction element than the positive."""
+    if ctx.goal is None:
+        return []
+    goal_bids = ctx.res.node_to_bids.get(ctx.goal)
+    goal_bid = goal_bids[0] if goal_bids and len(goal_bids) == 1 else None
+    if ctx.graph is None and goal_bid is None:
+        return []      # No-Graph: the goal must be on this page to measure anything
+    d_pos = ctx.hop_distance(ctx.goal, ctx.pos_node, goal_bid, ctx.pos_bid)
+    if d_pos == INF:
+        return []
+    scored = []
+    for node, bid, idx in _others(ctx):
+        if node == ctx.goal:
+            continue
+        d = ctx.hop_distance(ctx.goal, node, goal_bid, bid)
+        if d > d_pos:
+            scored.append((ctx.contrast(node, bid), d - d_pos, idx, node, bid, d))
+    scored.sort()      # same op first, then the least extra distance: the most minimal contrast
+    return [Proposal(node, bid, {"goal": ctx.goal, "pos_hops": d_pos, "neg_hops": None if d == INF else d,
+                                 "distance": "graph" if ctx.graph is not None else "page"})
+            for _, _, _, node, bid, d in scored[: p.max_per_rule]]
+
+
+def create_a_cycle(ctx: StepContext, p: Params) -> list[Proposal]:
+    """Elements that lead back to a page already visited in this trajectory."""
+    here = ctx.res.content_page
+    visited = {s.page for s in ctx.steps[: ctx.position]} - {here}
+    if not visited:
+        return []
+    found = []
+    for node, bid, idx in _others(ctx):
+        target, via = None, None
+        url = ctx.ax(bid).props.get("url") if ctx.ax(bid).role == "link" else None
+        if isinstance(url, str) and url.startswith(("http://", "https://")):
+            page = normalize_url_path(url)
+            if page in visited:
+                target, via = page, "link_url"
+        if target is None and ctx.graph is not None:
+            for nxt in sorted(ctx.graph.successors.get(node, ())):
+                page = ctx.graph.page_of(nxt)
+                if page in visited:
+                    target, via = page, "interaction_edge"
+                    break
+        if target is not None:
+            found.append((ctx.contrast(node, bid), idx, Proposal(node, bid, {"returns_to": target, "via": via,
+                                                                             "current_page": here})))
+    found.sort(key=lambda t: t[:2])
+    return [prop for _, _, prop in found[: p.max_per_rule]]
+
+
+RULE_FUNCS = {
+    "structurally_near": structurally_near,
+    "textually_near_graph_distant": textually_near_graph_distant,
+    "repeat_past": repeat_past,
+    "act_too_early": act_too_early,
+    "away_from_goal": away_from_goal,
+    "create_a_cycle": create_a_cycle,
+}

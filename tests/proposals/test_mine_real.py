@@ -1,0 +1,148 @@
+"""The six rules on hand-checked steps of the real WorkArena traces, and the audit."""
+
+import hashlib
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from graph.build import build_graphs
+from proposals.mine import MineConfig, mine
+from proposals.schema import CANDIDATE_SCHEMA, RULES
+
+TRAJ = "2025-01-02_13-08-04_DemoAgentArgs_on_workarena.servicenow.order-standard-laptop_33"
+
+
+@pytest.fixture(scope="module")
+def scripted_llm(tmp_path_factory):
+    """Fill values come from a scripted OpenAI-protocol server: these tests are about the rules,
+    not the small model's wording (test_fill.py covers the prompt and its validation)."""
+    from teacher.llm import LLMConfig
+    from teacher.serve import serve_in_thread
+
+    def complete(request):
+        return {"id": "x", "object": "chat.completion", "model": "scripted",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Zoom"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
+    server = serve_in_thread(complete, "scripted")
+    yield LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(tmp_path_factory.mktemp("llm")))
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def mined(agentlab_run, scripted_llm):
+    build_graphs(agentlab_run, workers=2)
+    stats = mine(agentlab_run, MineConfig(budget=300, seed=42), scripted_llm)
+    digest = hashlib.sha256((agentlab_run / "candidates.parquet").read_bytes()).hexdigest()
+    again = mine(agentlab_run, MineConfig(budget=300, seed=42), scripted_llm)
+    digest2 = hashlib.sha256((agentlab_run / "candidates.parquet").read_bytes()).hexdigest()
+    rows = pq.read_table(agentlab_run / "candidates.parquet").to_pylist()
+    return stats, again, rows, digest, digest2
+
+
+def _at(rows, step, rule):
+    return [c for c in rows if c["traj_id"] == TRAJ and c["step_idx"] == step and c["rule"] == rule]
+
+
+def test_all_six_rules_fire_and_nothing_is_hallucinated(mined, agentlab_run):
+    stats, _, rows, _, _ = mined
+    audit = stats.extra["audit"]
+    assert all(audit["pool"]["by_rule"].get(r, 0) > 0 for r in RULES)
+    assert audit["hallucinated_targets"] == 0
+    assert stats.n_in == stats.n_out + sum(stats.rejected.values())
+    assert pq.read_schema(agentlab_run / "candidates.parquet").equals(CANDIDATE_SCHEMA)
+    assert sum(c["sampled"] for c in rows) == 300 == audit["sample"]["pairs"]
+    s = json.loads((agentlab_run / "stats.json").read_text())["proposals.mine"]
+    assert s["in"] == s["out"] + sum(s["rejected"].values())
+
+
+def test_same_seed_same_bytes(mined):
+    _, _, _, digest, digest2 = mined
+    assert digest == digest2
+
+
+def test_gmcp_and_residual_are_consistent(mined):
+    stats, _, rows, _, _ = mined
+    for c in rows:
+        assert c["gmcp"] == (c["pos_kind"] == "element" and c["op_pos"] == c["op_neg"])
+        assert c["action_neg"] != c["action_pos"]
+        assert not c["neg_node"].startswith("v-")          # never a virtual negative
+    s = stats.extra["audit"]["sample"]
+    assert s["gmcp"] + s["virtual_positive"] + s["affordance_mismatch"] == s["pairs"]
+
+
+def test_structurally_near_on_the_software_checkboxes(mined):
+    # Step 3 clicks the label of "Adobe Acrobat"; its neighbours in the same cell are the two
+    # checkboxes. The "Order Now" button is in another region of the page: not structurally near.
+    rows = mined[2]
+    got = {c["action_neg"]: json.loads(c["evidence"]) for c in _at(rows, 3, "structurally_near")}
+    assert set(got) == {"click('a210')", "click('a217')"}
+    assert all(e["hops"] == 2 and e["shared_container"][0] == "cell" for e in got.values())
+    assert "click('a305')" not in got
+
+
+def test_temporal_rules_replay_demonstrated_actions(mined):
+    rows = mined[2]
+    early = {c["action_neg"]: json.loads(c["evidence"]) for c in _at(rows, 6, "act_too_early")}
+    assert early == {"click('a305')": {"demonstrated": "click('a305')", "from_step": 7, "k_ahead": 1, "window": 3}}
+    past = {c["action_neg"] for c in _at(rows, 7, "repeat_past")}
+    assert "fill('a230', 'Slack, Trello, Zoom, Asana, HubSpot')" in past
+    assert all(c["value_source"] == "action" for c in _at(rows, 7, "repeat_past"))
+
+
+def test_textually_near_but_graph_distant(mined):
+    # Step 8 clicks "Continue Shopping" in the order-status header; another "Continue Shopping"
+    # link of the page is unreachable from it in the graph. "Home", next to it, is not similar.
+    rows = mined[2]
+    got = _at(rows, 8, "textually_near_graph_distant")
+    assert [c["action_neg"] for c in got] == ["click('a161')"]
+    ev = json.loads(got[0]["evidence"])
+    assert ev["ratio"] == 1.0 and ev["hops"] is None
+
+
+def test_create_a_cycle_goes_back_to_a_visited_page(mined):
+    rows = mined[2]
+    got = _at(rows, 1, "create_a_cycle")
+    assert [c["action_neg"] for c in got] == ["click('a78')"]
+    assert json.loads(got[0]["evidence"])["returns_to"].endswith("catalog_home.do")
+
+
+def test_away_from_goal_is_strictly_farther(mined):
+    rows = mined[2]
+    got = _at(rows, 9, "away_from_goal")
+    assert got
+    for c in got:
+        ev = json.loads(c["evidence"])
+        assert ev["neg_hops"] is None or ev["neg_hops"] > ev["pos_hops"]
+
+
+def test_no_select_option_is_clicked(mined):
+    # Options of a native select are chosen through the select, never clicked on their own.
+    rows = mined[2]
+    assert not [c for c in rows if c["action_neg"].startswith("click(") and c["op_neg"] == "click"
+                and "option" in c["evidence"] and "'option'" in c["evidence"]]
+
+
+def test_no_graph_ablation(agentlab_run, tmp_path, scripted_llm):
+    import shutil
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(agentlab_run / "trajectories.parquet", run / "trajectories.parquet")   # no graphs at all
+    stats = mine(run, MineConfig(budget=50, seed=1, no_graph=True), scripted_llm)
+    rows = pq.read_table(run / "candidates.parquet").to_pylist()
+    assert rows and {c["mode"] for c in rows} == {"no_graph"}
+    assert stats.extra["audit"]["hallucinated_targets"] == 0
+    assert all(json.loads(c["evidence"]).get("distance", "page") == "page" for c in rows)
+    with pytest.raises(FileNotFoundError, match="graph.build"):
+        mine(run, MineConfig(budget=5))
+
+
+def test_single_axis_variant(agentlab_run, tmp_path, mined, scripted_llm):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(agentlab_run, run)
+    mine(run, MineConfig(budget=50, axes=("temporal",)), scripted_llm)
+    rules = {c["rule"] for c in pq.read_table(run / "candidates.parquet").to_pylist()}
+    assert rules == {"repeat_past", "act_too_early"}
