@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import random
+import socket
 import sys
 import time
 from collections import defaultdict
@@ -247,20 +248,61 @@ def build_request(messages: list[dict], config: LLMConfig) -> dict:
 
 
 def parse_response(body: dict, price: tuple[float, float] = (0.0, 0.0)) -> ChatResult:
-    """A chat-completions response body as a ``ChatResult`` (raises ``MalformedResponse``)."""
+    """A chat-completions response body as a ``ChatResult``.
+
+    Raises ``MalformedResponse`` for anything that is not a chat completion -- whatever its
+    shape (choices that are not objects, an ``index`` that is not a distinct integer, content
+    that is neither a string nor null, ``usage`` that is not an object of integer counts) -- and
+    never another exception: the client retries it, then reports an infrastructure failure, and
+    a cache entry that fails here is a miss."""
+    try:
+        return _parse_response(body, price)
+    except MalformedResponse:
+        raise
+    except Exception as e:          # a shape we did not foresee is still a malformed body
+        raise MalformedResponse(f"not a chat completion: {type(e).__name__}: {e}") from e
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_response(body, price: tuple[float, float]) -> ChatResult:
     if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"]:
         raise MalformedResponse("response has no 'choices'")
-    texts, reasons = [], []
-    for choice in sorted(body["choices"], key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0):
-        message = choice.get("message") if isinstance(choice, dict) else None
-        if not isinstance(message, dict):
+    indexed = []
+    for position, choice in enumerate(body["choices"]):
+        if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
             raise MalformedResponse("a choice has no 'message'")
-        texts.append(message.get("content") or "")   # null content (refusal, tool call) reads as ''
-        reasons.append(choice.get("finish_reason") or "")
-    usage = body.get("usage") or {}
-    p_tok, c_tok = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-    return ChatResult(texts=texts, finish_reasons=reasons, prompt_tokens=p_tok, completion_tokens=c_tok,
-                      cost_usd=cost_usd(p_tok, c_tok, price), model=str(body.get("model") or ""))
+        index = choice.get("index", position)
+        if not _is_int(index):
+            raise MalformedResponse(f"a choice's 'index' is not an integer: {index!r:.40}")
+        content = choice["message"].get("content")
+        if content is not None and not isinstance(content, str):
+            raise MalformedResponse(f"a choice's content is a {type(content).__name__}, not a string")
+        reason = choice.get("finish_reason")
+        if reason is not None and not isinstance(reason, str):
+            raise MalformedResponse(f"a choice's finish_reason is a {type(reason).__name__}, not a string")
+        # null content (a refusal, a tool call) reads as ''
+        indexed.append((index, content or "", reason or ""))
+    if len({i for i, _, _ in indexed}) != len(indexed):
+        raise MalformedResponse("two choices share an 'index'")
+    indexed.sort(key=lambda c: c[0])
+    usage = body.get("usage")
+    usage = {} if usage is None else usage
+    if not isinstance(usage, dict):
+        raise MalformedResponse(f"'usage' is a {type(usage).__name__}, not an object")
+    tokens = []
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(name)
+        value = 0 if value is None else value
+        if not _is_int(value) or value < 0:
+            raise MalformedResponse(f"usage.{name} is not a count: {value!r:.40}")
+        tokens.append(value)
+    p_tok, c_tok = tokens
+    return ChatResult(texts=[t for _, t, _ in indexed], finish_reasons=[r for _, _, r in indexed],
+                      prompt_tokens=p_tok, completion_tokens=c_tok, cost_usd=cost_usd(p_tok, c_tok, price),
+                      model=str(body.get("model") or ""))
 
 
 def retry_after_s(headers) -> float | None:
@@ -294,7 +336,12 @@ class LLMClient:
 
     Nothing happens at construction beyond reading the key from the environment: the HTTP
     connection pool is opened by the first call (per event loop) and the local model is loaded
-    by the first local call. ``usage[stage]`` totals what each stage used."""
+    by the first local call. ``usage[stage]`` totals what each stage used.
+
+    A pool belongs to the event loop that opened it and is closed with that loop: by
+    ``aclose()`` (``async with client``, the sync ``chat``/``chat_many``), else when
+    ``asyncio.run`` (or any runner that shuts down async generators) ends the loop, else when
+    the client is next used from another loop."""
 
     def __init__(self, config: LLMConfig | None = None, **overrides):
         self.config = replace(config or LLMConfig(), **overrides).validate()
@@ -307,6 +354,7 @@ class LLMClient:
         self._loop = None
         self._sem: asyncio.Semaphore | None = None
         self._http = None
+        self._http_lifetime = None
         self._rng = random.Random()
 
     def __repr__(self) -> str:
@@ -320,11 +368,32 @@ class LLMClient:
         # fresh loop per call, so rebuild both when the loop changes.
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
+            self._discard_http()
             self._loop = loop
             self._sem = asyncio.Semaphore(self.config.concurrency)
-            self._http = None
 
-    def _client(self):
+    def _discard_http(self) -> None:
+        """Close the previous loop's pool (normally already closed with its loop)."""
+        http, old_loop, self._http, self._http_lifetime = self._http, self._loop, None, None
+        if http is None or http.is_closed:
+            return
+        if old_loop is not None and old_loop.is_running() and not old_loop.is_closed():
+            asyncio.run_coroutine_threadsafe(http.aclose(), old_loop)   # alive on another thread
+            return
+        # Its loop ended without shutting down async generators (a hand-run loop): transports
+        # cannot be closed through a closed loop, so shut their sockets down (the server sees
+        # the connections end now; the descriptors go with the garbage collector).
+        try:
+            for conn in http._transport._pool.connections:
+                stream = getattr(conn._connection, "_network_stream", None)
+                sock = stream.get_extra_info("socket") if stream is not None else None
+                if sock is not None and sock.fileno() != -1:
+                    sock.shutdown(socket.SHUT_RDWR)
+        except Exception as e:       # already reset by the peer, or httpx/httpcore internals changed
+            log.debug("could not shut down a stale HTTP pool: %r", e)
+        log.debug("discarded an HTTP pool whose event loop had ended")
+
+    async def _client(self):
         import httpx
 
         if self._http is None:
@@ -334,12 +403,16 @@ class LLMClient:
                 base_url=c.endpoint, headers=headers,
                 timeout=httpx.Timeout(c.timeout_s, connect=c.connect_timeout_s),
                 limits=httpx.Limits(max_connections=c.concurrency, max_keepalive_connections=c.concurrency))
+            # The loop's runner closes open async generators before it closes the loop
+            # (``asyncio.run`` does): this one then closes the pool on its own loop.
+            self._http_lifetime = _closed_with_loop(self._http)
+            await self._http_lifetime.__anext__()
         return self._http
 
     async def aclose(self) -> None:
         if self._http is not None:
             await self._http.aclose()
-            self._http = None
+            self._http = self._http_lifetime = None
 
     async def __aenter__(self) -> "LLMClient":
         return self
@@ -418,8 +491,9 @@ class LLMClient:
 
         try:
             model = await asyncio.to_thread(load_local_model, self.config.local_model_dir())
-            self.requests_sent += 1
-            return await asyncio.to_thread(model.complete, payload), 1, None
+            async with self._sem:     # --concurrency bounds local generations too
+                self.requests_sent += 1
+                return await asyncio.to_thread(model.complete, payload), 1, None
         except (ValueError, FileNotFoundError, RuntimeError, MemoryError) as e:
             return None, 1, f"local_error: {type(e).__name__}: {e}"
 
@@ -428,7 +502,7 @@ class LLMClient:
         Returns (response body, attempts, error)."""
         import httpx
 
-        cfg, http, error = self.config, self._client(), "no attempt"
+        cfg, http, error = self.config, await self._client(), "no attempt"
         for attempt in range(cfg.max_retries + 1):
             wait = None
             try:
@@ -460,6 +534,13 @@ class LLMClient:
                         attempt + 1, cfg.max_retries + 1, error, wait)
             await asyncio.sleep(wait)
         return None, cfg.max_retries + 1, f"{error} (after {cfg.max_retries + 1} attempts)"
+
+
+async def _closed_with_loop(http):
+    try:
+        yield
+    finally:
+        await http.aclose()
 
 
 def _run_sync(coro):

@@ -7,18 +7,22 @@ and an HTTP endpoint go through the same parsing, caching and accounting.
 
 Sampling follows the OpenAI parameters: ``temperature`` 0 is greedy, otherwise multinomial
 sampling with ``top_p`` and no top-k (transformers would otherwise apply top_k=50); ``seed``
-seeds torch's generator for that request only, so the same request gives the same answer;
-``n`` returns that many choices; ``max_tokens`` bounds each choice.
+seeds torch's generator for that request only, so the same request gives the same answer, and a
+request without one is seeded from OS randomness (a fresh sample every call); either way the
+process's global RNG is left as it was. ``n`` returns that many choices; ``max_tokens`` bounds
+each choice. ``check_request`` validates a request body (``ValueError`` for a bad one).
 """
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 import uuid
 from pathlib import Path
 
 DEFAULT_MAX_TOKENS = 256
+MAX_N = 128                  # OpenAI's limit on choices per request
 
 _loaded: dict[Path, "LocalModel"] = {}
 _load_lock = threading.Lock()
@@ -53,8 +57,43 @@ def _check_messages(messages) -> list[dict]:
     for m in messages:
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
             raise ValueError("each message needs 'role' and 'content'")
+        if not isinstance(m["role"], str):
+            raise ValueError("a message's 'role' must be a string")
         out.append({"role": m["role"], "content": _text_of(m["content"])})
     return out
+
+
+def _number(payload: dict, name: str, default, kind=float, low=None, high=None):
+    """``payload[name]`` (``default`` when absent or null) checked for type and range."""
+    value = payload.get(name)
+    if value is None:
+        return default
+    ok_type = isinstance(value, int) if kind is int else isinstance(value, (int, float))
+    if not ok_type or isinstance(value, bool):
+        raise ValueError(f"'{name}' must be {'an integer' if kind is int else 'a number'}, not {value!r:.40}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ValueError(f"'{name}' must be in [{low}, {'inf' if high is None else high}], not {value!r}")
+    return kind(value)
+
+
+def check_request(payload) -> dict:
+    """The sampling request in a chat-completions body, validated: ``messages`` (content as
+    text), ``n``, ``temperature``, ``top_p``, ``max_tokens``, ``seed``. Raises ``ValueError``
+    (an HTTP 400) for any field of the wrong type or out of range."""
+    if not isinstance(payload, dict):
+        raise ValueError("request body must be a JSON object")
+    if not isinstance(payload.get("stream", False), (bool, type(None))):
+        raise ValueError("'stream' must be a boolean")
+    if payload.get("stream"):
+        raise ValueError("streaming is not supported by this server")
+    max_tokens = payload.get("max_tokens")
+    key = "max_tokens" if max_tokens is not None else "max_completion_tokens"
+    return {"messages": _check_messages(payload.get("messages")),
+            "n": _number(payload, "n", 1, int, 1, MAX_N),
+            "temperature": _number(payload, "temperature", 1.0, float, 0.0),   # OpenAI's default
+            "top_p": _number(payload, "top_p", 1.0, float, 0.0, 1.0) or 1.0,
+            "max_tokens": _number(payload, key, DEFAULT_MAX_TOKENS, int, 1),
+            "seed": _number(payload, "seed", None, int, -2**63, 2**64 - 1)}
 
 
 class LocalModel:
@@ -86,14 +125,9 @@ class LocalModel:
         """Answer one chat-completions request body with a chat-completions response body."""
         import torch
 
-        messages = _check_messages(payload.get("messages"))
-        n = int(payload.get("n") or 1)
-        temperature = 1.0 if payload.get("temperature") is None else float(payload["temperature"])  # OpenAI's default
-        top_p = float(payload.get("top_p") or 1.0)
-        max_tokens = int(payload.get("max_tokens") or payload.get("max_completion_tokens") or DEFAULT_MAX_TOKENS)
-        seed = payload.get("seed")
-        if n < 1 or max_tokens < 1 or temperature < 0:
-            raise ValueError("n and max_tokens must be >= 1 and temperature >= 0")
+        request = check_request(payload)
+        messages, n, temperature = request["messages"], request["n"], request["temperature"]
+        top_p, max_tokens, seed = request["top_p"], request["max_tokens"], request["seed"]
 
         inputs = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
                                                     return_tensors="pt", return_dict=True)
@@ -105,9 +139,11 @@ class LocalModel:
             gen.update(do_sample=False, num_return_sequences=1)
         else:
             gen.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0, num_return_sequences=n)
+        # Sampling draws from torch's global generator, so seed it inside a fork that restores it:
+        # with the request's seed (same request, same answer) or, unseeded, from OS randomness
+        # (restoring the fork would otherwise replay one sample forever).
         with self._lock, torch.inference_mode(), torch.random.fork_rng(devices=[]):
-            if seed is not None:
-                torch.manual_seed(int(seed))
+            torch.manual_seed(seed if seed is not None else secrets.randbits(63))
             out = self.model.generate(**inputs, **gen)
 
         choices, completion_tokens = [], 0

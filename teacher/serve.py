@@ -8,6 +8,10 @@ Defaults to the embedded SmolLM2-135M-Instruct. Endpoints: ``POST /v1/chat/compl
 ``--base-url http://127.0.0.1:8011/v1 --model SmolLM2-135M-Instruct``, so every code path,
 the demo included, can run through the real HTTP client.
 
+A request that is not a valid chat completion (malformed JSON, a field of the wrong type or
+out of range, a bad ``Content-Length``) is answered 400 with an OpenAI error body, so clients
+do not retry it; only a fault while answering a valid request is a 500.
+
 A threaded stdlib HTTP server is enough: one model answers one request at a time (generation
 holds a lock), and a handful of connections wait their turn. For throughput use vLLM or SGLang.
 """
@@ -22,13 +26,18 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from teacher.local import check_request
+
 log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 32 * 1024 * 1024     # a chat request far beyond any context window is refused
 
 
 class ChatServer(ThreadingHTTPServer):
     """An OpenAI-protocol server around ``complete(request_body) -> response_body``.
 
-    ``complete`` raises ``ValueError`` for a request it cannot answer (HTTP 400)."""
+    Requests are validated (``teacher.local.check_request``) before ``complete`` sees them;
+    ``complete`` raises ``ValueError`` for a request it still cannot answer (HTTP 400)."""
 
     daemon_threads = True
     request_queue_size = 128        # the stdlib default (5) refuses bursts of new connections
@@ -71,7 +80,16 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         self.send_json(status, {"error": {"message": message, "type": kind, "code": status}})
 
     def read_json(self) -> dict:
-        length = int(self.headers.get("Content-Length") or 0)
+        """The request body as a JSON object (``ValueError`` for anything else)."""
+        raw = self.headers.get("Content-Length") or "0"
+        try:
+            length = int(raw)
+        except ValueError:
+            length = -1
+        if not 0 <= length <= MAX_BODY_BYTES:
+            # The body's end is unknown (or not worth reading): answer, then drop the connection.
+            self.close_connection = True
+            raise ValueError(f"bad Content-Length {raw[:40]!r} (0 to {MAX_BODY_BYTES} bytes)")
         body = json.loads(self.rfile.read(length) or b"null")
         if not isinstance(body, dict):
             raise ValueError("request body must be a JSON object")
@@ -94,10 +112,9 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             return
         try:
             request = self.read_json()
-            if request.get("stream"):
-                raise ValueError("streaming is not supported by this server")
+            check_request(request)
             response = self.server.complete(request)
-        except ValueError as e:            # includes JSON decoding errors
+        except ValueError as e:            # a bad request, JSON decoding errors included
             self.send_error_json(400, str(e))
         except Exception as e:             # a server fault: the client retries 5xx
             log.exception("completion failed")

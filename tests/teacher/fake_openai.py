@@ -4,7 +4,8 @@ finds the top-level one).
 
 Each POST takes the next fault from ``server.faults`` (then answers normally): ``"500"``,
 ``"429:SECONDS"`` (with Retry-After), ``"401"``, ``"hang"`` (accept, never answer),
-``"garbage"`` (200 with a truncated JSON body), ``"empty"`` (200, choices without content).
+``"garbage"`` (200 with a truncated JSON body), ``"empty"`` (200, choices without content), or a
+dict (200 with that JSON body: a well-formed JSON that is not a chat completion).
 The server counts requests, in-flight peaks and the Authorization headers it saw.
 """
 
@@ -41,7 +42,9 @@ class FaultHandler(OpenAIHandler):
             srv.bodies.append(request)
             if srv.delay_s:
                 time.sleep(srv.delay_s)
-            if fault == "hang":
+            if isinstance(fault, dict):
+                self.send_json(200, fault)
+            elif fault == "hang":
                 self.close_connection = True
                 srv.release.wait(30)
             elif fault.startswith("429"):

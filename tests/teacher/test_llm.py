@@ -6,16 +6,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import email.utils
+import gc
 import json
 import logging
 import multiprocessing
 import socket
+import threading
 import time
 import uuid
+import warnings
 
 import pytest
 
-from fake_openai import fault_server  # noqa: F401  (fixture)
+from fake_openai import echo_completion, fault_server  # noqa: F401  (fixture)
 from teacher.cache import ResponseCache, request_key
 from teacher.cost import UsageTotals, price_for
 from teacher.llm import (ChatResult, InfraError, LLMClient, LLMConfig, MalformedResponse, build_request,
@@ -67,6 +70,43 @@ def test_parse_response_orders_choices_and_prices_usage():
     for bad in ({}, {"choices": []}, {"choices": [{"index": 0}]}, ["not", "a", "dict"]):
         with pytest.raises(MalformedResponse):
             parse_response(bad)
+
+
+def _choice(index=0, content="ok", **kw) -> dict:
+    return {"index": index, "message": {"role": "assistant", "content": content}, "finish_reason": "stop", **kw}
+
+
+# 200 bodies that are JSON but not chat completions; each once crashed the client.
+MALFORMED_BODIES = {
+    "usage a list": {"choices": [_choice()], "usage": [1]},
+    "usage a string": {"choices": [_choice()], "usage": "lots"},
+    "tokens a string": {"choices": [_choice()], "usage": {"prompt_tokens": "12", "completion_tokens": 1}},
+    "tokens a float": {"choices": [_choice()], "usage": {"prompt_tokens": 1.5, "completion_tokens": 1}},
+    "tokens a bool": {"choices": [_choice()], "usage": {"prompt_tokens": True, "completion_tokens": 1}},
+    "tokens negative": {"choices": [_choice()], "usage": {"prompt_tokens": -3, "completion_tokens": 1}},
+    "index of mixed types": {"choices": [_choice(0), _choice("1")]},
+    "index a list": {"choices": [_choice([0])]},
+    "index repeated": {"choices": [_choice(0), _choice(0)]},
+    "content a number": {"choices": [_choice(content=5)]},
+    "content a list": {"choices": [_choice(content=["part"])]},
+    "finish_reason a dict": {"choices": [_choice(finish_reason={"x": 1})]},
+    "message a string": {"choices": [{"index": 0, "message": "hi"}]},
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED_BODIES.values(), ids=MALFORMED_BODIES.keys())
+def test_parse_response_turns_any_shape_error_into_malformed_response(body):
+    with pytest.raises(MalformedResponse):
+        parse_response(body, (1.0, 1.0))
+
+
+def test_parse_response_accepts_what_real_servers_send():
+    # no index, no usage, null content and null finish_reason are all valid chat completions
+    r = parse_response({"choices": [{"message": {"content": "a"}}, {"message": {"content": None},
+                                                                     "finish_reason": None}]})
+    assert (r.texts, r.finish_reasons, r.prompt_tokens) == (["a", ""], ["", ""], 0)
+    r = parse_response({"choices": [_choice()], "usage": {"prompt_tokens": 5, "completion_tokens": None}})
+    assert (r.prompt_tokens, r.completion_tokens) == (5, 0)
 
 
 def test_retry_after_in_seconds_milliseconds_and_http_date():
@@ -174,6 +214,36 @@ def test_malformed_json_is_retried_then_reported(fault_server, tmp_path):
 
 
 @pytest.mark.timeout(30)
+def test_malformed_200_bodies_are_retried_and_never_crash_a_batch(fault_server, tmp_path):
+    bad = list(MALFORMED_BODIES.values())
+    batch = [[{"role": "user", "content": f"q{i}"}] for i in range(len(bad))]
+    # Each bad body is sent once, to whichever attempt comes first; every request then ends
+    # with an answer, after len(bad) retries in all.
+    client = LLMClient(config_for(fault_server, tmp_path, max_retries=len(bad)))
+    fault_server.faults = list(bad)
+    results = client.chat_many(batch, stage="teacher.verify")
+    assert all(r.ok for r in results) and [r.text for r in results] == [f"echo[0] q{i}" for i in range(len(bad))]
+    assert sum(r.attempts for r in results) == 2 * len(bad) == fault_server.requests
+    # A server that keeps answering nonsense: an infrastructure failure, never an exception.
+    fault_server.faults = [MALFORMED_BODIES["usage a list"], MALFORMED_BODIES["index of mixed types"]]
+    r = LLMClient(config_for(fault_server, tmp_path, max_retries=1)).chat(MSG, stage="teacher.verify")
+    assert not r.ok and r.infra_error.startswith("malformed_response") and "2 attempts" in r.infra_error
+
+
+@pytest.mark.timeout(30)
+def test_corrupt_cache_entry_is_a_miss_answered_afresh(fault_server, tmp_path):
+    cfg = config_for(fault_server, tmp_path)
+    key = request_key(build_request(MSG, cfg), cfg.endpoint)
+    cache = ResponseCache(cfg.cache_dir)
+    for n, body in enumerate(MALFORMED_BODIES.values(), 1):
+        cache.put(key, build_request(MSG, cfg), body)    # a foreign or hand-edited entry
+        r = LLMClient(cfg).chat(MSG)
+        assert r.ok and not r.cached and r.text == "echo[0] click('12')?" and fault_server.requests == n
+    again = LLMClient(cfg).chat(MSG)                     # the fresh answer replaced the entry
+    assert again.cached and fault_server.requests == len(MALFORMED_BODIES)
+
+
+@pytest.mark.timeout(30)
 def test_client_errors_are_not_retried_and_connection_refused_is_infra(fault_server, tmp_path):
     fault_server.faults = ["401"]
     r = LLMClient(config_for(fault_server, tmp_path)).chat(MSG)
@@ -216,6 +286,65 @@ def test_concurrency_limit_holds_at_the_server(fault_server, tmp_path):
     assert 2 <= fault_server.peak <= 4
 
 
+class _SlowLocalModel:
+    """Stands in for ``teacher.local.LocalModel``: counts generations running at once."""
+
+    def __init__(self):
+        self.lock, self.inflight, self.peak = threading.Lock(), 0, 0
+
+    def complete(self, payload: dict) -> dict:
+        with self.lock:
+            self.inflight += 1
+            self.peak = max(self.peak, self.inflight)
+        time.sleep(0.05)
+        with self.lock:
+            self.inflight -= 1
+        return echo_completion(payload)
+
+
+@pytest.mark.timeout(30)
+def test_local_backend_honours_the_concurrency_limit(tmp_path, monkeypatch):
+    model = _SlowLocalModel()
+    monkeypatch.setattr("teacher.local.load_local_model", lambda path: model)
+    client = LLMClient(LLMConfig(model=str(tmp_path), concurrency=2, no_cache=True))
+    results = client.chat_many([[{"role": "user", "content": str(i)}] for i in range(12)])
+    assert [r.text for r in results] == [f"echo[0] {i}" for i in range(12)] and client.requests_sent == 12
+    assert model.peak == 2, f"{model.peak} local generations ran at once with --concurrency 2"
+
+
+@pytest.mark.timeout(30)
+def test_connection_pool_is_closed_with_its_event_loop(fault_server, tmp_path):
+    """Async callers that never ``aclose()`` (one ``asyncio.run`` per batch) leak no sockets."""
+    client = LLMClient(config_for(fault_server, tmp_path, no_cache=True))
+    pools = []
+
+    async def batch(i):
+        results = await client.achat_many([[{"role": "user", "content": f"{i}.{j}"}] for j in range(3)])
+        pools.append(client._http)
+        return results
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            assert all(r.ok for r in asyncio.run(batch(i)))
+        assert len({id(p) for p in pools}) == 3 and all(p.is_closed for p in pools)
+        del pools[:]
+        gc.collect()
+    unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert not unclosed, unclosed
+
+    # A hand-run loop closed without shutting down async generators: the next loop shuts the
+    # stale pool's connections down itself (a closed loop can no longer close its transports).
+    loop = asyncio.new_event_loop()
+    assert loop.run_until_complete(client.achat(MSG)).ok
+    stale = [c._connection._network_stream.get_extra_info("socket") for c in client._http._transport._pool.connections]
+    loop.close()
+    assert asyncio.run(client.achat(MSG, seed=1)).ok
+    assert len(stale) == 1
+    with stale[0].dup() as s:
+        assert s.recv(1, socket.MSG_DONTWAIT) == b"", "the stale connection is still open"
+
+
 def test_sync_chat_works_inside_a_running_event_loop(fault_server, tmp_path):
     client = LLMClient(config_for(fault_server, tmp_path))
 
@@ -251,23 +380,33 @@ def test_api_key_never_appears_in_logs_files_or_reprs(fault_server, tmp_path, mo
     key = f"sk-surfprm-test-{uuid.uuid4().hex}"
     monkeypatch.setenv("SURFPRM_TEST_KEY", key)
     caplog.set_level(logging.DEBUG)            # httpx/httpcore debug lines included
+    run_log = logging.FileHandler(tmp_path / "run.log", encoding="utf-8")   # a run's log file
+    logging.getLogger().addHandler(run_log)
     cfg = config_for(fault_server, tmp_path, api_key_env="SURFPRM_TEST_KEY", timeout_s=0.3, max_retries=1)
-    client = LLMClient(cfg)
-    fault_server.faults = ["429:0", "500", "hang", "garbage", "401"]
-    results = [client.chat(MSG, seed=s) for s in range(4)]
+    try:
+        client = LLMClient(cfg)
+        fault_server.faults = ["429:0", "500", "hang", "garbage", "401"]
+        results = [client.chat(MSG, seed=s) for s in range(4)]
+    finally:
+        logging.getLogger().removeHandler(run_log)
+        run_log.close()
     assert fault_server.auth[0] == f"Bearer {key}", "the key must reach the server"
-    # 429 then 500 | hang then garbage | 401 (echoing the key) | an answer
+    # 429 then 500 | hang then garbage | 401 (the server echoes the key) | an answer
     assert [r.ok for r in results] == [False, False, False, True]
     assert "http_401" in results[2].infra_error and "***" in results[2].infra_error
-    stats = tmp_path / "stats.json"
-    stats.write_text(json.dumps({"teacher.verify": {"llm": client.usage["default"].as_dict()}}))
     out, err = capfd.readouterr()
+    # The echoed key did reach the client's logs -- masked: this grep has something to find.
+    assert "http_401: " in caplog.text and "***" in caplog.text
     texts = [caplog.text, out, err, repr(cfg), repr(client), str(cfg.__dict__),
              *(r.infra_error or "" for r in results), *(repr(r) for r in results)]
-    assert caplog.text, "the retries should have been logged"
     for text in texts:
         assert key not in text
-    files = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert len(files) >= 2
+    # Every file the run wrote: the log file and the cache entry of the one answer (with the
+    # full request beside it); nothing here was written by the test itself.
+    files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    cache_files = [p for p in files if p.suffix == ".json"]
+    assert files == sorted([tmp_path / "run.log", *cache_files]) and len(cache_files) == 1
+    assert json.loads(cache_files[0].read_text())["request"]["messages"] == MSG
+    assert "***" in (tmp_path / "run.log").read_text()
     for path in files:
         assert key.encode() not in path.read_bytes(), path

@@ -43,12 +43,14 @@ def test_no_configuration_means_the_embedded_model_in_process(embedded, tmp_path
     a = client.chat(MSG, temperature=0.9, seed=3, n=2)
     b = client.chat(MSG, temperature=0.9, seed=3, n=2)
     c = client.chat(MSG, temperature=0.9, seed=4, n=2)
+    unseeded = [client.chat(MSG, temperature=1.0, seed=None).text for _ in range(3)]
     assert torch.equal(rng_before, torch.random.get_rng_state()), "a request must not reseed the process"
     assert a.texts == b.texts and len(a.texts) == 2, "same request, same seed: same answer"
     assert a.texts != c.texts, "another seed samples another answer"
+    assert len(set(unseeded)) > 1, f"unseeded sampling repeats itself: {unseeded}"
     greedy = client.chat(MSG, temperature=0.0, n=2, max_tokens=4)
     assert greedy.texts[0] == greedy.texts[1] and greedy.finish_reasons == ["length", "length"]
-    assert greedy.completion_tokens == 8 and client.requests_sent == 4
+    assert greedy.completion_tokens == 8 and client.requests_sent == 7
 
 
 def _free_port() -> int:
