@@ -384,13 +384,18 @@ class LLMClient:
         # cannot be closed through a closed loop, so shut their sockets down (the server sees
         # the connections end now; the descriptors go with the garbage collector).
         try:
-            for conn in http._transport._pool.connections:
+            connections = list(http._transport._pool.connections)
+        except AttributeError as e:      # httpx/httpcore internals changed: the GC closes them
+            log.debug("could not reach a stale HTTP pool: %r", e)
+            connections = []
+        for conn in connections:
+            try:
                 stream = getattr(conn._connection, "_network_stream", None)
                 sock = stream.get_extra_info("socket") if stream is not None else None
                 if sock is not None and sock.fileno() != -1:
                     sock.shutdown(socket.SHUT_RDWR)
-        except Exception as e:       # already reset by the peer, or httpx/httpcore internals changed
-            log.debug("could not shut down a stale HTTP pool: %r", e)
+            except (AttributeError, OSError) as e:    # never connected, or already reset by the peer
+                log.debug("could not shut down a stale connection: %r", e)
         log.debug("discarded an HTTP pool whose event loop had ended")
 
     async def _client(self):
