@@ -4,6 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 RUN ?= runs/demo
+BUDGET ?= 60
 MODEL_DIR := .cache/models/SmolLM2-135M-Instruct
 CHROMIUM := /usr/lib/chromium/chromium
 
@@ -40,6 +41,7 @@ $(CHROMIUM):
 run: setup
 	$(PY) -m data.ingest --source canonical --input data/bundled/agentlab_workarena.parquet --out $(RUN)
 	$(PY) -m graph.build --run $(RUN)
+	$(PY) -m proposals.mine --run $(RUN) --budget $(BUDGET)
 	@echo "run directory: $(RUN)"
 
 test: setup

@@ -4,7 +4,8 @@
 
 With a Prefect server running (``prefect server start --host 127.0.0.1 --port 4200`` and
 ``PREFECT_API_URL=http://127.0.0.1:4200/api``), this process serves the deployments below; run
-one with e.g. ``prefect deployment run 'build-graphs/default' --param run=runs/demo --watch``.
+one with e.g. ``prefect deployment run 'build-graphs/default' --param run=runs/demo --watch``
+(also ``propose-negatives/default``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import sys
 from prefect import serve
 
 from flows.build_graphs import build_graphs_flow
+from flows.propose_negatives import propose_negatives_flow
 
 
 def deployments():
     """Every deployment this project serves (name 'default' each)."""
     return [
         build_graphs_flow.to_deployment(name="default", parameters={"run": "runs/demo"}),
+        propose_negatives_flow.to_deployment(name="default", parameters={"run": "runs/demo", "budget": 200}),
     ]
 
 

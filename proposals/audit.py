@@ -44,16 +44,9 @@ def summarize(pairs: list[dict]) -> dict:
     }
 
 
-def audit_candidates(cands: list[dict], obs_by_key: dict) -> dict:
-    """Pool and sample summaries, plus a re-check of every negative's bid against O_t."""
-    hallucinated = 0
-    bids_of: dict = {}
-    for c in cands:
-        key = (c["traj_id"], c["step_idx"])
-        if key not in bids_of:
-            row = obs_by_key[key]
-            bids_of[key] = set(parse_axtree(row["observation"], row["obs_format"]).by_bid())
-        hallucinated += c["neg_bid"] not in bids_of[key]
+def audit_candidates(cands: list[dict], hallucinated: int) -> dict:
+    """Pool and sample summaries; ``hallucinated`` counts written negatives whose target is not
+    an element of their observation (checked by the miner against O_t)."""
     return {"pool": summarize(cands), "sample": summarize([c for c in cands if c["sampled"]]),
             "hallucinated_targets": hallucinated,
             "axes_of_rules": AXIS_OF}

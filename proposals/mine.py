@@ -16,10 +16,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import multiprocessing
+import os
 import random
 import sys
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,6 +78,7 @@ class _Pending:
     positive_value: str | None = None
     also_fired: list = field(default_factory=list)
     infra: str | None = None         # the LLM layer's infrastructure error, when no answer came
+    neg_in_obs: bool = True          # the negative's bid is an element of O_t (audited)
 
 
 def load_rows(run: RunDir) -> list[dict]:
@@ -121,6 +125,11 @@ class Miner:
             d = self.run.root / "graphs" / site_dirname(site)
             self._graphs[site] = GraphIndex(d) if (d / "nodes.parquet").exists() else None
         return self._graphs[site]
+
+    @staticmethod
+    def slim(row: dict) -> dict:
+        """The fields of a step that travel with its candidates (no observation text)."""
+        return {k: row[k] for k in ("site", "task_id", "traj_id", "step_idx", "intent", "source_path")}
 
     def drop(self, reason: str, row: dict, detail: str, rule: str | None = None) -> None:
         self.drops[reason] += 1
@@ -207,7 +216,8 @@ class Miner:
                     continue
                 bid = bids[0]
                 ax = by_bid[bid]
-                p = _Pending(row, pos_str, ctx.pos_kind, ctx.pos_bid, ctx.pos_node, rule, prop, "")
+                p = _Pending(self.slim(row), pos_str, ctx.pos_kind, ctx.pos_bid, ctx.pos_node, rule, prop, "",
+                             neg_in_obs=bid in by_bid)
                 if prop.action is not None:            # a demonstrated action, replayed here
                     action = prop.action.with_bid(bid)
                     p.op, p.value, p.value_source = action.op, action.value, "action"
@@ -296,7 +306,20 @@ class Miner:
         return client.usage[STAGE].as_dict() if STAGE in client.usage else {}
 
 
-def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None) -> StageStats:
+_ROWS_BY_TRAJ: dict[str, list[dict]] | None = None   # set in the parent, inherited by forked workers
+
+
+def _mine_chunk(args):
+    run_root, config, trajs = args
+    miner = Miner(RunDir(run_root), config)
+    pending = []
+    for traj in trajs:
+        pending += miner.trajectory(_ROWS_BY_TRAJ[traj])
+    return pending, miner.drops, miner.rejects, miner.proposed, miner.steps
+
+
+def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
+         workers: int | None = None) -> StageStats:
     """Mine the full candidate pool of a run; write ``candidates.parquet`` and the audit."""
     config = config or MineConfig()
     run = RunDir(run_dir)
@@ -310,19 +333,43 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None)
     by_traj: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by_traj[r["traj_id"]].append(r)
+    trajs = []
+    for traj in sorted(by_traj):
+        by_traj[traj].sort(key=lambda r: r["step_idx"])
+        if by_traj[traj][0]["success"]:
+            trajs.append(traj)
     miner = Miner(run, config)
     pending: list[_Pending] = []
-    for traj in sorted(by_traj):
-        steps = sorted(by_traj[traj], key=lambda r: r["step_idx"])
-        if not steps[0]["success"]:
-            continue
-        pending += miner.trajectory(steps)
+    workers = min(workers or os.cpu_count() or 1, max(len(trajs) // 8, 1))
+    if workers > 1:
+        # Workers are forked with the rows in memory (no observation text is pickled), mine
+        # contiguous chunks of trajectories and send back slim results; chunk order keeps the
+        # output identical to a single-process run.
+        global _ROWS_BY_TRAJ
+        _ROWS_BY_TRAJ = by_traj
+        n = workers * 4
+        chunks = [trajs[i * len(trajs) // n:(i + 1) * len(trajs) // n] for i in range(n)]
+        try:
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                for part, drops, rejects, proposed, steps in pool.map(
+                        _mine_chunk, [(str(run.root), config, c) for c in chunks if c]):
+                    pending += part
+                    miner.drops.update(drops)
+                    miner.rejects += rejects
+                    miner.proposed += proposed
+                    miner.steps.update(steps)
+        finally:
+            _ROWS_BY_TRAJ = None
+    else:
+        for traj in trajs:
+            pending += miner.trajectory(by_traj[traj])
     if llm_config is None:
         from teacher.llm import LLMConfig
         llm_config = LLMConfig()
     usage = miner.complete_fills(pending, llm_config)
 
     cands = []
+    hallucinated = 0
     seen: dict[tuple, set] = defaultdict(set)
     for p in pending:
         row = p.row
@@ -347,6 +394,8 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None)
         seen[key].add(neg)
         pos = parse_action(p.ctx_pos)
         gmcp = p.pos_kind == "element" and pos.op == action.op
+        # Audit: the written action must target the grounded bid, an element of O_t.
+        hallucinated += (not p.neg_in_obs) or parse_action(neg).bid != bid
         cands.append({
             "pair_id": _pair_id(row, p.rule, neg), "site": row["site"], "traj_id": row["traj_id"],
             "task_id": row["task_id"], "step_idx": row["step_idx"], "rule": p.rule, "axis": AXIS_OF[p.rule],
@@ -363,12 +412,11 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None)
     atomic_write_parquet(run.root / "candidates.parquet", table(cands, CANDIDATE_SCHEMA))
 
     stats = StageStats(STAGE, n_in=miner.proposed, n_out=len(cands), rejected=miner.drops)
-    obs_by_key = {(r["traj_id"], r["step_idx"]): r for r in rows}
     stats.extra = {
         "config": {"budget": config.budget, "seed": config.seed, "axes": list(config.axes),
                    "no_graph": config.no_graph, "params": {k: getattr(config.params, k) for k in config.params.__slots__}},
         "steps": dict(miner.steps),
-        "audit": audit_candidates(cands, obs_by_key),
+        "audit": audit_candidates(cands, hallucinated),
         "llm": usage,
         "seconds": round(time.perf_counter() - t0, 2),
     }
@@ -407,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--axes", default=",".join(AXES), help="comma-separated subset of spatial,temporal,spatiotemporal")
     ap.add_argument("--no-graph", action="store_true", help="mine from the local observation and trajectory only")
+    ap.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
     for name, f in Params.__dataclass_fields__.items():
         ap.add_argument(f"--{name.replace('_', '-')}", type=type(f.default), default=f.default)
     LLMConfig.add_args(ap, prefix="fill-")   # the model that completes fill values
@@ -419,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     params = Params(**{name: getattr(args, name) for name in Params.__dataclass_fields__})
     config = MineConfig(budget=args.budget, seed=args.seed, axes=axes, no_graph=args.no_graph, params=params)
     try:
-        stats = mine(args.run, config, LLMConfig.from_args(args, prefix="fill-"))
+        stats = mine(args.run, config, LLMConfig.from_args(args, prefix="fill-"), workers=args.workers)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -75,4 +75,17 @@ def test_deployments_are_declared():
     from flows.serve import deployments
 
     names = {(d.flow_name, d.name) for d in deployments()}
-    assert ("build-graphs", "default") in names
+    assert {("build-graphs", "default"), ("propose-negatives", "default")} <= names
+
+
+@pytest.mark.slow
+def test_propose_negatives_flow(prefect_harness, sample_run):
+    from flows.build_graphs import build_graphs_flow
+    from flows.propose_negatives import propose_negatives_flow
+
+    build_graphs_flow(run=str(sample_run))
+    stats = propose_negatives_flow(run=str(sample_run), budget=30, axes=["temporal"])
+    assert stats["out"] > 0 and stats["in"] == stats["out"] + sum(stats["rejected"].values())
+    rows = pq.read_table(sample_run / "candidates.parquet").to_pylist()
+    assert sum(r["sampled"] for r in rows) == min(30, len(rows))
+    assert {r["axis"] for r in rows} == {"temporal"}
