@@ -1,0 +1,161 @@
+"""The dataset card of a run: ``RUN/README.md`` in the Hugging Face format.
+
+    python -m data.card --run RUN [--license apache-2.0]
+
+A YAML header (license, language, task categories, tags, size category, one ``configs`` entry
+per file that exists with its ``data_files``, and ``dataset_info`` features derived from each
+file's pinned Parquet schema), then what the data is, how it was made (counts per stage from
+``stats.json``), how to load and train on it, and its limits. Written from the files alone:
+the same run gives the same card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+
+from data.rundir import RunDir, atomic_write_text
+
+# (config name, split -> path relative to the run directory)
+CONFIGS = [
+    ("preferences", {"train": "preferences.parquet"}),
+    ("trl", {"train": "export/trl/train.parquet", "test": "export/trl/test.parquet"}),
+    ("webprmbench", {"test": "export/webprmbench.parquet"}),
+    ("discarded", {"train": "discarded.parquet"}),
+]
+
+
+def _size_category(n: int) -> str:
+    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K")):
+        if n < limit:
+            return name
+    return "100K<n<1M"
+
+
+def _features(path: Path) -> list | None:
+    """The file's schema as a Hugging Face ``features`` list (None if datasets cannot say)."""
+    import datasets
+
+    try:
+        return datasets.Features.from_arrow_schema(pq.read_schema(path))._to_yaml_list()
+    except Exception:       # a private helper of datasets; the card stays valid without features
+        return None
+
+
+def header(run_dir: str | Path, license: str = "apache-2.0") -> dict:
+    """The card's YAML header as a dict."""
+    root = Path(run_dir)
+    configs, infos = [], []
+    for name, files in CONFIGS:
+        present = {split: rel for split, rel in files.items() if (root / rel).exists()}
+        if not present:
+            continue
+        configs.append({"config_name": name,
+                        "data_files": [{"split": s, "path": p} for s, p in present.items()],
+                        **({"default": True} if name == "preferences" else {})})
+        splits = [{"name": s, "num_examples": pq.read_metadata(root / p).num_rows} for s, p in present.items()]
+        info = {"config_name": name, "splits": splits}
+        feats = _features(root / next(iter(present.values())))
+        if feats is not None:
+            info = {"config_name": name, "features": feats, "splits": splits}
+        infos.append(info)
+    n = pq.read_metadata(root / "preferences.parquet").num_rows if (root / "preferences.parquet").exists() else 0
+    return {"license": license, "language": ["en"], "pretty_name": f"surfPRM process preferences ({root.name})",
+            "task_categories": ["text-generation", "text-classification"],
+            "tags": ["process-reward-model", "web-agents", "preference", "browsergym", "surfprm"],
+            "size_categories": [_size_category(n)], "configs": configs, "dataset_info": infos}
+
+
+def _stage_line(stats: dict, stage: str, what: str) -> str:
+    s = stats.get(stage)
+    if not s:
+        return f"- `{stage}`: not run"
+    rej = ", ".join(f"{k} {v}" for k, v in sorted(s.get("rejected", {}).items())) or "none"
+    return f"- `{stage}` ({what}): in {s['in']}, out {s['out']}, rejected: {rej}"
+
+
+def body(run_dir: str | Path) -> str:
+    root = Path(run_dir)
+    stats = RunDir(root).read_stats()
+    v = stats.get("teacher.verify", {})
+    audit = stats.get("proposals.mine", {}).get("audit", {}).get("sample", {})
+    gmcp = f"{audit['gmcp_ratio']:.2%}" if "gmcp_ratio" in audit else "n/a"
+    return f"""
+# surfPRM process preferences: `{root.name}`
+
+Step-level preference pairs for training **comparative process reward models** for web agents,
+made by surfprm from demonstration trajectories, following *From
+Trajectories to Grounded Preferences: Process Preference Synthesis via Interaction Element
+Graphs for Web PRMs* (surfPRM). Each example is a state of a web task (intent, accessibility
+tree, action history, URLs), two candidate actions in random order (the demonstrated action and
+a grounded negative proposed by one of six rules on an Interaction Element Graph), the position
+of the better one (`label`), and a teacher model's judgment that agrees with it.
+
+## How it was made
+
+{_stage_line(stats, "ingest", "demonstration steps")}
+{_stage_line(stats, "graph.build", "steps mapped to the Interaction Element Graphs")}
+{_stage_line(stats, "proposals.mine", "grounded negatives")}
+{_stage_line(stats, "teacher.verify", "sampled pairs verified by the teacher")}
+
+Teacher: `{v.get('teacher_model', 'n/a')}`, Action-Only pairwise prompt (no candidate thoughts),
+order by a fair coin per pair, temperature {v.get('config', {}).get('temperature', 'n/a')}, a fixed seed
+per attempt, up to K={v.get('config', {}).get('k', 'n/a')} sequential attempts; a pair is kept at the
+first attempt whose verdict agrees with the demonstration and whose text analyses both responses
+and ends in the right answer tag, and discarded when no attempt does. GMCP ratio of the verified
+sample: {gmcp} (paper: 74.60% for surfPRM-data, 24.19% for WebArbiter's data). The report in
+[`report/`](report/README.md) has the distributions, outcomes and costs.
+
+## Configs
+
+- `preferences`: one row per kept pair: `pair_id, rule, axis, gmcp, label (1|2), response_1,
+  response_2, judgment, attempts, verdicts, teacher_model, messages` (system, user, assistant:
+  ready for TRL), the state fields and usage per pair.
+- `trl`: conversational prompt/completion (`prompt` = [system, user], `completion` =
+  [assistant]) split by task: no task is in both train and test.
+- `webprmbench`: the held-out tasks in WebPRMBench format (`state_idx, pair_idx, expected,
+  prompt, source_name`), `expected` the position (1 or 2) of the better response.
+- `discarded`: the pairs no attempt agreed on, with every verdict and answer.
+
+## Use
+
+```python
+from datasets import load_dataset
+ds = load_dataset("parquet", data_files={{"train": "export/trl/train.parquet",
+                                          "test": "export/trl/test.parquet"}})
+# TRL: SFTTrainer(model=..., train_dataset=ds["train"], args=SFTConfig(...))
+```
+
+## Limitations
+
+Page text in the prompts is untrusted web content, fenced as data. The labels come from
+demonstrations: the demonstrated action is treated as the better one, and the teacher only
+filters pairs it cannot confirm. A run with the embedded 135M-parameter teacher exercises the
+pipeline, not quality: real datasets use a strong teacher behind an OpenAI-compatible endpoint.
+The source trajectories keep their own licenses and terms.
+"""
+
+
+def write_card(run_dir: str | Path, license: str = "apache-2.0") -> Path:
+    """Write ``RUN/README.md``; returns its path."""
+    path = Path(run_dir) / "README.md"
+    head = yaml.safe_dump(header(run_dir, license), sort_keys=False, allow_unicode=True)
+    atomic_write_text(path, f"---\n{head}---\n{body(run_dir)}")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m data.card", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--license", default="apache-2.0", help="license id for the card's header")
+    args = ap.parse_args(argv)
+    print(f"wrote {write_card(args.run, args.license)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Export the verified preferences for training (TRL) and evaluation (WebPRMBench format).
+
+    python -m data.export --run RUN --format {trl,webprmbench} [--seed 42 --test-fraction 0.2 --no-card]
+
+``trl``: conversational prompt/completion files ``RUN/export/trl/{train,test}.parquet``
+(``prompt`` = [system, user], ``completion`` = [assistant: the gold judgment]) for TRL's
+``SFTTrainer``, split by task: every pair of a ``task_id`` lands on the same side, so no task is
+in both train and test. The split is a seeded shuffle of the sorted task ids.
+
+``webprmbench``: ``RUN/export/webprmbench.parquet``, one row per pair of the held-out tasks
+(the same split; ``--split all`` for every pair): ``state_idx`` (the state ``(traj_id,
+step_idx)``), ``pair_idx`` (the pair within its state), ``expected`` (1 or 2: the position of the
+better response in ``prompt``, as ``teacher.prompts.parse_verdict`` returns it), ``prompt``
+([system, user] messages) and ``source_name`` (``surfprm/<site>``), plus the pair's id, rule,
+axis and task for analysis.
+
+Both load offline with ``datasets.load_dataset("parquet", data_files=...)``. Unless
+``--no-card``, the dataset card (``RUN/README.md``, ``data.card``) and the report
+(``RUN/report/``, ``data.report``) are written afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from data.rundir import RunDir, StageStats, atomic_write_parquet
+
+MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False),
+                     pa.field("content", pa.string(), nullable=False)])
+_PAIR_KEYS = [pa.field("pair_id", pa.string(), nullable=False), pa.field("task_id", pa.string(), nullable=False),
+              pa.field("rule", pa.string(), nullable=False), pa.field("axis", pa.string(), nullable=False)]
+TRL_SCHEMA = pa.schema([
+    pa.field("prompt", pa.list_(MESSAGE), nullable=False),
+    pa.field("completion", pa.list_(MESSAGE), nullable=False),
+    *_PAIR_KEYS,
+    pa.field("label", pa.int8(), nullable=False),
+])
+WEBPRMBENCH_SCHEMA = pa.schema([
+    pa.field("state_idx", pa.int32(), nullable=False),
+    pa.field("pair_idx", pa.int32(), nullable=False),
+    pa.field("expected", pa.int8(), nullable=False),
+    pa.field("prompt", pa.list_(MESSAGE), nullable=False),
+    pa.field("source_name", pa.string(), nullable=False),
+    *_PAIR_KEYS,
+    pa.field("traj_id", pa.string(), nullable=False),
+    pa.field("step_idx", pa.int32(), nullable=False),
+])
+TRL_DIR = Path("export") / "trl"
+WEBPRMBENCH_FILE = Path("export") / "webprmbench.parquet"
+FORMATS = ("trl", "webprmbench")
+_COLUMNS = ["pair_id", "site", "traj_id", "task_id", "step_idx", "rule", "axis", "label", "messages"]
+
+
+def split_tasks(task_ids, seed: int = 42, test_fraction: float = 0.2) -> set[str]:
+    """The held-out tasks: a seeded shuffle of the sorted distinct ids, the first
+    ``round(n * test_fraction)`` of them (at least one and never all, when there are two or more)."""
+    tasks = sorted(set(task_ids))
+    if len(tasks) < 2 or test_fraction <= 0:
+        return set()
+    random.Random(seed).shuffle(tasks)
+    n_test = min(max(round(len(tasks) * test_fraction), 1), len(tasks) - 1)
+    return set(tasks[:n_test])
+
+
+def load_preferences(run: RunDir) -> list[dict]:
+    path = run.root / "preferences.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run `python -m teacher.verify` first")
+    rows = pq.read_table(path, columns=_COLUMNS).to_pylist()
+    return sorted(rows, key=lambda r: r["pair_id"])
+
+
+def _messages(msgs: list[dict]) -> list[dict]:
+    return [{"role": m["role"], "content": m["content"]} for m in msgs]
+
+
+def export_trl(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2) -> dict[str, Path]:
+    """Write the TRL prompt/completion train and test files; returns their paths by split."""
+    run = RunDir(run_dir)
+    rows = load_preferences(run)
+    test_tasks = split_tasks((r["task_id"] for r in rows), seed, test_fraction)
+    splits = {"train": [], "test": []}
+    for r in rows:
+        msgs = _messages(r["messages"])
+        splits["test" if r["task_id"] in test_tasks else "train"].append({
+            "prompt": msgs[:-1], "completion": msgs[-1:], "pair_id": r["pair_id"], "task_id": r["task_id"],
+            "rule": r["rule"], "axis": r["axis"], "label": r["label"]})
+    paths = {}
+    for name, split_rows in splits.items():
+        paths[name] = run.root / TRL_DIR / f"{name}.parquet"
+        atomic_write_parquet(paths[name], pa.Table.from_pylist(split_rows, schema=TRL_SCHEMA))
+    stats = StageStats("data.export.trl", n_in=len(rows), n_out=len(rows))
+    stats.extra = {"train": len(splits["train"]), "test": len(splits["test"]),
+                   "tasks": {"train": len({r["task_id"] for r in splits["train"]}), "test": len(test_tasks)},
+                   "seed": seed, "test_fraction": test_fraction,
+                   "files": {k: str(v.relative_to(run.root)) for k, v in paths.items()}}
+    run.write_stage(stats, [])
+    return paths
+
+
+def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
+                       split: str = "test") -> Path:
+    """Write the WebPRMBench-format evaluation file (held-out tasks, or ``split='all'``)."""
+    run = RunDir(run_dir)
+    rows = load_preferences(run)
+    if split == "test":
+        test_tasks = split_tasks((r["task_id"] for r in rows), seed, test_fraction)
+        chosen = [r for r in rows if r["task_id"] in test_tasks]
+    elif split == "all":
+        chosen = rows
+    else:
+        raise ValueError(f"split must be 'test' or 'all', not {split!r}")
+    chosen.sort(key=lambda r: (r["traj_id"], r["step_idx"], r["pair_id"]))
+    out, states, per_state = [], {}, {}
+    for r in chosen:
+        key = (r["traj_id"], r["step_idx"])
+        state_idx = states.setdefault(key, len(states))
+        pair_idx = per_state[state_idx] = per_state.get(state_idx, -1) + 1
+        out.append({"state_idx": state_idx, "pair_idx": pair_idx, "expected": r["label"],
+                    "prompt": _messages(r["messages"])[:-1], "source_name": f"surfprm/{r['site']}",
+                    "pair_id": r["pair_id"], "task_id": r["task_id"], "rule": r["rule"], "axis": r["axis"],
+                    "traj_id": r["traj_id"], "step_idx": r["step_idx"]})
+    path = run.root / WEBPRMBENCH_FILE
+    atomic_write_parquet(path, pa.Table.from_pylist(out, schema=WEBPRMBENCH_SCHEMA))
+    stats = StageStats("data.export.webprmbench", n_in=len(rows), n_out=len(out),
+                       rejected={"training_task": len(rows) - len(out)} if len(out) < len(rows) else {})
+    stats.extra = {"states": len(states), "split": split, "seed": seed, "test_fraction": test_fraction,
+                   "file": str(WEBPRMBENCH_FILE)}
+    run.write_stage(stats, [])
+    return path
+
+
+def export(run_dir: str | Path, fmt: str, seed: int = 42, test_fraction: float = 0.2, split: str = "test",
+           card: bool = True) -> list[Path]:
+    """One export format, then (unless ``card=False``) the dataset card and the report."""
+    if fmt == "trl":
+        paths = list(export_trl(run_dir, seed, test_fraction).values())
+    elif fmt == "webprmbench":
+        paths = [export_webprmbench(run_dir, seed, test_fraction, split)]
+    else:
+        raise ValueError(f"format must be one of {FORMATS}, not {fmt!r}")
+    if card:
+        from data.card import write_card
+        from data.report import write_report
+
+        paths += [write_report(run_dir), write_card(run_dir)]
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m data.export", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--format", required=True, choices=FORMATS, action="append",
+                    help="trl or webprmbench (repeat the flag for both)")
+    ap.add_argument("--seed", type=int, default=42, help="seeds the task split")
+    ap.add_argument("--test-fraction", type=float, default=0.2, help="share of tasks held out")
+    ap.add_argument("--split", choices=("test", "all"), default="test", help="webprmbench: held-out tasks or all")
+    ap.add_argument("--no-card", action="store_true", help="skip the dataset card and the report")
+    args = ap.parse_args(argv)
+    try:
+        for i, fmt in enumerate(args.format):
+            last = i == len(args.format) - 1
+            for p in export(args.run, fmt, args.seed, args.test_fraction, args.split, card=last and not args.no_card):
+                print(f"wrote {p}")
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

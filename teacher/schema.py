@@ -1,0 +1,52 @@
+"""Pinned schemas of ``preferences.parquet`` (verified pairs with gold judgments) and
+``discarded.parquet`` (pairs no attempt agreed on, with every verdict)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False),
+                     pa.field("content", pa.large_string(), nullable=False)])
+# One teacher attempt: its seed, the response it preferred (null: unparsed) and the outcome
+# ('agree', 'disagree', 'unparsed', or 'agree_invalid' when it agreed but its text is no valid
+# judgment).
+VERDICT = pa.struct([pa.field("attempt", pa.int8(), nullable=False),
+                     pa.field("seed", pa.int64(), nullable=False),
+                     pa.field("verdict", pa.int8()),
+                     pa.field("outcome", pa.string(), nullable=False)])
+
+_PAIR_FIELDS = [
+    pa.field("pair_id", pa.string(), nullable=False),
+    pa.field("site", pa.string(), nullable=False),
+    pa.field("traj_id", pa.string(), nullable=False),
+    pa.field("task_id", pa.string(), nullable=False),
+    pa.field("step_idx", pa.int32(), nullable=False),
+    pa.field("rule", pa.string(), nullable=False),
+    pa.field("axis", pa.string(), nullable=False),
+    pa.field("gmcp", pa.bool_(), nullable=False),
+    pa.field("label", pa.int8(), nullable=False),            # position of the positive: 1 or 2
+    pa.field("action_pos", pa.string(), nullable=False),
+    pa.field("action_neg", pa.string(), nullable=False),
+    pa.field("response_1", pa.string(), nullable=False),
+    pa.field("response_2", pa.string(), nullable=False),
+    pa.field("attempts", pa.int8(), nullable=False),         # teacher calls spent on the pair
+    pa.field("verdicts", pa.list_(VERDICT), nullable=False),
+    pa.field("teacher_model", pa.string(), nullable=False),
+    pa.field("intent", pa.string(), nullable=False),
+    pa.field("url", pa.string(), nullable=False),
+    pa.field("axtree_chars", pa.int32(), nullable=False),    # AXTree size before the budget
+    pa.field("axtree_chars_cut", pa.int32(), nullable=False),
+    pa.field("prompt_tokens", pa.int64(), nullable=False),   # over every attempt of the pair
+    pa.field("completion_tokens", pa.int64(), nullable=False),
+    pa.field("cost_usd", pa.float64(), nullable=False),
+]
+
+PREFERENCE_SCHEMA = pa.schema(_PAIR_FIELDS + [
+    pa.field("judgment", pa.large_string(), nullable=False),  # the agreeing attempt's text (gold)
+    pa.field("messages", pa.list_(MESSAGE), nullable=False),  # system, user, assistant (= judgment)
+])
+
+DISCARD_SCHEMA = pa.schema(_PAIR_FIELDS + [
+    pa.field("reason", pa.string(), nullable=False),
+    pa.field("texts", pa.list_(pa.large_string()), nullable=False),   # every attempt's answer
+])

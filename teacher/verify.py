@@ -1,0 +1,335 @@
+"""Verify the sampled candidate pairs with a teacher model and keep its judgments as gold.
+
+    python -m teacher.verify --run RUN [--backend {openai,local} --model M --base-url URL --k 5]
+
+For every ``sampled`` row of ``RUN/candidates.parquet``: a fair coin seeded by the pair puts
+the demonstrated (positive) action at Response 1 or 2 (``label`` = its position); the teacher
+sees the Action-Only prompt (``teacher.prompts``) at temperature 0.2 with seed ``seed +
+attempt``, up to K=5 sequential attempts, stopping at the first that agrees with the label.
+Outcomes per attempt: ``agree``, ``disagree``, ``unparsed`` (no readable verdict: it uses an
+attempt) and ``agree_invalid``.
+
+Gold judgment: the agreeing attempt's text when ``valid_judgment`` accepts it (it analyses both
+responses and ends in the right answer tag). An agreeing attempt whose text is not a valid
+judgment (a bare tag, a truncated analysis) is recorded as ``agree_invalid`` and the next
+attempt is tried: the pair's verdict is settled, but the dataset needs a usable rationale.
+Discard reasons: ``all_attempts_disagree`` (every attempt contradicted the label: the paper's
+rule), ``no_agreement`` (no attempt agreed, some were unparsed), ``no_valid_judgment`` (some
+agreed but none wrote a valid judgment).
+
+An infrastructure failure (no answer after the client's retries) is no attempt: the pair stays
+pending, is written nowhere, and a rerun resumes it. Requests are a pure function of the pair
+and the attempt number, so the LLM disk cache answers every attempt a killed or failed run
+already got, and no request is sent twice; outputs are sorted and carry nothing volatile, so a
+resumed run writes the same bytes as an uninterrupted one.
+
+Writes ``RUN/preferences.parquet``, ``RUN/discarded.parquet`` (schemas in ``teacher.schema``),
+the ``teacher.verify`` entry of ``stats.json`` (``in`` = pairs decided, ``out`` = kept,
+``rejected`` by reason, plus ``sampled`` and ``pending``: ``sampled = in + pending``) and the
+discards in ``rejects.jsonl``. Exit code 3 while pairs are pending.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
+from proposals.schema import RULES
+from teacher.prompts import DEFAULT_BUDGET, State, parse_verdict, render_pair, valid_judgment
+from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
+
+STAGE = "teacher.verify"
+PAIR_COLUMNS = ["pair_id", "site", "traj_id", "task_id", "step_idx", "rule", "axis", "gmcp",
+                "action_pos", "action_neg"]
+
+
+@dataclass
+class VerifyConfig:
+    """How pairs are verified (the paper's settings by default)."""
+
+    k: int = 5                      # attempts per pair at most
+    seed: int = 0                   # seeds the coin per pair and the sampling seed per attempt
+    temperature: float = 0.2
+    max_tokens: int = 768           # room for an analysis of both responses (paper: ~472 out)
+    budget: int = DEFAULT_BUDGET    # AXTree characters in the prompt
+
+
+@dataclass(slots=True)
+class Pair:
+    """One sampled candidate pair, ordered and rendered."""
+
+    row: dict                       # the candidate row (PAIR_COLUMNS)
+    state: State
+    label: int
+    response_1: str
+    response_2: str
+    messages: list[dict]
+    cut: dict
+
+
+@dataclass(slots=True)
+class Attempt:
+    attempt: int
+    seed: int
+    verdict: int | None
+    outcome: str
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+
+
+@dataclass(slots=True)
+class Decision:
+    """A pair's fate: 'kept' (with its judgment), 'discarded' (with a reason) or 'pending'."""
+
+    pair: Pair
+    status: str
+    attempts: list[Attempt] = field(default_factory=list)
+    judgment: str | None = None
+    reason: str | None = None
+    infra_error: str | None = None
+
+
+def coin_label(pair_id: str, seed: int) -> int:
+    """The positive's position (1 or 2): a fair coin from a hash of the seed and the pair, so the
+    order never depends on which pairs are verified together or in what order."""
+    digest = hashlib.blake2b(f"{seed}\x1f{pair_id}".encode(), digest_size=8).digest()
+    return 1 + (digest[0] & 1)
+
+
+def load_pairs(run: RunDir, config: VerifyConfig) -> list[Pair]:
+    """The sampled pairs of a run, each with its state from ``trajectories.parquet``."""
+    path = run.root / "candidates.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run `python -m proposals.mine` first")
+    cands = pq.read_table(path, columns=PAIR_COLUMNS + ["sampled"]).to_pylist()
+    cands = sorted((c for c in cands if c["sampled"]), key=lambda c: c["pair_id"])
+    trajs = sorted({c["traj_id"] for c in cands})
+    steps: dict[str, list[dict]] = defaultdict(list)
+    if trajs:
+        rows = pq.read_table(run.trajectories, columns=["traj_id", "step_idx", "intent", "url", "observation",
+                                                        "action"], filters=[("traj_id", "in", trajs)]).to_pylist()
+        for r in rows:
+            steps[r["traj_id"]].append(r)
+    for traj in steps.values():
+        traj.sort(key=lambda r: r["step_idx"])
+    pairs = []
+    for c in cands:
+        traj = steps[c["traj_id"]]
+        cur = next(r for r in traj if r["step_idx"] == c["step_idx"])
+        history = [r["action"] for r in traj if r["step_idx"] < c["step_idx"] and r["action"]]
+        state = State(intent=cur["intent"], axtree=cur["observation"], url=cur["url"], start_url=traj[0]["url"],
+                      history=history)
+        label = coin_label(c["pair_id"], config.seed)
+        r1, r2 = (c["action_pos"], c["action_neg"]) if label == 1 else (c["action_neg"], c["action_pos"])
+        messages, cut = render_pair(state, r1, r2, config.budget)
+        c.pop("sampled")
+        pairs.append(Pair(c, state, label, r1, r2, messages, cut))
+    return pairs
+
+
+async def verify_pair(client, pair: Pair, config: VerifyConfig) -> Decision:
+    """Up to K sequential attempts on one pair (see the module doc for the rules)."""
+    attempts: list[Attempt] = []
+    for i in range(config.k):
+        seed = config.seed + i
+        result = await client.achat(pair.messages, stage=STAGE, temperature=config.temperature, seed=seed,
+                                    max_tokens=config.max_tokens, n=1)
+        if not result.ok:           # an outage is no attempt: resume the pair on the next run
+            return Decision(pair, "pending", attempts, infra_error=result.infra_error)
+        verdict = parse_verdict(result.text)
+        if verdict is None:
+            outcome = "unparsed"
+        elif verdict != pair.label:
+            outcome = "disagree"
+        else:
+            outcome = "agree" if valid_judgment(result.text, pair.label) else "agree_invalid"
+        attempts.append(Attempt(i + 1, seed, verdict, outcome, result.text, result.prompt_tokens,
+                                result.completion_tokens, result.cost_usd))
+        if outcome == "agree":
+            return Decision(pair, "kept", attempts, judgment=result.text)
+    outcomes = {a.outcome for a in attempts}
+    reason = ("no_valid_judgment" if "agree_invalid" in outcomes else
+              "all_attempts_disagree" if outcomes == {"disagree"} else "no_agreement")
+    return Decision(pair, "discarded", attempts, reason=reason)
+
+
+class Progress:
+    """Counts, rate and ETA on stderr, at most every few seconds."""
+
+    def __init__(self, total: int, every_s: float = 5.0):
+        self.total, self.every_s = total, every_s
+        self.done = Counter()
+        self.t0 = self.last = time.perf_counter()
+
+    def update(self, status: str) -> None:
+        self.done[status] += 1
+        now = time.perf_counter()
+        n = sum(self.done.values())
+        if now - self.last >= self.every_s or n == self.total:
+            self.last = now
+            rate = n / max(now - self.t0, 1e-9)
+            eta = (self.total - n) / rate if rate else float("inf")
+            print(f"[{STAGE}] {n}/{self.total} pairs (kept {self.done['kept']}, discarded {self.done['discarded']}, "
+                  f"pending {self.done['pending']}) {rate:.2f} pairs/s, ETA {eta:.0f}s", file=sys.stderr, flush=True)
+
+
+async def verify_all(client, pairs: list[Pair], config: VerifyConfig, progress: Progress | None = None
+                     ) -> list[Decision]:
+    """Every pair concurrently (the client bounds requests in flight); attempts of one pair stay
+    sequential. Decisions come back in the order of ``pairs``."""
+    async def one(pair: Pair) -> Decision:
+        decision = await verify_pair(client, pair, config)
+        if progress is not None:
+            progress.update(decision.status)
+        return decision
+    try:
+        return list(await asyncio.gather(*(one(p) for p in pairs)))
+    finally:
+        await client.aclose()
+
+
+def _row(d: Decision, teacher_model: str) -> dict:
+    p = d.pair
+    return {**p.row, "label": p.label, "response_1": p.response_1, "response_2": p.response_2,
+            "attempts": len(d.attempts),
+            "verdicts": [{"attempt": a.attempt, "seed": a.seed, "verdict": a.verdict, "outcome": a.outcome}
+                         for a in d.attempts],
+            "teacher_model": teacher_model, "intent": p.state.intent, "url": p.state.url,
+            "axtree_chars": p.cut["chars_total"], "axtree_chars_cut": p.cut["chars_cut"],
+            "prompt_tokens": sum(a.prompt_tokens for a in d.attempts),
+            "completion_tokens": sum(a.completion_tokens for a in d.attempts),
+            # rounded so that float summation order can never show in the bytes
+            "cost_usd": round(sum(a.cost_usd for a in d.attempts), 9)}
+
+
+def write_outputs(run: RunDir, decisions: list[Decision], teacher_model: str) -> tuple[int, int]:
+    """``preferences.parquet`` and ``discarded.parquet`` sorted by pair id (pending pairs in
+    neither). Returns (kept, discarded)."""
+    kept, discarded = [], []
+    for d in sorted(decisions, key=lambda d: d.pair.row["pair_id"]):
+        if d.status == "kept":
+            kept.append({**_row(d, teacher_model), "judgment": d.judgment,
+                         "messages": d.pair.messages + [{"role": "assistant", "content": d.judgment}]})
+        elif d.status == "discarded":
+            discarded.append({**_row(d, teacher_model), "reason": d.reason, "texts": [a.text for a in d.attempts]})
+    atomic_write_parquet(run.root / "preferences.parquet", pa.Table.from_pylist(kept, schema=PREFERENCE_SCHEMA))
+    atomic_write_parquet(run.root / "discarded.parquet", pa.Table.from_pylist(discarded, schema=DISCARD_SCHEMA))
+    return len(kept), len(discarded)
+
+
+def summarize(decisions: list[Decision]) -> dict:
+    """Per-rule outcomes, attempts histogram and verdict outcomes (for stats.json and the report)."""
+    by_rule = {r: Counter() for r in RULES}
+    attempts_kept, outcomes = Counter(), Counter()
+    for d in decisions:
+        by_rule[d.pair.row["rule"]][d.status] += 1
+        if d.status == "kept":
+            attempts_kept[len(d.attempts)] += 1
+        for a in d.attempts:
+            outcomes[a.outcome] += 1
+    return {"by_rule": {r: dict(sorted(c.items())) for r, c in by_rule.items() if c},
+            "kept_at_attempt": {str(k): v for k, v in sorted(attempts_kept.items())},
+            "verdict_outcomes": dict(sorted(outcomes.items())),
+            "calls_decided": sum(len(d.attempts) for d in decisions if d.status != "pending")}
+
+
+def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=None,
+           progress: bool = True) -> StageStats:
+    """Verify every sampled pair of a run; write the outputs and the stage's stats."""
+    from teacher.llm import LLMClient, LLMConfig
+
+    config = config or VerifyConfig()
+    run = RunDir(run_dir)
+    t0 = time.perf_counter()
+    pairs = load_pairs(run, config)
+    client = LLMClient(llm_config or LLMConfig())
+    teacher_model = client.config.model_id
+    decisions = asyncio.run(verify_all(client, pairs, config, Progress(len(pairs)) if progress else None)) \
+        if pairs else []
+    n_kept, n_disc = write_outputs(run, decisions, teacher_model)
+
+    pending = [d for d in decisions if d.status == "pending"]
+    rejected = Counter(d.reason for d in decisions if d.status == "discarded")
+    stats = StageStats(STAGE, n_in=n_kept + n_disc, n_out=n_kept, rejected=rejected)
+    cut = [p.cut for p in pairs]
+    stats.extra = {
+        "sampled": len(pairs), "pending": len(pending),
+        "pending_errors": dict(Counter((d.infra_error or "").split(":")[0] for d in pending)),
+        "pending_pair_ids": sorted(d.pair.row["pair_id"] for d in pending)[:50],
+        "teacher_model": teacher_model, "endpoint": client.config.endpoint,
+        "config": {"k": config.k, "seed": config.seed, "temperature": config.temperature,
+                   "max_tokens": config.max_tokens, "budget": config.budget},
+        **summarize(decisions),
+        "prompt": {"axtrees_cut": sum(c["truncated"] for c in cut),
+                   "axtree_chars": sum(c["chars_total"] for c in cut),
+                   "axtree_chars_cut": sum(c["chars_cut"] for c in cut),
+                   "targets_missing": sum(len(c["targets"]) - len(c["targets_found"]) for c in cut),
+                   "neutralized_tokens": sum(c["neutralized"] for c in cut)},
+        "llm": client.usage[STAGE].as_dict() if STAGE in client.usage else {},
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    rejects = [Reject(STAGE, d.reason, "candidates.parquet",
+                      " ".join(f"{a.attempt}:{a.outcome}" for a in d.attempts),
+                      {"pair_id": d.pair.row["pair_id"], "traj_id": d.pair.row["traj_id"],
+                       "step_idx": d.pair.row["step_idx"], "rule": d.pair.row["rule"]})
+               for d in sorted(decisions, key=lambda d: d.pair.row["pair_id"]) if d.status == "discarded"]
+    run.write_stage(stats, rejects)
+    return stats
+
+
+def format_summary(stats: StageStats) -> str:
+    e = stats.extra
+    lines = [stats.summary() + f"; sampled={e['sampled']} pending={e['pending']}"]
+    if e["pending"]:
+        lines.append(f"{e['pending']} pairs pending after infrastructure failures {e['pending_errors']}: "
+                     f"rerun the same command to resume them")
+    llm = e["llm"]
+    if llm:
+        decided = stats.n_in or 1
+        lines.append(f"teacher {e['teacher_model']}: {e['calls_decided']} calls ({e['calls_decided'] / decided:.2f} "
+                     f"per pair), {llm['cached']} from cache, kept at attempt {e['kept_at_attempt']}, "
+                     f"verdicts {e['verdict_outcomes']}, ${llm['cost_usd']:.4f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from teacher.llm import LLMConfig
+
+    ap = argparse.ArgumentParser(prog="python -m teacher.verify", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--k", type=int, default=VerifyConfig.k, help="attempts per pair at most (paper: 5)")
+    ap.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="AXTree characters in the prompt")
+    ap.add_argument("--quiet", action="store_true", help="no progress lines")
+    LLMConfig.add_args(ap)   # --seed, --temperature and --max-tokens default to 0 / 0.2 / 768 here
+    args = ap.parse_args(argv)
+    d = VerifyConfig()
+    config = VerifyConfig(k=args.k, budget=args.budget,
+                          seed=d.seed if args.seed is None else args.seed,
+                          temperature=d.temperature if args.temperature is None else args.temperature,
+                          max_tokens=d.max_tokens if args.max_tokens is None else args.max_tokens)
+    if config.k < 1:
+        ap.error("--k must be >= 1")
+    try:
+        stats = verify(args.run, config, LLMConfig.from_args(args), progress=not args.quiet)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_summary(stats))
+    print(f"wrote {Path(args.run) / 'preferences.parquet'} and {Path(args.run) / 'discarded.parquet'}")
+    return 3 if stats.extra["pending"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

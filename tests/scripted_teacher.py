@@ -1,0 +1,143 @@
+"""A scripted teacher behind the OpenAI protocol, and a small run directory of real steps.
+
+``make_run(dir)`` ingests the bundled AgentLab sample and writes a ``candidates.parquet`` whose
+sampled pairs are real demonstrated steps (positive: the demonstrated action; negative: a click
+on another element of the same observation), without running the miner (its fill values need
+the real model). ``ScriptedTeacher`` answers each request from a per-pair script of outcomes by
+attempt (the attempt is the request's seed): ``agree``, ``disagree``, ``unparsed``, ``bare``
+(the right tag with no analysis), ``outage`` (HTTP 500); it counts what it answered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from proposals.schema import RULES
+from teacher.serve import OpenAIHandler, serve_in_thread
+
+BUNDLED = Path(__file__).resolve().parents[1] / "data" / "bundled" / "agentlab_workarena.parquet"
+_BLOCK = re.compile(r"<<<BEGIN RESPONSE_(\d)>>>\n(.*?)\n<<<END RESPONSE_\1>>>", re.S)
+
+
+def make_run(root: Path, n_pairs: int = 6) -> list[dict]:
+    """A run directory with ``n_pairs`` sampled candidates on real steps; returns them."""
+    from data.ingest import ingest
+    from proposals.schema import AXIS_OF, CANDIDATE_SCHEMA
+
+    ingest("canonical", [BUNDLED], root)
+    rows = pq.read_table(root / "trajectories.parquet").to_pylist()
+    rows = sorted((r for r in rows if r["success"] and r["action"] and r["action"].startswith("click(")),
+                  key=lambda r: (r["task_id"], r["traj_id"], r["step_idx"]))
+    cands, tasks = [], []
+    for r in rows:
+        if len(cands) == n_pairs:
+            break
+        if tasks.count(r["task_id"]) >= 2:     # spread the pairs over several tasks
+            continue
+        pos_bid = re.match(r"click\('([^']+)'\)", r["action"]).group(1)
+        other = [b for b in re.findall(r"^\t*\[([^\]]+)\] (?:link|button)", r["observation"], re.M) if b != pos_bid]
+        if not other:
+            continue
+        rule = RULES[len(cands) % len(RULES)]
+        neg = f"click('{other[len(other) // 2]}')"
+        pid = hashlib.blake2b(f"{r['traj_id']}|{r['step_idx']}|{neg}".encode(), digest_size=8).hexdigest()
+        tasks.append(r["task_id"])
+        cands.append({"pair_id": pid, "site": r["site"], "traj_id": r["traj_id"], "task_id": r["task_id"],
+                      "step_idx": r["step_idx"], "rule": rule, "axis": AXIS_OF[rule], "action_pos": r["action"],
+                      "action_neg": neg, "gmcp": True, "sampled": True, "pos_kind": "element", "pos_bid": pos_bid,
+                      "pos_node": "e-pos", "neg_bid": other[len(other) // 2], "neg_node": "e-neg", "op_pos": "click",
+                      "op_neg": "click", "value_source": None, "evidence": "{}", "mode": "graph"})
+    cands.append({**cands[0], "pair_id": "ffffffffffffffff", "sampled": False})   # outside the sample
+    pq.write_table(pa.Table.from_pylist(cands, schema=CANDIDATE_SCHEMA), root / "candidates.parquet")
+    return cands[:-1]
+
+
+def judgment(label: int) -> str:
+    other = 3 - label
+    return (f"Response 1 and Response 2 target different elements. Response {label} clicks the element "
+            f"that the intent needs next on this page, so it makes progress. Response {other} targets an "
+            f"element that does not advance the task and would cost extra steps.\n"
+            f"<Answer>Response {label}</Answer>")
+
+
+class ScriptedTeacher:
+    """``script[pair_id]`` lists outcomes by attempt (seed - base_seed); missing: 'agree'."""
+
+    def __init__(self, pairs: list[dict], base_seed: int = 0):
+        self.by_actions = {frozenset((p["action_pos"], p["action_neg"])): p for p in pairs}
+        self.base_seed = base_seed
+        self.script: dict[str, list[str]] = {}
+        self.lock = threading.Lock()
+        self.answered: list[str] = []        # request hashes, one per answered request
+        self.seen: list[tuple[str, int]] = []  # (pair_id, attempt) of every request received
+        self.hold_after: int | None = None   # answer this many, then hold the rest
+        self.release = threading.Event()
+        self.held = 0
+
+    def outcome(self, request: dict) -> tuple[dict, str, int]:
+        user = request["messages"][-1]["content"]
+        blocks = dict(_BLOCK.findall(user))
+        pair = self.by_actions[frozenset((blocks["1"], blocks["2"]))]
+        label = 1 if blocks["1"] == pair["action_pos"] else 2
+        attempt = request["seed"] - self.base_seed
+        script = self.script.get(pair["pair_id"], [])
+        return pair, (script[attempt] if attempt < len(script) else "agree"), label
+
+    def text(self, outcome: str, label: int) -> str:
+        return {"agree": judgment(label), "disagree": judgment(3 - label),
+                "unparsed": "Both responses look reasonable; it is hard to say.",
+                "bare": f"<Answer>Response {label}</Answer>"}[outcome]
+
+
+def request_hash(request: dict) -> str:
+    return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+
+
+class _Handler(OpenAIHandler):
+    def do_POST(self) -> None:
+        srv = self.server
+        teacher: ScriptedTeacher = srv.teacher
+        request = self.read_json()
+        pair, outcome, label = teacher.outcome(request)
+        with teacher.lock:
+            teacher.seen.append((pair["pair_id"], request["seed"] - teacher.base_seed))
+            hold = teacher.hold_after is not None and len(teacher.answered) >= teacher.hold_after
+            if hold:
+                teacher.held += 1
+        if hold:
+            teacher.release.wait(30)
+            self.close_connection = True      # the client is gone: answer nothing
+            return
+        if outcome == "outage":
+            self.send_error_json(500, "scripted outage", "server_error")
+            return
+        text = teacher.text(outcome, label)
+        body = {"id": "chatcmpl-scripted", "object": "chat.completion", "model": request["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1000 + len(request["messages"][-1]["content"]) // 4,
+                          "completion_tokens": len(text) // 4, "total_tokens": 0}}
+        with teacher.lock:
+            teacher.answered.append(request_hash(request))
+        self.send_json(200, body)
+
+
+def start(teacher: ScriptedTeacher):
+    """Serve ``teacher`` on 127.0.0.1 (``shutdown()`` the returned server when done)."""
+    server = serve_in_thread(lambda body: body, "scripted-teacher", handler=_Handler)
+    server.teacher = teacher
+    return server
+
+
+def llm_config(server, cache_dir: Path, **kw):
+    from teacher.llm import LLMConfig
+
+    base = dict(base_url=server.base_url, model="scripted-teacher", cache_dir=str(cache_dir), max_retries=0,
+                timeout_s=10, api_key_env="SURFPRM_TEST_KEY_UNSET", price_in=1.0, price_out=4.0)
+    return LLMConfig(**{**base, **kw})
