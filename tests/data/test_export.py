@@ -1,0 +1,139 @@
+"""Exports of verified preferences (TRL, WebPRMBench), the dataset card and the report: files load
+with ``datasets`` offline and train a tiny random model for one step with TRL's SFTTrainer."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from data.card import write_card
+from data.export import TRL_SCHEMA, WEBPRMBENCH_SCHEMA, export, split_tasks
+from data.report import write_report
+from scripted_teacher import ScriptedTeacher, llm_config, make_run, start
+from teacher.verify import VerifyConfig, verify
+
+
+@pytest.fixture(scope="module")
+def verified_run(tmp_path_factory):
+    """A small run verified by the scripted teacher: 10 pairs over several tasks, two discarded."""
+    root = tmp_path_factory.mktemp("export_run")
+    pairs = make_run(root, n_pairs=10)
+    teacher = ScriptedTeacher(pairs)
+    teacher.script = {pairs[0]["pair_id"]: ["disagree", "agree"], pairs[1]["pair_id"]: ["disagree"] * 5,
+                      pairs[2]["pair_id"]: ["unparsed"] * 5}
+    server = start(teacher)
+    try:
+        # a small AXTree budget keeps the prompts short enough for the tiny model below
+        verify(root, VerifyConfig(budget=800), llm_config(server, root / ".llm_cache"), progress=False)
+    finally:
+        server.shutdown()
+    return root
+
+
+def test_split_by_task_is_seeded_and_disjoint():
+    tasks = [f"t{i}" for i in range(10)] * 3
+    test = split_tasks(tasks, seed=1)
+    assert len(test) == 2 and test == split_tasks(reversed(tasks), seed=1)
+    assert split_tasks(tasks, seed=2) != test or split_tasks(tasks, seed=3) != test
+    assert split_tasks(["a", "b"], test_fraction=0.01) and len(split_tasks(["a", "b"], test_fraction=0.99)) == 1
+    assert split_tasks(["only"]) == set()
+
+
+def test_exports_card_and_report(verified_run, tmp_path):
+    import datasets
+
+    root = verified_run
+    paths = export(root, "trl") + export(root, "webprmbench")
+    assert (root / "README.md") in paths and (root / "report" / "README.md") in paths
+    train, test = root / "export/trl/train.parquet", root / "export/trl/test.parquet"
+    assert pq.read_schema(train).equals(TRL_SCHEMA)
+    kept = pq.read_table(root / "preferences.parquet").to_pylist()
+    tr, te = pq.read_table(train).to_pylist(), pq.read_table(test).to_pylist()
+    assert len(tr) + len(te) == len(kept) == 8 and tr and te
+    assert not {r["task_id"] for r in tr} & {r["task_id"] for r in te}
+    row = tr[0]
+    assert [m["role"] for m in row["prompt"]] == ["system", "user"] and row["completion"][0]["role"] == "assistant"
+    assert row["completion"][0]["content"].rstrip().endswith(f"<Answer>Response {row['label']}</Answer>")
+
+    bench = pq.read_table(root / "export/webprmbench.parquet")
+    assert bench.schema.equals(WEBPRMBENCH_SCHEMA)
+    b = bench.to_pylist()
+    assert {r["pair_id"] for r in b} == {r["pair_id"] for r in te}      # the held-out tasks
+    assert all(r["expected"] in (1, 2) and r["source_name"] == "surfprm/servicenow" for r in b)
+    assert [(r["state_idx"], r["pair_idx"]) for r in b] == sorted({(r["state_idx"], r["pair_idx"]) for r in b})
+
+    cache = str(tmp_path / "hf")
+    ds = datasets.load_dataset("parquet", data_files={"train": str(train), "test": str(test)}, cache_dir=cache)
+    assert ds["train"].num_rows == len(tr) and ds["train"][0]["prompt"][0]["role"] == "system"
+    wb = datasets.load_dataset("parquet", data_files=str(root / "export/webprmbench.parquet"), cache_dir=cache)
+    assert wb["train"].column_names[:5] == ["state_idx", "pair_idx", "expected", "prompt", "source_name"]
+
+    card = (root / "README.md").read_text()
+    head = yaml.safe_load(card.split("---\n")[1])
+    assert head["license"] == "apache-2.0" and "text-generation" in head["task_categories"]
+    configs = {c["config_name"]: c for c in head["configs"]}
+    assert set(configs) == {"preferences", "trl", "webprmbench", "discarded"}
+    assert {f["split"]: f["path"] for f in configs["trl"]["data_files"]} == {
+        "train": "export/trl/train.parquet", "test": "export/trl/test.parquet"}
+    features = {i["config_name"]: i["features"] for i in head["dataset_info"]}
+    assert {"name": "label", "dtype": "int8"} in features["preferences"]
+    assert "`teacher.verify` (sampled pairs verified by the teacher): in 10, out 8" in card
+    for cfg in head["configs"]:       # every file the card names loads as it says
+        files = {f["split"]: str(root / f["path"]) for f in cfg["data_files"]}
+        assert datasets.load_dataset("parquet", data_files=files, cache_dir=cache)
+
+    report = (root / "report" / "README.md").read_text()
+    for name in ("distribution.png", "gmcp.png", "outcome_by_rule.png", "attempts.png"):
+        png = root / "report" / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({name})" in report
+    assert "| 24.19%" in report.replace("WebArbiter's data (paper) ", "") and "74.60%" in report
+    assert "| calls per pair | 1.90 | 1.12 |" in report       # (2 + 5 + 5 + 7 * 1) calls for 10 pairs
+    assert "| first-attempt passes | 7 |" in report and "| discards | 2 |" in report
+    stats = json.loads((root / "stats.json").read_text())
+    assert stats["data.export.trl"]["train"] + stats["data.export.trl"]["test"] == 8
+
+    # the same run gives the same card, report and export bytes
+    before = {p: p.read_bytes() for p in [train, test, root / "README.md", root / "report/README.md",
+                                           root / "report/gmcp.png"]}
+    write_report(root), write_card(root), export(root, "trl", card=False)
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_trl_export_trains_a_tiny_model_one_step(verified_run, tmp_path):
+    """The TRL export feeds SFTTrainer as it is: a random 2-layer Llama and a word-level tokenizer
+    trained here (nothing downloaded); one optimizer step changes the weights."""
+    import datasets
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from trl import SFTConfig, SFTTrainer
+
+    root = verified_run
+    export(root, "trl", card=False)
+    ds = datasets.load_dataset("parquet", data_files=str(root / "export/trl/train.parquet"),
+                               cache_dir=str(tmp_path / "hf"))["train"]
+    texts = [m["content"] for r in ds for m in r["prompt"] + r["completion"]]
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(texts, trainers.WordLevelTrainer(vocab_size=2000, special_tokens=[
+        "<unk>", "<pad>", "<|im_start|>", "<|im_end|>"]))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>",
+                                        eos_token="<|im_end|>", bos_token="<|im_start|>")
+    tokenizer.chat_template = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> "
+                               "{% endfor %}{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                                         max_position_embeddings=4096, pad_token_id=tokenizer.pad_token_id,
+                                         eos_token_id=tokenizer.eos_token_id))
+    before = [p.detach().clone() for p in model.parameters()]
+    args = SFTConfig(output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=2,
+                     learning_rate=1e-2, max_length=4096, bf16=False, report_to="none", save_strategy="no",
+                     logging_steps=1, use_cpu=True, dataloader_num_workers=0)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tokenizer)
+    out = trainer.train()
+    assert out.global_step == 1 and torch.isfinite(torch.tensor(out.training_loss))
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
