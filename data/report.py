@@ -51,7 +51,7 @@ def collect(run_dir: str | Path) -> dict:
     usd = sum(r["cost_usd"] for r in decided)
     at = Counter(r["attempts"] for r in kept)
     return {
-        "run": str(run.root),
+        "run": run.root.resolve().name,
         "dist": {name: {"rule": Counter(r["rule"] for r in rows), "axis": Counter(r["axis"] for r in rows)}
                  for name, rows in (("pool", cands), ("sample", sample), ("kept", kept))},
         "gmcp": {name: (sum(r["gmcp"] for r in rows) / len(rows) if rows else None, len(rows))

@@ -1,0 +1,29 @@
+"""The verify-pairs flow wires teacher.verify and data.export: against the scripted teacher it
+writes preferences, both exports, the card and the report, and its stats match the library's."""
+
+from __future__ import annotations
+
+import json
+
+from scripted_teacher import ScriptedTeacher, make_run, start
+
+
+def test_verify_pairs_flow_writes_the_dataset(prefect_harness, tmp_path):
+    from flows.synthesize import verify_pairs_flow
+
+    pairs = make_run(tmp_path, n_pairs=4)
+    teacher = ScriptedTeacher(pairs)
+    teacher.script = {pairs[0]["pair_id"]: ["disagree"] * 5}
+    server = start(teacher)
+    try:
+        llm = {"base_url": server.base_url, "model": "scripted-teacher", "cache_dir": str(tmp_path / "cache"),
+               "max_retries": 0, "api_key_env": "SURFPRM_TEST_KEY_UNSET"}
+        stats = verify_pairs_flow(run=str(tmp_path), llm=llm)
+    finally:
+        server.shutdown()
+    assert stats["out"] == 3 and stats["rejected"] == {"all_attempts_disagree": 1} and stats["pending"] == 0
+    for rel in ("preferences.parquet", "discarded.parquet", "export/trl/train.parquet", "export/trl/test.parquet",
+                "export/webprmbench.parquet", "README.md", "report/README.md", "report/attempts.png"):
+        assert (tmp_path / rel).exists(), rel
+    recorded = json.loads((tmp_path / "stats.json").read_text())
+    assert recorded["teacher.verify"]["out"] == 3 and recorded["data.export.trl"]["in"] == 3
