@@ -93,6 +93,17 @@ class Action:
             values.pop()
         return f"{self.op}({', '.join(_render(v) for v in values)})"
 
+    @classmethod
+    def build(cls, op: str, *values) -> "Action":
+        """An action from positional argument values (no text parsing: for generated actions)."""
+        params = SIGNATURES[op]
+        if len(values) > len(params) or len(values) < _required(params):
+            raise ActionParseError(f"{op} takes {_required(params)}..{len(params)} arguments, got {len(values)}")
+        args = [(name, _freeze(values[i] if i < len(values) else default)) for i, (name, default) in enumerate(params)]
+        if op in ELEMENT_OPS:
+            args[0] = (args[0][0], str(args[0][1]))
+        return cls(op, tuple(args))
+
     def with_bid(self, bid: str) -> "Action":
         """The same action on another element (used to build contrastive negatives)."""
         if self.op not in ELEMENT_OPS:

@@ -65,6 +65,7 @@ class _Pending:
 
     row: dict                 # trajectory row of the step
     ctx_pos: str              # canonical positive action
+    pos_op: str
     pos_kind: str
     pos_bid: str | None
     pos_node: str
@@ -96,10 +97,10 @@ def load_rows(run: RunDir) -> list[dict]:
 
 def _make(op: str, bid: str, value=None) -> Action:
     if op in ("fill", "press"):
-        return parse_action(f"{op}({bid!r}, {str(value)!r})")
+        return Action.build(op, bid, str(value))
     if op == "select_option":
-        return parse_action(f"select_option({bid!r}, {value!r})")
-    return parse_action(f"{op}({bid!r})")
+        return Action.build(op, bid, value)
+    return Action.build(op, bid)
 
 
 def _pair_id(row: dict, rule: str, action_neg: str) -> str:
@@ -140,33 +141,43 @@ class Miner:
 
     # -- one trajectory -------------------------------------------------------------------
     def trajectory(self, rows: list[dict]) -> list[_Pending]:
-        resolved: list[tuple[dict, Resolution | None]] = []
+        actions: dict[int, Action | None] = {}
         for row in rows:
-            action = None
             try:
-                action = parse_action(row["action"]) if row["action"] else None
+                actions[row["step_idx"]] = parse_action(row["action"]) if row["action"] else None
             except ActionParseError:
-                pass
-            extra = (action.bid,) if action is not None and action.bid else ()
-            try:
-                res = resolve_observation(row["observation"], row["obs_format"], row["site"], row["url"],
-                                          row.get("html"), extra)
-            except AXTreeParseError:
-                res = None
-            resolved.append((row, res))
+                actions[row["step_idx"]] = None
+        by_step = {row["step_idx"]: row for row in rows}
+        memo: dict[int, Resolution | None] = {}
+
+        def resolved(step_idx: int) -> Resolution | None:
+            # Observations are resolved when needed: the final one only if a virtual action
+            # (a scroll, a go_back) needs its landing page.
+            if step_idx not in memo:
+                row, action = by_step[step_idx], actions[step_idx]
+                extra = (action.bid,) if action is not None and action.bid else ()
+                try:
+                    memo[step_idx] = resolve_observation(row["observation"], row["obs_format"], row["site"],
+                                                         row["url"], row.get("html"), extra)
+                except AXTreeParseError:
+                    memo[step_idx] = None
+            return memo[step_idx]
+
         # The demonstrated steps as TrajSteps (failed actions are no demonstration).
         steps: list[TrajStep] = []
         where: dict[int, int] = {}
-        pages = {row["step_idx"]: res.content_page for row, res in resolved if res is not None}
-        for row, res in resolved:
-            if not row["action"] or row["action_error"] or res is None:
+        for row in rows:
+            action = actions[row["step_idx"]]
+            if action is None or row["action_error"] or (res := resolved(row["step_idx"])) is None:
                 continue
-            action = parse_action(row["action"])
             if action.op in ELEMENT_OPS:
                 node = res.bid_to_node.get(action.bid)
                 kind = "element" if node else None
             else:
-                node, _, _ = virtual_node(row["site"], action.op, res.content_page, pages.get(row["step_idx"] + 1))
+                nxt = row["step_idx"] + 1
+                landing = resolved(nxt) if nxt in by_step else None
+                node, _, _ = virtual_node(row["site"], action.op, res.content_page,
+                                          landing.content_page if landing is not None else None)
                 kind = "virtual"
             where[row["step_idx"]] = len(steps)
             steps.append(TrajStep(row["step_idx"], action, node, kind, res.content_page))
@@ -174,13 +185,17 @@ class Miner:
         goal = element_steps[-1].node if element_steps else None
 
         out: list[_Pending] = []
-        for row, res in resolved:
+        for row in rows:
             if not row["action"]:
                 continue
             self.steps["in"] += 1
             if row["action_error"]:
                 self.steps["action_failed"] += 1
                 continue
+            if actions[row["step_idx"]] is None:
+                self.steps["unparseable_action"] += 1
+                continue
+            res = resolved(row["step_idx"])
             if res is None:
                 self.steps["unparseable_observation"] += 1
                 continue
@@ -216,8 +231,8 @@ class Miner:
                     continue
                 bid = bids[0]
                 ax = by_bid[bid]
-                p = _Pending(self.slim(row), pos_str, ctx.pos_kind, ctx.pos_bid, ctx.pos_node, rule, prop, "",
-                             neg_in_obs=bid in by_bid)
+                p = _Pending(self.slim(row), pos_str, ctx.positive.op, ctx.pos_kind, ctx.pos_bid, ctx.pos_node, rule,
+                             prop, "", neg_in_obs=bid in by_bid)
                 if prop.action is not None:            # a demonstrated action, replayed here
                     action = prop.action.with_bid(bid)
                     p.op, p.value, p.value_source = action.op, action.value, "action"
@@ -286,20 +301,22 @@ class Miner:
         client = LLMClient(llm_config)
         todo = need
         for attempt in range(2):        # one more seed for values that fail validation
-            results = client.chat_many([p.prompt for p in todo], stage=STAGE, temperature=0.7,
-                                       seed=self.config.seed + attempt, max_tokens=24)
+            # Identical prompts (the same field on replicated or repeated pages) are asked once.
+            prompts: dict[str, list] = {}
+            for p in todo:
+                prompts.setdefault(json.dumps(p.prompt, sort_keys=True), p.prompt)
+            keys = list(prompts)
+            answers = dict(zip(keys, client.chat_many([prompts[k] for k in keys], stage=STAGE, temperature=0.7,
+                                                      seed=self.config.seed + attempt, max_tokens=24)))
             retry = []
-            for p, r in zip(todo, results):
+            for p in todo:
+                r = answers[json.dumps(p.prompt, sort_keys=True)]
                 if not r.ok:
-                    p.value = None
-                    p.infra = r.infra_error
+                    p.value, p.infra = None, r.infra_error
                     continue
-                value = valid_fill(r.text, p.current, p.positive_value)
-                if value is None:
+                p.value = valid_fill(r.text, p.current, p.positive_value)
+                if p.value is None:
                     retry.append(p)
-                    p.value = None
-                else:
-                    p.value = value
             todo = retry
             if not todo:
                 break
@@ -392,16 +409,15 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
                 miner.drop("duplicate_negative", row, f"{p.rule}: {neg}", p.rule)
                 continue
         seen[key].add(neg)
-        pos = parse_action(p.ctx_pos)
-        gmcp = p.pos_kind == "element" and pos.op == action.op
+        gmcp = p.pos_kind == "element" and p.pos_op == action.op
         # Audit: the written action must target the grounded bid, an element of O_t.
-        hallucinated += (not p.neg_in_obs) or parse_action(neg).bid != bid
+        hallucinated += (not p.neg_in_obs) or action.bid != bid
         cands.append({
             "pair_id": _pair_id(row, p.rule, neg), "site": row["site"], "traj_id": row["traj_id"],
             "task_id": row["task_id"], "step_idx": row["step_idx"], "rule": p.rule, "axis": AXIS_OF[p.rule],
             "action_pos": p.ctx_pos, "action_neg": neg, "gmcp": gmcp, "sampled": False,
             "pos_kind": p.pos_kind, "pos_bid": p.pos_bid, "pos_node": p.pos_node, "neg_bid": bid,
-            "neg_node": p.proposal.node, "op_pos": pos.op, "op_neg": action.op, "value_source": p.value_source,
+            "neg_node": p.proposal.node, "op_pos": p.pos_op, "op_neg": action.op, "value_source": p.value_source,
             "evidence": json.dumps({**p.proposal.evidence, **({"also_fired": p.also_fired} if p.also_fired else {})},
                                    sort_keys=True, ensure_ascii=False),
             "mode": "no_graph" if config.no_graph else "graph"})
