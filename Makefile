@@ -4,7 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 RUN ?= runs/demo
-BUDGET ?= 60
+# The embedded 135M teacher is slow and weak (it exercises the pipeline, it keeps few or no
+# pairs): a small sample, short prompts, 2 attempts. A real teacher:
+#   make run BUDGET=200 VERIFY_ARGS="--k 5" TEACHER="--base-url http://host:8000/v1 --model M"
+BUDGET ?= 8
+VERIFY_ARGS ?= --k 2 --budget 2000 --max-tokens 128
+TEACHER ?=
 MODEL_DIR := .cache/models/SmolLM2-135M-Instruct
 CHROMIUM := /usr/lib/chromium/chromium
 
@@ -42,7 +47,11 @@ run: setup
 	$(PY) -m data.ingest --source canonical --input data/bundled/agentlab_workarena.parquet --out $(RUN)
 	$(PY) -m graph.build --run $(RUN)
 	$(PY) -m proposals.mine --run $(RUN) --budget $(BUDGET)
+	$(PY) -m teacher.verify --run $(RUN) $(VERIFY_ARGS) $(TEACHER)
+	$(PY) -m data.export --run $(RUN) --format trl --format webprmbench
 	@echo "run directory: $(RUN)"
+	@echo "  dataset: $(RUN)/preferences.parquet  card: $(RUN)/README.md  report: $(RUN)/report/README.md"
+	@echo "  TRL: $(RUN)/export/trl/  WebPRMBench: $(RUN)/export/webprmbench.parquet"
 
 test: setup
 	$(PY) -m pytest -q

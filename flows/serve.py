@@ -5,7 +5,7 @@
 With a Prefect server running (``prefect server start --host 127.0.0.1 --port 4200`` and
 ``PREFECT_API_URL=http://127.0.0.1:4200/api``), this process serves the deployments below; run
 one with e.g. ``prefect deployment run 'build-graphs/default' --param run=runs/demo --watch``
-(also ``propose-negatives/default``).
+(also ``propose-negatives/default``, ``verify-pairs/default``, ``synthesize/default``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from prefect import serve
 
 from flows.build_graphs import build_graphs_flow
 from flows.propose_negatives import propose_negatives_flow
+from flows.synthesize import synthesize_flow, verify_pairs_flow
 
 
 def deployments():
@@ -23,6 +24,8 @@ def deployments():
     return [
         build_graphs_flow.to_deployment(name="default", parameters={"run": "runs/demo"}),
         propose_negatives_flow.to_deployment(name="default", parameters={"run": "runs/demo", "budget": 200}),
+        verify_pairs_flow.to_deployment(name="default", parameters={"run": "runs/demo"}),
+        synthesize_flow.to_deployment(name="default", parameters={"run": "runs/demo", "budget": 8, "k": 2}),
     ]
 
 

@@ -75,7 +75,8 @@ def test_deployments_are_declared():
     from flows.serve import deployments
 
     names = {(d.flow_name, d.name) for d in deployments()}
-    assert {("build-graphs", "default"), ("propose-negatives", "default")} <= names
+    assert {("build-graphs", "default"), ("propose-negatives", "default"), ("verify-pairs", "default"),
+            ("synthesize", "default")} <= names
 
 
 @pytest.mark.slow
