@@ -1,6 +1,6 @@
 """Export the verified preferences for training (TRL) and evaluation (WebPRMBench format).
 
-    python -m data.export --run RUN --format {trl,webprmbench} [--seed 42 --test-fraction 0.2 --no-card]
+    python -m data.export --run RUN --format {trl,webprmbench,trl-labels} [--seed 42 --test-fraction 0.2 --no-card]
 
 ``trl``: conversational prompt/completion files ``RUN/export/trl/{train,test}.parquet``
 (``prompt`` = [system, user], ``completion`` = [assistant: the gold judgment]) for TRL's
@@ -13,6 +13,15 @@ step_idx)``), ``pair_idx`` (the pair within its state), ``expected`` (1 or 2: th
 better response in ``prompt``, as ``teacher.prompts.parse_verdict`` returns it), ``prompt``
 ([system, user] messages) and ``source_name`` (``surfprm/<site>``), plus the pair's id, rule,
 axis and task for analysis.
+
+``trl-labels`` (an ablation WITHOUT teacher rationales): ``RUN/export/trl-labels/{train,test}.parquet``
+built from the sampled candidates, not from the teacher's kept pairs. The prompt is the same
+Action-Only prompt (``teacher.verify.load_pairs``: same seeded order coin, same AXTree budget
+``--prompt-budget``); the completion is only the answer tag (``<Answer>Response 2</Answer>``),
+the position of the demonstrated action. It needs no teacher, so it gives training data when the
+teacher kept nothing (the embedded 135M teacher keeps 0 pairs); a PRM trained on it learns to
+name a winner, not to argue for it. Same task split; rows also carry ``traj_id, step_idx, site,
+gmcp`` so that ``prm.evaluate`` can group pairs by state.
 
 Both load offline with ``datasets.load_dataset("parquet", data_files=...)``. Unless
 ``--no-card``, the dataset card (``RUN/README.md``, ``data.card``) and the report
@@ -51,9 +60,18 @@ WEBPRMBENCH_SCHEMA = pa.schema([
     pa.field("traj_id", pa.string(), nullable=False),
     pa.field("step_idx", pa.int32(), nullable=False),
 ])
+TRL_LABELS_SCHEMA = pa.schema([
+    *TRL_SCHEMA,
+    pa.field("traj_id", pa.string(), nullable=False),
+    pa.field("step_idx", pa.int32(), nullable=False),
+    pa.field("site", pa.string(), nullable=False),
+    pa.field("gmcp", pa.bool_(), nullable=False),
+])
 TRL_DIR = Path("export") / "trl"
+TRL_LABELS_DIR = Path("export") / "trl-labels"
 WEBPRMBENCH_FILE = Path("export") / "webprmbench.parquet"
-FORMATS = ("trl", "webprmbench")
+FORMATS = ("trl", "webprmbench")              # the dataset's exports (what the flows write)
+ABLATION_FORMATS = ("trl-labels",)             # on request only
 _COLUMNS = ["pair_id", "site", "traj_id", "task_id", "step_idx", "rule", "axis", "label", "messages"]
 
 
@@ -104,6 +122,39 @@ def export_trl(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2) 
     return paths
 
 
+def export_trl_labels(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
+                      coin_seed: int = 0, prompt_budget: int | None = None) -> dict[str, Path]:
+    """Write the label-only TRL files (an ablation without rationales: see the module doc) from
+    the sampled candidates; returns their paths by split."""
+    from teacher.prompts import ANSWER_TAG
+    from teacher.verify import VerifyConfig, load_pairs
+
+    run = RunDir(run_dir)
+    config = VerifyConfig(seed=coin_seed, **({"budget": prompt_budget} if prompt_budget else {}))
+    pairs = load_pairs(run, config)
+    test_tasks = split_tasks((p.row["task_id"] for p in pairs), seed, test_fraction)
+    splits = {"train": [], "test": []}
+    for p in pairs:
+        c = p.row
+        splits["test" if c["task_id"] in test_tasks else "train"].append({
+            "prompt": p.messages, "completion": [{"role": "assistant", "content": ANSWER_TAG.format(p.label)}],
+            "pair_id": c["pair_id"], "task_id": c["task_id"], "rule": c["rule"], "axis": c["axis"],
+            "label": p.label, "traj_id": c["traj_id"], "step_idx": c["step_idx"], "site": c["site"],
+            "gmcp": c["gmcp"]})
+    paths = {}
+    for name, split_rows in splits.items():
+        split_rows.sort(key=lambda r: (r["traj_id"], r["step_idx"], r["pair_id"]))
+        paths[name] = run.root / TRL_LABELS_DIR / f"{name}.parquet"
+        atomic_write_parquet(paths[name], pa.Table.from_pylist(split_rows, schema=TRL_LABELS_SCHEMA))
+    stats = StageStats("data.export.trl_labels", n_in=len(pairs), n_out=len(pairs))
+    stats.extra = {"train": len(splits["train"]), "test": len(splits["test"]), "seed": seed,
+                   "coin_seed": coin_seed, "test_fraction": test_fraction, "prompt_budget": config.budget,
+                   "targets": "answer tag only (no teacher rationale)",
+                   "files": {k: str(v.relative_to(run.root)) for k, v in paths.items()}}
+    run.write_stage(stats, [])
+    return paths
+
+
 def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
                        split: str = "test") -> Path:
     """Write the WebPRMBench-format evaluation file (held-out tasks, or ``split='all'``)."""
@@ -137,14 +188,16 @@ def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float
 
 
 def export(run_dir: str | Path, fmt: str, seed: int = 42, test_fraction: float = 0.2, split: str = "test",
-           card: bool = True) -> list[Path]:
+           card: bool = True, prompt_budget: int | None = None) -> list[Path]:
     """One export format, then (unless ``card=False``) the dataset card and the report."""
     if fmt == "trl":
         paths = list(export_trl(run_dir, seed, test_fraction).values())
+    elif fmt == "trl-labels":
+        paths = list(export_trl_labels(run_dir, seed, test_fraction, prompt_budget=prompt_budget).values())
     elif fmt == "webprmbench":
         paths = [export_webprmbench(run_dir, seed, test_fraction, split)]
     else:
-        raise ValueError(f"format must be one of {FORMATS}, not {fmt!r}")
+        raise ValueError(f"format must be one of {FORMATS + ABLATION_FORMATS}, not {fmt!r}")
     if card:
         from data.card import write_card
         from data.report import write_report
@@ -156,17 +209,21 @@ def export(run_dir: str | Path, fmt: str, seed: int = 42, test_fraction: float =
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m data.export", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True)
-    ap.add_argument("--format", required=True, choices=FORMATS, action="append",
-                    help="trl or webprmbench (repeat the flag for both)")
+    ap.add_argument("--format", required=True, choices=FORMATS + ABLATION_FORMATS, action="append",
+                    help="trl, webprmbench or trl-labels (label-only ablation, no teacher needed); "
+                         "repeat the flag for several")
     ap.add_argument("--seed", type=int, default=42, help="seeds the task split")
     ap.add_argument("--test-fraction", type=float, default=0.2, help="share of tasks held out")
     ap.add_argument("--split", choices=("test", "all"), default="test", help="webprmbench: held-out tasks or all")
+    ap.add_argument("--prompt-budget", type=int, default=None,
+                    help="trl-labels: AXTree characters in the prompt (default: the teacher's)")
     ap.add_argument("--no-card", action="store_true", help="skip the dataset card and the report")
     args = ap.parse_args(argv)
     try:
         for i, fmt in enumerate(args.format):
             last = i == len(args.format) - 1
-            for p in export(args.run, fmt, args.seed, args.test_fraction, args.split, card=last and not args.no_card):
+            for p in export(args.run, fmt, args.seed, args.test_fraction, args.split, card=last and not args.no_card,
+                            prompt_budget=args.prompt_budget):
                 print(f"wrote {p}")
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -107,28 +107,15 @@ def test_trl_export_trains_a_tiny_model_one_step(verified_run, tmp_path):
     trained here (nothing downloaded); one optimizer step changes the weights."""
     import datasets
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
     from trl import SFTConfig, SFTTrainer
+
+    from tiny_lm import tiny_lm
 
     root = verified_run
     export(root, "trl", card=False)
     ds = datasets.load_dataset("parquet", data_files=str(root / "export/trl/train.parquet"),
                                cache_dir=str(tmp_path / "hf"))["train"]
-    texts = [m["content"] for r in ds for m in r["prompt"] + r["completion"]]
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(texts, trainers.WordLevelTrainer(vocab_size=2000, special_tokens=[
-        "<unk>", "<pad>", "<|im_start|>", "<|im_end|>"]))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>",
-                                        eos_token="<|im_end|>", bos_token="<|im_start|>")
-    tokenizer.chat_template = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> "
-                               "{% endfor %}{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-                                         max_position_embeddings=4096, pad_token_id=tokenizer.pad_token_id,
-                                         eos_token_id=tokenizer.eos_token_id))
+    model, tokenizer = tiny_lm(m["content"] for r in ds for m in r["prompt"] + r["completion"])
     before = [p.detach().clone() for p in model.parameters()]
     args = SFTConfig(output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=2,
                      learning_rate=1e-2, max_length=4096, bf16=False, report_to="none", save_strategy="no",

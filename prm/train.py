@@ -1,0 +1,186 @@
+"""Train a comparative PRM with TRL's SFTTrainer on prompt/completion pairs, and save it merged.
+
+    python -m prm.train --config configs/prm/cpu-demo.yaml [--max-steps 4 --lora-r 8 ...]
+    python -m prm.train --config configs/prm/qwen-7b-lora.yaml --dry-run        # validate, load nothing
+    accelerate launch --num_processes 8 -m prm.train --config configs/prm/qwen-7b-lora.yaml
+
+The data are the conversational files of ``data.export`` (``prompt`` = [system, user],
+``completion`` = [assistant]): the judgment ending in the answer tag (``--format trl``) or the
+answer tag alone (``--format trl-labels``, an ablation without rationales). TRL tokenizes the
+prompt and the completion through the model's chat template and masks the prompt out of the
+loss (``completion_only_loss``), so the model learns ``f(s_t, a1, a2) -> (judgment, y)`` and
+nothing else. With ``model.lora`` the adapters (peft) are merged into the base weights before
+saving; either way ``output_dir`` ends up a plain transformers folder (safetensors, config,
+tokenizer, chat template) that ``from_pretrained`` and vLLM load unchanged. Checkpoints, when
+asked for, go to ``output_dir/checkpoints``; ``output_dir/train_log.json`` keeps the config, the
+loss per step and the timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from prm.config import PRMTrainConfig
+
+log = logging.getLogger(__name__)
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """``embedded`` is the bundled SmolLM2-135M-Instruct folder; anything else is used as given."""
+    if name_or_path == "embedded":
+        from teacher.embedded import default_model_dir
+
+        return str(default_model_dir())
+    return name_or_path
+
+
+def load_model_and_tokenizer(cfg: PRMTrainConfig):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path(cfg.model.name_or_path)
+    kwargs = {"dtype": getattr(torch, cfg.model.dtype)}
+    if cfg.model.attn_implementation:
+        kwargs["attn_implementation"] = cfg.model.attn_implementation
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    return model, tokenizer
+
+
+def load_split(path: str, max_rows: int | None = None):
+    """A prompt/completion Parquet file as a ``datasets.Dataset`` (only those two columns)."""
+    import datasets
+
+    ds = datasets.Dataset.from_parquet(path)
+    ds = ds.select_columns(["prompt", "completion"])
+    if max_rows is not None:
+        ds = ds.select(range(min(max_rows, len(ds))))
+    return ds
+
+
+def peft_config(cfg: PRMTrainConfig):
+    """peft's ``LoraConfig`` for ``cfg.model`` (None for a full fine-tune)."""
+    if not cfg.model.lora:
+        return None
+    from peft import LoraConfig
+
+    m = cfg.model
+    targets = m.lora_target_modules if m.lora_target_modules == "all-linear" else \
+        [t.strip() for t in m.lora_target_modules.split(",") if t.strip()]
+    return LoraConfig(r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout, target_modules=targets,
+                      task_type="CAUSAL_LM")
+
+
+def sft_config(cfg: PRMTrainConfig):
+    from trl import SFTConfig
+
+    t, d = cfg.train, cfg.data
+    return SFTConfig(
+        output_dir=str(Path(t.output_dir) / "checkpoints"),
+        learning_rate=t.learning_rate, num_train_epochs=t.num_train_epochs, max_steps=t.max_steps,
+        per_device_train_batch_size=t.per_device_batch_size, per_device_eval_batch_size=t.per_device_batch_size,
+        gradient_accumulation_steps=cfg.accumulation(),
+        lr_scheduler_type=t.lr_scheduler_type, warmup_steps=t.warmup_ratio,   # < 1: a share of the steps
+        weight_decay=t.weight_decay, bf16=t.bf16, fp16=False, seed=t.seed, data_seed=t.seed,
+        activation_checkpointing=t.gradient_checkpointing, logging_steps=t.logging_steps,
+        save_strategy="epoch" if t.save_checkpoints else "no", save_only_model=True,
+        eval_strategy="epoch" if d.eval_file else "no", deepspeed=t.deepspeed, use_cpu=t.use_cpu,
+        report_to="none", dataloader_num_workers=0, max_length=d.max_length,
+        completion_only_loss=True,      # loss on the judgment, never on the prompt
+        packing=False)
+
+
+def build_trainer(cfg: PRMTrainConfig, model=None, tokenizer=None):
+    """An ``SFTTrainer`` for ``cfg`` (a model and tokenizer may be passed in instead of loaded)."""
+    from trl import SFTTrainer
+
+    if model is None or tokenizer is None:
+        model, tokenizer = load_model_and_tokenizer(cfg)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    train_ds = load_split(cfg.data.train_file, cfg.data.max_train_samples)
+    if len(train_ds) == 0:
+        raise ValueError(f"{cfg.data.train_file} has no rows (with the embedded teacher, export "
+                         "`--format trl-labels` instead: see data.export)")
+    eval_ds = load_split(cfg.data.eval_file) if cfg.data.eval_file else None
+    if eval_ds is not None and len(eval_ds) == 0:
+        eval_ds = None
+    trainer = SFTTrainer(model=model, args=sft_config(cfg), train_dataset=train_ds, eval_dataset=eval_ds,
+                         processing_class=tokenizer, peft_config=peft_config(cfg))
+    # TRL truncates to max_length and silently drops rows whose completion was cut away entirely:
+    # count them, and refuse to train on nothing.
+    trainer.rows_loaded = len(train_ds)
+    trainer.rows_dropped_too_long = len(train_ds) - len(trainer.train_dataset)
+    if trainer.rows_dropped_too_long:
+        log.warning("%d of %d training rows dropped: prompt longer than max_length %d",
+                    trainer.rows_dropped_too_long, len(train_ds), cfg.data.max_length)
+    if len(trainer.train_dataset) == 0:
+        raise ValueError(f"every training row is longer than max_length {cfg.data.max_length}: raise it "
+                         "or shorten the prompts (data.export --prompt-budget)")
+    return trainer
+
+
+def save_merged(model, tokenizer, out: str | Path) -> Path:
+    """Merge LoRA adapters (if any) into the base weights and write a plain transformers folder."""
+    from peft import PeftModel
+
+    if isinstance(model, PeftModel):
+        model = model.merge_and_unload()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def train(cfg: PRMTrainConfig, model=None, tokenizer=None) -> dict:
+    """Train, save the merged model in ``cfg.train.output_dir``; returns the training log."""
+    problems = cfg.validate(check_paths=True) if model is None else cfg.validate(check_paths=False)
+    if problems:
+        raise ValueError("invalid config:\n  " + "\n  ".join(problems))
+    t0 = time.perf_counter()
+    trainer = build_trainer(cfg, model, tokenizer)
+    result = trainer.train()
+    seconds = time.perf_counter() - t0
+    out = Path(cfg.train.output_dir)
+    if trainer.is_world_process_zero():
+        save_merged(trainer.model, trainer.processing_class, out)
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    record = {"config": cfg.as_dict(), "global_step": result.global_step, "training_loss": result.training_loss,
+              "losses": losses, "train_rows": len(trainer.train_dataset),
+              "rows_dropped_too_long": trainer.rows_dropped_too_long, "seconds": round(seconds, 2),
+              "seconds_per_step": round(seconds / max(result.global_step, 1), 3), "output_dir": str(out)}
+    if trainer.is_world_process_zero():
+        (out / "train_log.json").write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m prm.train", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", help="YAML file with model/data/train sections (flags override it)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="validate the config (fields, paths, batch arithmetic) without loading weights")
+    PRMTrainConfig.add_args(ap)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = PRMTrainConfig.from_args(args)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        problems = cfg.validate(check_paths=True)
+        print(json.dumps({"valid": not problems, "problems": problems, **cfg.summary()}, indent=2))
+        return 0 if not problems else 2
+    record = train(cfg)
+    print(json.dumps({k: v for k, v in record.items() if k != "config"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
