@@ -1,0 +1,189 @@
+"""The comparative PRM as a judge: ``f(s_t, a1, a2) -> (judgment, verdict)``.
+
+    from prm.judge import make_judge
+    judge = make_judge(LLMConfig(model="runs/demo/prm/cpu-demo", max_tokens=64))    # local folder
+    judge = make_judge(LLMConfig(base_url="http://gpu:8000/v1", model="my-prm"))    # any OpenAI-compatible URL
+    j = judge.judge(state, "click('12')", "click('40')")      # Judgment(text, verdict 1|2|None)
+
+A judge takes ready chat prompts (``judge_prompts``: a benchmark's own prompts, used as given) or a
+state and two raw actions (``judge``/``judge_pairs``: rendered with the teacher's Action-Only
+prompt, ``teacher.prompts.render_pair``). The verdict is read by ``teacher.prompts.parse_verdict``
+(the last answer tag, then a few unambiguous phrasings, else ``None`` = unparsed). A local
+transformers folder is judged in batches of left-padded prompts with greedy decoding; an endpoint
+goes through ``teacher.llm`` (cached, retried, ``concurrency`` requests in flight). An outage is
+not a verdict: it is kept apart as ``infra_error``.
+
+**Both orders** (``both_orders=True``): each pair is judged as given and with Response 1 and
+Response 2 swapped. Rule: a pair counts as correct only if both orders pick the same action (the
+expected one); when both verdicts name the same *position* the judge is position-biased on that
+pair (counted as ``position_biased``, and wrong). ``position_stats`` reports how often a judge
+names position 1 against how often position 1 is right, so position bias is measured even when
+judging in one order.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from teacher.llm import LLMClient, LLMConfig
+from teacher.prompts import State, parse_verdict, render_pair
+
+_RESPONSE_BLOCK = re.compile(r"<<<BEGIN RESPONSE_([12])>>>\n(.*?)\n<<<END RESPONSE_\1>>>", re.S)
+
+
+@dataclass(slots=True)
+class Judgment:
+    """One judgment: the model's text and the response it prefers (1, 2 or None = unparsed)."""
+
+    text: str
+    verdict: int | None
+    infra_error: str | None = None
+
+
+def swap_responses(messages: list[dict]) -> list[dict] | None:
+    """The same prompt with Response 1 and Response 2 exchanged, for prompts in this project's
+    fenced format (``teacher.prompts``); None when the prompt does not hold both fenced blocks."""
+    out, swapped = [], False
+    for m in messages:
+        content = m["content"]
+        blocks = dict((k, v) for k, v in _RESPONSE_BLOCK.findall(content))
+        if set(blocks) == {"1", "2"}:
+            content = _RESPONSE_BLOCK.sub(lambda x: f"<<<BEGIN RESPONSE_{x.group(1)}>>>\n"
+                                          f"{blocks['2' if x.group(1) == '1' else '1']}\n"
+                                          f"<<<END RESPONSE_{x.group(1)}>>>", content)
+            swapped = True
+        out.append({"role": m["role"], "content": content})
+    return out if swapped else None
+
+
+class LocalJudge:
+    """A transformers causal LM judging in batches (greedy, left padding)."""
+
+    def __init__(self, model, tokenizer, max_tokens: int = 256, batch_size: int = 8):
+        self.model, self.tokenizer = model.eval(), tokenizer
+        self.max_tokens, self.batch_size = max_tokens, batch_size
+        self.name = getattr(model, "name_or_path", "") or type(model).__name__
+
+    @classmethod
+    def from_pretrained(cls, path: str, **kwargs) -> "LocalJudge":
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        return cls(model, tokenizer, **kwargs)
+
+    def generate(self, prompts: list[list[dict]]) -> list[str]:
+        import torch
+
+        tok = self.tokenizer
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        eos = self.model.generation_config.eos_token_id
+        eos = tok.eos_token_id if eos is None else eos
+        eos_ids = set(eos if isinstance(eos, list) else [eos])
+        encoded = [tok.apply_chat_template(p, add_generation_prompt=True, return_dict=True)["input_ids"]
+                   for p in prompts]
+        texts: list[str] = [""] * len(prompts)
+        # Similar lengths share a batch, so little compute goes to padding.
+        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start:start + self.batch_size]
+            width = max(len(encoded[i]) for i in idx)
+            ids = torch.tensor([[pad_id] * (width - len(encoded[i])) + encoded[i] for i in idx])
+            mask = torch.tensor([[0] * (width - len(encoded[i])) + [1] * len(encoded[i]) for i in idx])
+            with torch.inference_mode():
+                out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=self.max_tokens,
+                                          do_sample=False, pad_token_id=pad_id)
+            for i, row in zip(idx, out[:, width:].tolist()):
+                stop = next((k for k, t in enumerate(row) if t in eos_ids), len(row))
+                texts[i] = tok.decode(row[:stop], skip_special_tokens=True)
+        return texts
+
+    def judge_prompts(self, prompts: list[list[dict]]) -> list[Judgment]:
+        return [Judgment(t, parse_verdict(t)) for t in self.generate(prompts)]
+
+
+class EndpointJudge:
+    """Any OpenAI-compatible endpoint through ``teacher.llm`` (cached, retried, concurrent)."""
+
+    def __init__(self, config: LLMConfig):
+        self.client = LLMClient(config)
+        self.name = config.model_id
+
+    def judge_prompts(self, prompts: list[list[dict]]) -> list[Judgment]:
+        results = self.client.chat_many(prompts, stage="prm.judge")
+        return [Judgment(r.text, parse_verdict(r.text)) if r.ok else Judgment("", None, r.infra_error)
+                for r in results]
+
+
+def make_judge(config: LLMConfig, batch_size: int = 8):
+    """A local batched judge for a transformers folder (no ``base_url``), else an endpoint judge."""
+    if config.is_local:
+        return LocalJudge.from_pretrained(str(config.local_model_dir()), max_tokens=config.max_tokens,
+                                          batch_size=batch_size)
+    return EndpointJudge(config)
+
+
+def judge(judge_, state: State, a1: str, a2: str, budget: int | None = None) -> Judgment:
+    """Judge one state and two raw actions with the teacher's Action-Only prompt."""
+    return judge_pairs(judge_, [(state, a1, a2)], budget=budget)[0]
+
+
+def judge_pairs(judge_, items: list[tuple[State, str, str]], budget: int | None = None) -> list[Judgment]:
+    """Judge many (state, action 1, action 2) triples in one batch."""
+    prompts = [render_pair(s, a1, a2, **({"budget": budget} if budget else {}))[0] for s, a1, a2 in items]
+    return judge_.judge_prompts(prompts)
+
+
+@dataclass(slots=True)
+class PairOutcome:
+    """A pair judged against its expected answer, in one order or both."""
+
+    expected: int
+    first: Judgment
+    swapped: Judgment | None = None     # the swapped prompt's judgment (both orders)
+
+    @property
+    def correct(self) -> bool:
+        if self.first.verdict != self.expected:
+            return False
+        return self.swapped is None or self.swapped.verdict == 3 - self.expected
+
+    @property
+    def position_biased(self) -> bool:
+        """Both orders parsed and named the same position (so not the same action)."""
+        return (self.swapped is not None and self.first.verdict is not None
+                and self.first.verdict == self.swapped.verdict)
+
+    @property
+    def unparsed(self) -> bool:
+        return self.first.verdict is None or (self.swapped is not None and self.swapped.verdict is None)
+
+
+def judge_expected(judge_, prompts: list[list[dict]], expected: list[int],
+                   both_orders: bool = False) -> list[PairOutcome]:
+    """Judge ready prompts against their expected answers; with ``both_orders`` also the swapped
+    prompts (pairs whose prompt cannot be swapped are judged in one order: see ``swap_responses``)."""
+    first = judge_.judge_prompts(prompts)
+    outcomes = [PairOutcome(e, j) for e, j in zip(expected, first)]
+    if both_orders:
+        swapped = [(i, s) for i, p in enumerate(prompts) if (s := swap_responses(p)) is not None]
+        for (i, _), j in zip(swapped, judge_.judge_prompts([s for _, s in swapped])):
+            outcomes[i].swapped = j
+    return outcomes
+
+
+def position_stats(outcomes: list[PairOutcome]) -> dict:
+    """How often position 1 is chosen vs right, consistency across orders, biased pairs."""
+    verdicts = [o.first.verdict for o in outcomes] + [o.swapped.verdict for o in outcomes if o.swapped]
+    expected = [o.expected for o in outcomes] + [3 - o.expected for o in outcomes if o.swapped]
+    parsed = [v for v in verdicts if v is not None]
+    both = [o for o in outcomes if o.swapped is not None]
+    both_parsed = [o for o in both if o.first.verdict is not None and o.swapped.verdict is not None]
+    return {"chose_position_1": sum(v == 1 for v in parsed) / len(parsed) if parsed else None,
+            "expected_position_1": sum(e == 1 for e in expected) / len(expected) if expected else None,
+            "judged_both_orders": len(both),
+            "position_biased": sum(o.position_biased for o in both),
+            "consistent": (sum(not o.position_biased for o in both_parsed) / len(both_parsed)) if both_parsed
+            else None}
