@@ -1,0 +1,142 @@
+"""prm.train on a tiny random model: loss falls on a repeated batch and weights change, the loss
+covers only the completion, LoRA merges, a saved model reloads with identical logits, and the
+GPU recipe passes a dry run without loading weights."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from data.export import export_trl_labels
+from prm.config import PRMTrainConfig
+from prm.train import build_trainer, main, save_merged, train
+from scripted_teacher import make_run
+from tiny_lm import tiny_lm
+
+
+@pytest.fixture(scope="module")
+def label_run(tmp_path_factory):
+    """A run of real steps exported as label-only TRL files (short prompts for the tiny model)."""
+    root = tmp_path_factory.mktemp("prm_run")
+    make_run(root, n_pairs=8)
+    paths = export_trl_labels(root, prompt_budget=300)
+    return root, paths
+
+
+def _tiny(paths):
+    rows = pq.read_table(paths["train"]).to_pylist() + pq.read_table(paths["test"]).to_pylist()
+    return tiny_lm(m["content"] for r in rows for m in r["prompt"] + r["completion"])
+
+
+def _config(paths, out, **train) -> PRMTrainConfig:
+    cfg = PRMTrainConfig()
+    cfg.model.name_or_path, cfg.model.lora = "tiny", False
+    cfg.data.train_file, cfg.data.max_length = str(paths["train"]), 4096
+    cfg.train.output_dir, cfg.train.use_cpu, cfg.train.learning_rate = str(out), True, 1e-2
+    cfg.train.lr_scheduler_type, cfg.train.warmup_ratio = "constant", 0.0
+    for k, v in train.items():
+        setattr(cfg.train, k, v)
+    return cfg
+
+
+def test_label_export_has_answer_tag_targets(label_run):
+    root, paths = label_run
+    tr, te = pq.read_table(paths["train"]).to_pylist(), pq.read_table(paths["test"]).to_pylist()
+    assert len(tr) + len(te) == 8 and not {r["task_id"] for r in tr} & {r["task_id"] for r in te}
+    for r in tr + te:
+        assert r["completion"] == [{"role": "assistant", "content": f"<Answer>Response {r['label']}</Answer>"}]
+        assert [m["role"] for m in r["prompt"]] == ["system", "user"] and "<<<BEGIN RESPONSE_1>>>" in r["prompt"][1]["content"]
+    assert {r["label"] for r in tr + te} == {1, 2}          # the order coin is not constant
+    stats = json.loads((root / "stats.json").read_text())["data.export.trl_labels"]
+    assert stats["targets"].startswith("answer tag only")
+
+
+def test_full_finetune_loss_falls_on_a_repeated_batch(label_run, tmp_path):
+    _, paths = label_run
+    model, tok = _tiny(paths)
+    before = [p.detach().clone() for p in model.parameters()]
+    cfg = _config(paths, tmp_path / "full", max_steps=8, per_device_batch_size=2)
+    cfg.data.max_train_samples = 2                       # one batch, seen 8 times
+    record = train(cfg, model, tok)
+    assert record["global_step"] == 8 and record["rows_dropped_too_long"] == 0
+    assert record["losses"][-1] < 0.5 * record["losses"][0]
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    saved = json.loads((tmp_path / "full" / "train_log.json").read_text())
+    assert saved["losses"] == record["losses"] and (tmp_path / "full" / "model.safetensors").exists()
+
+
+def test_loss_mask_covers_only_the_completion(label_run, tmp_path):
+    _, paths = label_run
+    model, tok = _tiny(paths)
+    trainer = build_trainer(_config(paths, tmp_path / "mask", max_steps=1), model, tok)
+    row = pq.read_table(paths["train"]).to_pylist()[0]
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    labels, ids = batch["labels"][0], batch["input_ids"][0]
+    prompt_len = len(tok.apply_chat_template(row["prompt"], add_generation_prompt=True, return_dict=True)["input_ids"])
+    assert (labels[:prompt_len] == -100).all()                 # nothing of the prompt is learned
+    learned = ids[labels != -100]
+    assert learned.numel() > 0 and torch.equal(labels[prompt_len:][labels[prompt_len:] != -100], learned)
+    text = tok.decode(learned)
+    assert f"Response {row['label']}" in text and "Security" not in text and "assistant" not in text.split("Answer")[0]
+
+
+def test_lora_merges_and_reloads_with_identical_logits(label_run, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _, paths = label_run
+    model, tok = _tiny(paths)
+    base = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    cfg = _config(paths, tmp_path / "lora", max_steps=3, per_device_batch_size=2)
+    cfg.model.lora, cfg.model.lora_r, cfg.model.lora_alpha, cfg.model.lora_dropout = True, 4, 8, 0.0
+    trainer = build_trainer(cfg, model, tok)
+    assert isinstance(trainer.model, PeftModel)
+    trainer.train()
+    ids = torch.tensor([tok.apply_chat_template(pq.read_table(paths["test"]).to_pylist()[0]["prompt"],
+                                                add_generation_prompt=True, return_dict=True)["input_ids"]])
+    peft_model = trainer.model.eval()
+    with torch.no_grad():
+        expected = peft_model(input_ids=ids).logits
+    out = save_merged(peft_model, tok, tmp_path / "merged")
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= names and not any("adapter" in n for n in names)
+    reloaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    with torch.no_grad():
+        got = reloaded(input_ids=ids).logits
+    assert torch.allclose(expected, got, atol=1e-5)
+    assert any(not torch.equal(base[k], v) for k, v in reloaded.state_dict().items() if k in base)
+    assert AutoTokenizer.from_pretrained(out).chat_template == tok.chat_template
+
+
+def test_config_yaml_cli_overrides_and_dry_run(label_run, capsys):
+    _, paths = label_run
+    gpu = "configs/prm/qwen-7b-lora.yaml"
+    cfg = PRMTrainConfig.from_yaml(gpu)
+    assert (cfg.model.lora_r, cfg.train.learning_rate, cfg.train.bf16) == (128, 1e-4, True)
+    data = ["--train-file", str(paths["train"]), "--eval-file", str(paths["test"])]
+    assert main(["--config", gpu, "--dry-run", *data]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["valid"] and report["effective_batch_size"] == 256 and report["gradient_accumulation_steps"] == 8
+    assert report["processes"] == 8 and report["per_device_batch_size"] == 4
+    # flags override the file; arithmetic that cannot reach 256 is refused, as are missing files
+    assert main(["--config", gpu, "--dry-run", *data, "--per-device-batch-size", "3"]) == 2
+    assert "not a multiple" in capsys.readouterr().out
+    assert main(["--config", gpu, "--dry-run"]) == 2
+    assert "does not exist" in capsys.readouterr().out
+    assert main(["--config", gpu, "--dry-run", *data, "--lora", "false", "--num-processes", "4"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["mode"] == "full fine-tune" and report["gradient_accumulation_steps"] == 16
+    demo = PRMTrainConfig.from_yaml("configs/prm/cpu-demo.yaml")
+    assert demo.model.name_or_path == "embedded" and not demo.train.bf16 and not demo.validate(check_paths=False)
+    for bad in ("configs/prm/qwen-3b-full.yaml",):
+        assert not PRMTrainConfig.from_yaml(bad).validate(check_paths=False)
+
+
+def test_unknown_config_keys_are_refused(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("model: {name_or_path: x, lora_rank: 8}\n")
+    with pytest.raises(ValueError, match="lora_rank"):
+        PRMTrainConfig.from_yaml(path)
