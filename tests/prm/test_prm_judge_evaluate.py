@@ -1,0 +1,170 @@
+"""prm.judge reads realistic outputs and applies the both-order rule; prm.evaluate's metrics on
+hand-made fixtures, and end to end against a scripted OpenAI-protocol server."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from data.export import MESSAGE
+from prm.evaluate import compare, load_bench, main, score
+from prm.judge import EndpointJudge, Judgment, LocalJudge, PairOutcome, judge, judge_expected, swap_responses
+from teacher.llm import LLMConfig
+from teacher.prompts import State, render_pair
+from teacher.serve import serve_in_thread
+
+STATE = State(intent="Order an iPad", axtree="[1] RootWebArea 'Shop'\n\t[12] button 'Order'\n\t[40] link 'Home'",
+              url="http://shop/ipad")
+REALISTIC = {
+    "analysis": "Response 1 goes home, which is a detour. Response 2 orders, as the intent asks.\n"
+                "<Answer>Response 2</Answer>",
+    "echo_then_tag": "Answer with <Answer>Response 1</Answer> or <Answer>Response 2</Answer>.\n"
+                     "Response 1 clicks Order.\n<Answer>Response 1</Answer>",
+    "phrase": "After weighing both, Response 1 is better because it advances the task.",
+    "undecided": "Both responses have merits; it depends on the user.",
+    "restates": "The evaluation criteria are:\n\n1. Task progress: which action moves the agent",
+}
+
+
+def _complete(answer_for):
+    def complete(payload):
+        text = answer_for(payload["messages"][-1]["content"])
+        return {"id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+    return complete
+
+
+def _llm(server, tmp_path) -> LLMConfig:
+    return LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(tmp_path / "cache"), max_retries=0,
+                     api_key_env="SURFPRM_TEST_KEY_UNSET")
+
+
+def _picks_order(user: str) -> str:
+    """A judge that knows click('12') is right, whatever its position."""
+    first = user.index("<<<BEGIN RESPONSE_1>>>")
+    pos = 1 if "click('12')" in user[first:user.index("<<<END RESPONSE_1>>>")] else 2
+    return f"Response 1 and Response 2 differ.\n<Answer>Response {pos}</Answer>"
+
+
+def test_endpoint_judge_parses_realistic_outputs(tmp_path):
+    keys = list(REALISTIC)
+    server = serve_in_thread(_complete(lambda user: REALISTIC[keys[int(user.split("case=")[1][0])]]), "scripted")
+    try:
+        j = EndpointJudge(_llm(server, tmp_path))
+        got = j.judge_prompts([[{"role": "user", "content": f"case={i}"}] for i in range(len(keys))])
+    finally:
+        server.shutdown()
+    assert [g.verdict for g in got] == [2, 1, 1, None, None]
+    assert got[0].text == REALISTIC["analysis"] and all(g.infra_error is None for g in got)
+
+
+def test_swap_and_the_both_orders_rule(tmp_path):
+    msgs, _ = render_pair(STATE, "click('40')", "click('12')")
+    swapped = swap_responses(msgs)
+    assert swapped[0] == msgs[0] and "<<<BEGIN RESPONSE_1>>>\nclick('12')\n" in swapped[1]["content"]
+    assert swap_responses(swapped) == msgs and swap_responses([{"role": "user", "content": "A or B?"}]) is None
+    # a judge that always says "1" is position-biased: wrong under the both-order rule
+    assert not PairOutcome(1, Judgment("", 1), Judgment("", 1)).correct
+    assert PairOutcome(1, Judgment("", 1), Judgment("", 1)).position_biased
+    assert PairOutcome(2, Judgment("", 2), Judgment("", 1)).correct
+    assert PairOutcome(2, Judgment("", 2)).correct and PairOutcome(2, Judgment("", None)).unparsed
+    server = serve_in_thread(_complete(_picks_order), "scripted")
+    try:
+        j = EndpointJudge(_llm(server, tmp_path))
+        assert judge(j, STATE, "click('40')", "click('12')").verdict == 2
+        outs = judge_expected(j, [msgs, msgs], [2, 1], both_orders=True)
+    finally:
+        server.shutdown()
+    assert [o.correct for o in outs] == [True, False] and [o.swapped.verdict for o in outs] == [1, 1]
+
+
+def test_local_judge_batches_a_tiny_model():
+    from tiny_lm import tiny_lm
+
+    msgs = [render_pair(STATE, a, b)[0] for a, b in [("click('40')", "click('12')"), ("click('12')", "go_back()")]]
+    model, tok = tiny_lm([m["content"] for p in msgs for m in p] + ["<Answer>Response 1</Answer>"])
+    j = LocalJudge(model, tok, max_tokens=5, batch_size=2)
+    got = j.judge_prompts(msgs + msgs[:1])
+    assert len(got) == 3 and all(isinstance(g.text, str) and g.verdict in (1, 2, None) for g in got)
+    assert got[0].text == got[2].text          # greedy, and batching (left padding) does not change it
+
+
+def _fixture_rows():
+    # source a: state 0 (2 pairs, both right), state 1 (2 pairs, one wrong); source b: state 2 (1 pair, right)
+    rows = [{"state": s, "source_name": src, "rule": rule, "axis": "spatial", "gmcp": g}
+            for s, src, rule, g in [(0, "a", "repeat_past", "gmcp"), (0, "a", "structurally_near", "gmcp"),
+                                    (1, "a", "repeat_past", "non_gmcp"), (1, "a", "repeat_past", "gmcp"),
+                                    (2, "b", "structurally_near", "gmcp")]]
+    return rows, [True, True, True, False, True]
+
+
+def test_metrics_on_hand_made_fixtures():
+    rows, correct = _fixture_rows()
+    m = score(rows, correct, [False, False, False, True, False])
+    assert m["by_source"]["a"]["pairwise"] == 0.75 and m["by_source"]["a"]["bon"] == 0.5   # state 1 has a wrong pair
+    assert m["by_source"]["b"]["pairwise"] == 1.0 and m["by_source"]["b"]["bon"] == 1.0
+    assert m["macro"] == {"pairwise": pytest.approx(0.875), "bon": pytest.approx(0.75)}
+    assert m["overall"]["pairwise"] == 0.8 and m["overall"]["states_correct"] == 2 and m["unparsed"] == 1
+    assert m["by_rule"]["repeat_past"]["pairwise"] == pytest.approx(2 / 3)
+    assert m["by_gmcp"]["non_gmcp"]["pairwise"] == 1.0 and m["by_gmcp"]["gmcp"]["pairwise"] == 0.75
+    one_state = score(rows[2:4], [True, False])
+    assert one_state["by_source"]["a"]["bon"] == 0.0 and one_state["by_source"]["a"]["pairwise"] == 0.5
+
+
+def _bench(path, pairs):
+    schema = pa.schema([("state_idx", pa.int32()), ("pair_idx", pa.int32()), ("expected", pa.int8()),
+                        ("prompt", pa.list_(MESSAGE)), ("source_name", pa.string())])
+    rows = []
+    for state, pair, a1, a2, src in pairs:
+        msgs, _ = render_pair(STATE, a1, a2)
+        rows.append({"state_idx": state, "pair_idx": pair, "expected": 1 if a1 == "click('12')" else 2,
+                     "prompt": msgs, "source_name": src})
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+
+
+def test_evaluate_cli_against_a_scripted_endpoint(tmp_path, capsys):
+    bench = tmp_path / "bench.parquet"
+    _bench(bench, [(0, 0, "click('12')", "click('40')", "shopping"), (0, 1, "go_back()", "click('12')", "shopping"),
+                   (1, 0, "click('12')", "scroll(0, 200)", "gitlab"), (2, 0, "click('40')", "click('12')", "gitlab")])
+    # the scripted judge is right except on the last pair (it answers without a tag there)
+    def answer(user):
+        return "no idea" if "<<<BEGIN RESPONSE_1>>>\nclick('40')" in user else _picks_order(user)
+    server = serve_in_thread(_complete(answer), "scripted-prm")
+    try:
+        common = ["--base-url", server.base_url, "--cache-dir", str(tmp_path / "cache"), "--max-retries", "0",
+                  "--api-key-env", "SURFPRM_TEST_KEY_UNSET", "--bench", str(bench)]
+        assert main(["--model", "scripted-prm", *common, "--out", str(tmp_path / "a.json"), "--name", "A"]) == 0
+        assert main(["--model", "scripted-prm", *common, "--out", str(tmp_path / "b.json"), "--name", "B",
+                     "--both-orders"]) == 0
+    finally:
+        server.shutdown()
+    a = json.loads((tmp_path / "a.json").read_text())
+    assert a["by_source"]["shopping"]["pairwise"] == 1.0 and a["by_source"]["shopping"]["bon"] == 1.0
+    assert a["by_source"]["gitlab"]["pairwise"] == 0.5 and a["by_source"]["gitlab"]["bon"] == 0.5
+    assert a["macro"] == {"pairwise": 0.75, "bon": 0.75} and a["unparsed"] == 1 and a["overall"]["pairs"] == 4
+    assert "| **macro (over sources)** | **75.00** | **75.00** |" in (tmp_path / "a.md").read_text()
+    assert len((tmp_path / "a.pairs.jsonl").read_text().splitlines()) == 4
+    b = json.loads((tmp_path / "b.json").read_text())
+    assert b["position"]["judged_both_orders"] == 4 and b["position"]["position_biased"] == 0
+    capsys.readouterr()
+    assert main(["--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    table = capsys.readouterr().out
+    assert "| group | A pairwise % | A best-of-N % | B pairwise % | B best-of-N % |" in table
+    # both orders: the swapped (0, 0) puts click('40') first, where the judge answers no tag: wrong
+    assert "| shopping | 100.00 | 100.00 | 50.00 | 0.00 |" in table and b["unparsed"] == 2
+
+
+def test_trl_split_is_grouped_by_state_and_joined_to_candidates(tmp_path):
+    from data.export import export_trl_labels
+    from scripted_teacher import make_run
+
+    make_run(tmp_path, n_pairs=6)
+    paths = export_trl_labels(tmp_path, prompt_budget=300)
+    rows = load_bench(paths["train"]) + load_bench(paths["test"])
+    assert len(rows) == 6 and all(r["gmcp"] == "gmcp" and r["rule"] and r["expected"] in (1, 2) for r in rows)
+    assert {r["source_name"] for r in rows} == {"surfprm/servicenow"}
+    assert compare([{"name": "x", "by_source": {}, "macro": {"pairwise": None, "bon": None}}]).count("| - |") == 0
