@@ -23,7 +23,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export DO_NOT_TRACK := 1
 
-.PHONY: setup run test test-fast bench clean
+.PHONY: setup run prm-demo test test-fast bench clean
 
 setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(CHROMIUM)
 
@@ -52,6 +52,15 @@ run: setup
 	@echo "run directory: $(RUN)"
 	@echo "  dataset: $(RUN)/preferences.parquet  card: $(RUN)/README.md  report: $(RUN)/report/README.md"
 	@echo "  TRL: $(RUN)/export/trl/  WebPRMBench: $(RUN)/export/webprmbench.parquet"
+
+# A comparative PRM on the demo run: label-only targets (the embedded teacher keeps no pairs),
+# the embedded SmolLM2 with LoRA for a few steps, then base vs trained on the held-out tasks.
+prm-demo: setup
+	$(PY) -m data.export --run $(RUN) --format trl-labels --prompt-budget 1200 --no-card
+	$(PY) -m prm.train --config configs/prm/cpu-demo.yaml --train-file $(RUN)/export/trl-labels/train.parquet --output-dir $(RUN)/prm/cpu-demo
+	$(PY) -m prm.evaluate --model $(MODEL_DIR) --name base --bench $(RUN)/export/trl-labels/test.parquet --out $(RUN)/prm/eval-base.json --max-tokens 24
+	$(PY) -m prm.evaluate --model $(RUN)/prm/cpu-demo --name trained --bench $(RUN)/export/trl-labels/test.parquet --out $(RUN)/prm/eval-trained.json --max-tokens 24
+	$(PY) -m prm.evaluate --compare $(RUN)/prm/eval-base.json $(RUN)/prm/eval-trained.json --out $(RUN)/prm/compare.md
 
 test: setup
 	$(PY) -m pytest -q

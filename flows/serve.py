@@ -5,7 +5,8 @@
 With a Prefect server running (``prefect server start --host 127.0.0.1 --port 4200`` and
 ``PREFECT_API_URL=http://127.0.0.1:4200/api``), this process serves the deployments below; run
 one with e.g. ``prefect deployment run 'build-graphs/default' --param run=runs/demo --watch``
-(also ``propose-negatives/default``, ``verify-pairs/default``, ``synthesize/default``).
+(also ``propose-negatives/default``, ``verify-pairs/default``, ``synthesize/default``,
+``train-prm/default``, ``evaluate-prm/default``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from prefect import serve
 
 from flows.build_graphs import build_graphs_flow
+from flows.prm import evaluate_prm_flow, train_prm_flow
 from flows.propose_negatives import propose_negatives_flow
 from flows.synthesize import synthesize_flow, verify_pairs_flow
 
@@ -26,6 +28,10 @@ def deployments():
         propose_negatives_flow.to_deployment(name="default", parameters={"run": "runs/demo", "budget": 200}),
         verify_pairs_flow.to_deployment(name="default", parameters={"run": "runs/demo"}),
         synthesize_flow.to_deployment(name="default", parameters={"run": "runs/demo", "budget": 8, "k": 2}),
+        train_prm_flow.to_deployment(name="default", parameters={"config": "configs/prm/cpu-demo.yaml"}),
+        evaluate_prm_flow.to_deployment(name="default", parameters={
+            "bench": "runs/demo/export/trl-labels/test.parquet", "out": "runs/demo/prm/eval-trained.json",
+            "model": "runs/demo/prm/cpu-demo", "max_tokens": 24}),
     ]
 
 
