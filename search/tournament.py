@@ -1,0 +1,197 @@
+"""Knockout best-of-N: the PRM picks one of N candidate actions by a seeded single-elimination bracket.
+
+    from search.tournament import knockout, prm_pair_judge
+    result = knockout(["click('12')", "fill('34', 'shoes')", "click('12')"], judge,
+                      axtree=obs_axtree_text, seed=7)
+    result.winner, result.matches, result.to_dict()
+
+Invalid candidates (unparseable, or targeting a bid absent from the current AXTree) are dropped
+with a reason; duplicates (the same canonical action) are merged into their first occurrence and
+counted. One survivor needs no judge call. Otherwise the survivors are shuffled by ``seed`` and
+paired in order; an odd count gives the last one a bye. The matches of one round go to the judge
+as one batch. N survivors take exactly N-1 matches in ceil(log2 N) rounds (paper).
+
+The judge is any callable ``judge(pairs) -> verdicts`` where ``pairs`` is a list of
+``(action_1, action_2)`` canonical strings and each verdict is an object with ``verdict``
+(1, 2 or None) and ``text`` (``prm.judge.Judgment``), a ``(verdict, text)`` tuple, or a bare int.
+With ``both_orders`` every match is also judged swapped (same batch); a match goes to the action
+with more votes. A tie, or no parsed verdict at all, goes to the action drawn first in the bracket
+(a seeded, unbiased coin) and is marked ``tie``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+from data.actions import ELEMENT_OPS, ActionParseError, parse_action
+
+PairJudge = Callable[[list[tuple[str, str]]], Sequence]
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One proposal as the policy wrote it, and what the tournament made of it."""
+
+    index: int                    # position in the policy's list
+    raw: str
+    action: str | None = None     # canonical string, None when invalid
+    dropped: str | None = None    # reason: 'unparseable: ...', 'bid not in AXTree: ...', 'duplicate of N'
+    count: int = 1                # proposals merged into this one (valid survivors only)
+
+
+@dataclass(slots=True)
+class Match:
+    round: int
+    a1: str
+    a2: str
+    winner: str
+    verdict: int | None           # the first-order verdict (1 = a1, 2 = a2, None = unparsed)
+    judgment: str
+    verdict_swapped: int | None = None     # both orders: the verdict on (a2, a1)
+    judgment_swapped: str | None = None
+    tie: bool = False
+
+
+@dataclass(slots=True)
+class Bye:
+    round: int
+    action: str
+
+
+@dataclass(slots=True)
+class TournamentResult:
+    winner: str | None            # None when no candidate is valid
+    candidates: list[Candidate]
+    matches: list[Match] = field(default_factory=list)
+    byes: list[Bye] = field(default_factory=list)
+    rounds: int = 0
+    seed: int | None = None
+
+    @property
+    def survivors(self) -> list[str]:
+        return [c.action for c in self.candidates if c.dropped is None]
+
+    @property
+    def calls(self) -> int:
+        """Judge prompts issued (2 per match when judged in both orders)."""
+        return sum(1 + (m.verdict_swapped is not None or m.judgment_swapped is not None) for m in self.matches)
+
+    def to_dict(self) -> dict:
+        return {"winner": self.winner, "rounds": self.rounds, "seed": self.seed,
+                "candidates": [asdict(c) for c in self.candidates],
+                "matches": [asdict(m) for m in self.matches], "byes": [asdict(b) for b in self.byes]}
+
+
+def _bids(axtree) -> set[str] | None:
+    if axtree is None:
+        return None
+    if isinstance(axtree, str):
+        from graph.axtree import AXTreeParseError, parse_axtree
+
+        try:
+            axtree = parse_axtree(axtree)
+        except AXTreeParseError:
+            return set()
+    if isinstance(axtree, (set, frozenset)):
+        return set(axtree)
+    return set(axtree.by_bid())
+
+
+def screen(candidates: Sequence[str], axtree=None) -> list[Candidate]:
+    """Parse, check targets against the AXTree (text, ``AXTree`` or a set of bids; None: no check)
+    and merge duplicates. Every dropped candidate keeps its reason."""
+    bids = _bids(axtree)
+    out: list[Candidate] = []
+    first: dict[str, Candidate] = {}
+    for i, raw in enumerate(candidates):
+        c = Candidate(i, raw if isinstance(raw, str) else repr(raw))
+        out.append(c)
+        try:
+            action = parse_action(raw if isinstance(raw, str) else "")
+        except ActionParseError as e:
+            c.dropped = f"unparseable: {e}"
+            continue
+        if bids is not None and action.op in ELEMENT_OPS:
+            targets = [str(action.args[0][1])]
+            if action.op == "drag_and_drop":
+                targets.append(str(action.args[1][1]))
+            missing = [b for b in targets if b not in bids]
+            if missing:
+                c.dropped = f"bid not in AXTree: {missing[0]}"
+                continue
+        c.action = action.to_string()
+        if c.action in first:
+            c.dropped = f"duplicate of {first[c.action].index}"
+            first[c.action].count += 1
+            continue
+        first[c.action] = c
+    return out
+
+
+def _verdict(v) -> tuple[int | None, str]:
+    if isinstance(v, tuple):
+        verdict, text = v
+    elif isinstance(v, int) or v is None:
+        verdict, text = v, ""
+    else:
+        verdict, text = v.verdict, getattr(v, "text", "") or getattr(v, "infra_error", "") or ""
+    return (verdict if verdict in (1, 2) else None), str(text)
+
+
+def knockout(candidates: Sequence[str], judge: PairJudge, axtree=None, seed: int | None = 0,
+             both_orders: bool = False) -> TournamentResult:
+    """Pick one candidate by knockout; see the module docstring."""
+    screened = screen(candidates, axtree)
+    result = TournamentResult(winner=None, candidates=screened, seed=seed)
+    alive = [c.action for c in screened if c.dropped is None]
+    if not alive:
+        return result
+    random.Random(seed).shuffle(alive)
+    rnd = 0
+    while len(alive) > 1:
+        rnd += 1
+        pairs = [(alive[i], alive[i + 1]) for i in range(0, len(alive) - 1, 2)]
+        prompts = pairs + ([(b, a) for a, b in pairs] if both_orders else [])
+        verdicts = list(judge(prompts))
+        if len(verdicts) != len(prompts):
+            raise ValueError(f"judge returned {len(verdicts)} verdicts for {len(prompts)} pairs")
+        nxt = []
+        for k, (a1, a2) in enumerate(pairs):
+            v1, j1 = _verdict(verdicts[k])
+            votes = {1: 0, 2: 0}
+            if v1:
+                votes[v1] += 1
+            m = Match(rnd, a1, a2, a1, v1, j1)
+            if both_orders:
+                v2, j2 = _verdict(verdicts[len(pairs) + k])
+                m.verdict_swapped, m.judgment_swapped = v2, j2
+                if v2:
+                    votes[3 - v2] += 1      # swapped: verdict 1 names a2
+            m.tie = votes[1] == votes[2]
+            m.winner = a2 if votes[2] > votes[1] else a1
+            result.matches.append(m)
+            nxt.append(m.winner)
+        if len(alive) % 2:
+            result.byes.append(Bye(rnd, alive[-1]))
+            nxt.append(alive[-1])
+        alive = nxt
+    result.winner, result.rounds = alive[0], rnd
+    return result
+
+
+def expected_rounds(n: int) -> int:
+    return math.ceil(math.log2(n)) if n > 1 else 0
+
+
+def prm_pair_judge(judge_, state, budget: int | None = None) -> PairJudge:
+    """Adapt a ``prm.judge`` judge (local or endpoint) and a ``teacher.prompts.State`` to the
+    tournament's pair judge: one batched ``judge_pairs`` call per round."""
+    from prm.judge import judge_pairs
+
+    def call(pairs: list[tuple[str, str]]):
+        return judge_pairs(judge_, [(state, a1, a2) for a1, a2 in pairs], budget=budget)
+
+    return call
