@@ -1,0 +1,134 @@
+"""The policy: an LLM that proposes N candidate BrowserGym actions, and feedback on its last action.
+
+    from search.agent import Policy
+    policy = Policy(LLMConfig(base_url="http://gpu:8000/v1", model="gpt-4o", temperature=1.0))
+    raws = policy.propose(obs, history=["click('12')"], feedback="navigated to /results", n=5)
+
+The prompt shows the goal, the URL, the AXTree, the actions taken so far and textual feedback on
+the last action. Feedback follows OpenWebRL's idea: compare the browser state before and after an
+action and say what happened (``describe_outcome``: navigated or not, new tab, typed value differs
+from what was asked, scroll did not move, element not found), so the policy sees failed actions
+that BrowserGym reports as success. N samples are one request with the endpoint's ``n`` at
+temperature 1.0 (``--prm none`` asks for one greedy sample). Building the prompt and reading the
+actions out of the answers are pure functions; only ``Policy.propose`` calls the model.
+"""
+
+from __future__ import annotations
+
+import re
+
+from data.actions import ActionParseError, parse_action, split_agent_output
+from teacher.llm import LLMClient, LLMConfig
+from teacher.prompts import budget_axtree
+
+SYSTEM = """You are a web agent operating a browser through BrowserGym actions. Each turn you see the \
+goal, the current URL, the page's accessibility tree (elements carry ids in brackets, e.g. [12]), \
+the actions taken so far and what the last action did. Reply with one short thought, then exactly \
+one action in a fenced code block, e.g.
+```
+click('12')
+```
+Actions: click(bid), fill(bid, text), select_option(bid, option), press(bid, key_comb), \
+hover(bid), check(bid), uncheck(bid), scroll(dx, dy), go_back(), go_forward(), goto(url), \
+new_tab(), tab_close(), tab_focus(index), send_msg_to_user(text) to give the final answer \
+(or to say the task is done), report_infeasible(reason)."""
+
+AXTREE_BUDGET = 12_000
+
+
+def build_messages(goal: str, axtree: str, url: str, history: list[str], feedback: str = "",
+                   budget: int = AXTREE_BUDGET) -> list[dict]:
+    """The policy's chat prompt for one step (pure)."""
+    tree, _ = budget_axtree(axtree, set(), budget)
+    past = "\n".join(f"{i + 1}. {a}" for i, a in enumerate(history)) or "(none yet)"
+    user = (f"# Goal\n{goal}\n\n# Current URL\n{url}\n\n# Accessibility tree\n{tree}\n\n"
+            f"# Actions so far\n{past}\n\n# What the last action did\n{feedback or '(first step)'}\n\n"
+            "Next action?")
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+_CALL = re.compile(r"\b[a-z_]+\(.*\)", re.S)
+
+
+def extract_action(text: str) -> str:
+    """The action text of one answer: the last fenced block, else the last line that looks like a
+    call; the raw text when neither (the tournament then drops it as unparseable)."""
+    try:
+        return split_agent_output(text)[1]
+    except ActionParseError:
+        pass
+    for line in reversed((text or "").strip().splitlines()):
+        m = _CALL.search(line.strip())
+        if m:
+            try:
+                return parse_action(m.group(0)).to_string()
+            except ActionParseError:
+                continue
+    return (text or "").strip()
+
+
+class Policy:
+    """N candidate actions per step from an LLM through ``teacher.llm``."""
+
+    def __init__(self, config: LLMConfig, budget: int = AXTREE_BUDGET):
+        self.config, self.budget = config, budget
+        self.client = LLMClient(config)
+
+    def propose(self, obs, history: list[str], feedback: str, n: int, step: int = 0) -> list[str]:
+        """``n`` raw action texts (one greedy answer when ``n == 1`` and temperature is 0)."""
+        from dataclasses import replace
+
+        messages = build_messages(obs.goal, obs.axtree, obs.url, history, feedback, self.budget)
+        # the seed varies with the step so that cached N-samples are not the same at every step
+        cfg = replace(self.config, n=n, seed=(self.config.seed or 0) + step)
+        client = self.client if cfg == self.config else LLMClient(cfg)
+        result = client.chat_many([messages], stage="search.policy")[0]
+        if not result.ok:
+            raise PolicyError(result.infra_error)
+        return [extract_action(t) for t in result.texts]
+
+
+class PolicyError(RuntimeError):
+    """The policy model gave no answer (an outage, not a format error)."""
+
+
+def _node_value(axtree: str, bid: str):
+    from graph.axtree import AXTreeParseError, parse_axtree
+
+    try:
+        node = parse_axtree(axtree).by_bid().get(bid)
+    except AXTreeParseError:
+        return None, False
+    return (node.value if node else None), node is not None
+
+
+def describe_outcome(action: str, before, after) -> str:
+    """What an action did, from the observations before and after it (pure)."""
+    try:
+        act = parse_action(action)
+    except ActionParseError:
+        return f"the action {action!r} could not be parsed"
+    notes = []
+    err = (after.last_action_error or "").strip()
+    if err:
+        first = err.splitlines()[0]
+        if act.bid is not None and ("Could not find" in err or "not found" in err.lower()
+                                    or "bid" in err and "Timeout" in err):
+            notes.append(f"element not found: there is no element [{act.bid}] to {act.op} ({first[:160]})")
+        else:
+            notes.append(f"the action failed: {first[:200]}")
+    if len(after.open_urls) > len(before.open_urls):
+        notes.append(f"a new tab opened ({len(after.open_urls)} tabs; the active one is {after.active_tab})")
+    elif len(after.open_urls) < len(before.open_urls):
+        notes.append(f"a tab closed ({len(after.open_urls)} left)")
+    if after.url != before.url:
+        notes.append(f"navigated from {before.url} to {after.url}")
+    elif act.op in ("click", "press", "goto", "go_back", "go_forward", "select_option", "dblclick"):
+        notes.append(f"did not navigate (still at {after.url})")
+    if act.op == "fill" and not err:
+        value, found = _node_value(after.axtree, act.bid)
+        if found and value is not None and str(value) != str(act.value):
+            notes.append(f"typed value differs: the field shows {str(value)!r}, asked {act.value!r}")
+    if act.op in ("scroll", "scroll_at") and tuple(after.scroll) == tuple(before.scroll) and not err:
+        notes.append("scroll did not move (already at the edge, or nothing to scroll)")
+    return "; ".join(notes) or "done, no visible change of URL or tabs"

@@ -1,0 +1,220 @@
+"""A BrowserGym harness on Debian's chromium: observations as text, deferred evaluation, confined navigation.
+
+    from search.env import BrowserHarness
+    with BrowserHarness(MyTask, task_kwargs={...}, allowed_hosts={"127.0.0.1:8000"}) as h:
+        obs = h.reset(seed=0)
+        obs = h.step("click('12')")
+        reward, info = h.evaluate()
+
+Why the wrapping (see ``../shared/docs/ENVIRONMENT.md``):
+- BrowserGym launches Playwright's own chromium build, which cannot be downloaded here: the page
+  browser gets ``executable_path`` (Debian's chromium) and the "chat" window, a second browser
+  used only to show messages, is replaced by an in-memory stub (~170 MB and ~1 s per reset).
+- BrowserGym validates the task after every step; WebArena's validators may then navigate or
+  score an unfinished episode. The task is wrapped so that ``validate`` is a no-op during the
+  episode and the real validator runs once, in ``evaluate()``, at the end.
+- WebArena tasks ask for ``slow_mo=1000``; we run with ``slow_mo=0`` and a short observation delay.
+- ``goto`` outside the configured hosts is refused before it reaches the browser.
+Everything here is synchronous Playwright: never call it from inside an asyncio loop.
+Nothing is imported from BrowserGym at module import.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+CHROMIUM = Path(os.environ.get("SURFPRM_CHROMIUM", "/usr/lib/chromium/chromium"))
+CACHE = Path(".cache")
+NLTK_PUNKT_FILES = ("collocations.tab", "sent_starters.txt", "abbrev_types.txt", "ortho_context.tab")
+
+
+class SiteUnreachable(RuntimeError):
+    """The start page did not load (connection refused, DNS, chrome error page)."""
+
+
+def prepare_nltk_stub(cache: Path = CACHE) -> Path:
+    """Empty ``punkt_tab`` files so that ``import browsergym.webarena*`` does not try to download
+    them (it only needs them to exist); sets ``NLTK_DATA``. Returns the folder."""
+    root = (cache / "nltk_data").resolve()
+    d = root / "tokenizers" / "punkt_tab" / "english"
+    d.mkdir(parents=True, exist_ok=True)
+    for name in NLTK_PUNKT_FILES:
+        (d / name).touch()
+    paths = os.environ.get("NLTK_DATA", "")
+    if str(root) not in paths.split(os.pathsep):
+        os.environ["NLTK_DATA"] = os.pathsep.join(p for p in (str(root), paths) if p)
+    return root
+
+
+def host_of(url: str) -> str:
+    """``host[:port]`` lower-cased (what navigation confinement compares)."""
+    return urlsplit(url).netloc.lower()
+
+
+class StubChat:
+    """Stands in for BrowserGym's chat window: keeps the messages, opens no browser."""
+
+    def __init__(self, *args, **kwargs):
+        self.messages: list[dict] = []
+        self.recording_start_time = None
+        self.page = None
+
+    def add_message(self, role: str, msg: str):
+        if role not in ("user", "user_image", "assistant", "info", "infeasible"):
+            raise ValueError(f"Invalid role: {role}")
+        if role != "info":
+            self.messages.append({"role": role, "timestamp": time.time(), "message": msg})
+
+    def wait_for_user_message(self):
+        raise RuntimeError("the search harness never waits for a user message")
+
+    def close(self):
+        pass
+
+
+def _deferred(task_entrypoint, slow_mo: int, timeout: int | None):
+    """A task entrypoint whose tasks validate only when ``evaluate`` asks (see module docstring)."""
+    from browsergym.core.task import AbstractBrowserTask
+
+    class DeferredTask(AbstractBrowserTask):
+        @classmethod
+        def get_task_id(cls):
+            return task_entrypoint.get_task_id() if hasattr(task_entrypoint, "get_task_id") else "custom"
+
+        def __init__(self, seed: int, **kwargs):
+            self.inner = task_entrypoint(seed=seed, **kwargs)
+            self.viewport, self.locale = self.inner.viewport, self.inner.locale
+            self.timezone_id = self.inner.timezone_id
+            self.slow_mo = slow_mo
+            self.timeout = timeout if timeout is not None else self.inner.timeout
+
+        def setup(self, page):
+            return self.inner.setup(page)
+
+        def validate(self, page, chat_messages):
+            return 0.0, False, "", {}
+
+        def teardown(self):
+            self.inner.teardown()
+
+    return DeferredTask
+
+
+@dataclass(slots=True)
+class Observation:
+    """What the policy, the judge and the feedback see of the browser after a step."""
+
+    goal: str
+    axtree: str
+    url: str
+    open_urls: list[str] = field(default_factory=list)
+    active_tab: int = 0
+    last_action: str = ""
+    last_action_error: str = ""
+    scroll: tuple[float, float] = (0.0, 0.0)
+    focused_bid: str | None = None
+
+
+class BrowserHarness:
+    """One BrowserGym environment around one task (see module docstring)."""
+
+    def __init__(self, task_entrypoint, task_kwargs: dict | None = None, allowed_hosts=None,
+                 headless: bool = True, timeout_ms: int = 5000, pre_observation_delay: float = 0.1,
+                 chromium: Path = CHROMIUM, viewport: dict | None = None):
+        self.task_entrypoint, self.task_kwargs = task_entrypoint, dict(task_kwargs or {})
+        self.allowed_hosts = {h.lower() for h in allowed_hosts} if allowed_hosts else None
+        self.headless, self.timeout_ms = headless, timeout_ms
+        self.pre_observation_delay, self.chromium, self.viewport = pre_observation_delay, Path(chromium), viewport
+        self.env = None
+        self.browser_s = 0.0        # time spent in the browser (reset, steps, evaluation)
+
+    def _make(self):
+        import browsergym.core.env as bg_env
+        from browsergym.core.env import BrowserEnv
+
+        if not self.chromium.exists():
+            raise FileNotFoundError(f"chromium not found at {self.chromium} (apt-get install chromium)")
+        bg_env.Chat = StubChat      # BrowserEnv.reset builds its chat window from this name
+        return BrowserEnv(task_entrypoint=_deferred(self.task_entrypoint, 0, self.timeout_ms),
+                          task_kwargs=self.task_kwargs, headless=self.headless,
+                          viewport=self.viewport, pre_observation_delay=self.pre_observation_delay,
+                          pw_chromium_kwargs={"executable_path": str(self.chromium)})
+
+    def _observe(self, obs: dict) -> Observation:
+        from browsergym.utils.obs import flatten_axtree_to_str
+
+        try:
+            scroll = tuple(self.env.page.evaluate("[window.scrollX, window.scrollY]"))
+        except Exception:       # a page mid-navigation has no scroll position to read
+            scroll = (0.0, 0.0)
+        return Observation(goal=obs.get("goal") or "", axtree=flatten_axtree_to_str(obs["axtree_object"]),
+                           url=obs["url"], open_urls=list(obs["open_pages_urls"]),
+                           active_tab=int(obs["active_page_index"][0]), last_action=obs["last_action"],
+                           last_action_error=obs["last_action_error"], scroll=scroll,
+                           focused_bid=obs.get("focused_element_bid") or None)
+
+    def reset(self, seed: int = 0) -> Observation:
+        """Start the browser and the task; ``SiteUnreachable`` when the start page did not load."""
+        t = time.perf_counter()
+        try:
+            if self.env is None:
+                self.env = self._make()
+            obs, _ = self.env.reset(seed=seed)
+            url = obs["url"]
+            if url.startswith("chrome-error://") or url == "about:blank":
+                raise SiteUnreachable(f"start page did not load (at {url})")
+            return self._observe(obs)
+        except SiteUnreachable:
+            raise
+        except Exception as e:
+            text = f"{type(e).__name__}: {e}"
+            if "net::ERR_" in text or "ECONNREFUSED" in text:
+                raise SiteUnreachable(text.splitlines()[0]) from None
+            raise
+        finally:
+            self.browser_s += time.perf_counter() - t
+
+    def refused(self, action) -> str | None:
+        """Why an action may not run (navigation outside the configured hosts), else None."""
+        if self.allowed_hosts is None or getattr(action, "op", None) != "goto":
+            return None
+        host = host_of(str(action.value))
+        if host not in self.allowed_hosts:
+            return (f"refused: goto({action.value!r}) leaves the configured sites "
+                    f"({', '.join(sorted(self.allowed_hosts))})")
+        return None
+
+    def step(self, action: str) -> Observation:
+        t = time.perf_counter()
+        try:
+            obs, *_ = self.env.step(action)
+            return self._observe(obs)
+        finally:
+            self.browser_s += time.perf_counter() - t
+
+    def evaluate(self) -> tuple[float, dict]:
+        """Run the task's real validator once, on the final page and chat."""
+        t = time.perf_counter()
+        try:
+            env = self.env
+            reward, done, message, info = env.task.inner.validate(env.page, env.chat.messages)
+            return float(reward), {"done": done, "message": message, **(info or {})}
+        finally:
+            self.browser_s += time.perf_counter() - t
+
+    def close(self):
+        if self.env is not None:
+            try:
+                self.env.close()
+            finally:
+                self.env = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
