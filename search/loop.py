@@ -96,53 +96,55 @@ def run_episode(harness, propose, judge_for=None, n: int = 5, max_steps: int = 3
     for t in range(max_steps):
         step = Step(t, obs.url, [], None, None)
         result.steps.append(step)
-        clock = time.perf_counter()
         try:
-            step.candidates = list(propose(obs, history, feedback, n if judge_for else 1, t))
-            if not judge_for:       # the unguided baseline executes its one (greedy) sample
-                step.candidates = step.candidates[:1]
-        except PolicyError as e:
-            step.error = f"policy: {e}"
-            result.termination, result.error = "policy_error", step.error
-            break
-        step.policy_s = time.perf_counter() - clock
-        judge_clock = [0.0]
-        judge = _timed_judge(judge_for(obs, history), judge_clock) if judge_for else _never
-        bracket = knockout(step.candidates, judge, axtree=obs.axtree, seed=seed * 100_003 + t,
-                           both_orders=both_orders)
-        step.judge_s, step.bracket, step.chosen = judge_clock[0], bracket.to_dict(), bracket.winner
-        if bracket.winner is None:
-            bad_in_a_row += 1
-            step.error = "no valid candidate: " + "; ".join(c.dropped or "" for c in bracket.candidates)
-            feedback = f"none of your proposed actions was valid ({step.error[:300]})"
-            if bad_in_a_row >= max_format_errors:
-                result.termination = "format_errors"
+            clock = time.perf_counter()
+            try:
+                step.candidates = list(propose(obs, history, feedback, n if judge_for else 1, t))
+                if not judge_for:       # the unguided baseline executes its one (greedy) sample
+                    step.candidates = step.candidates[:1]
+            except PolicyError as e:
+                step.error = f"policy: {e}"
+                result.termination, result.error = "policy_error", step.error
                 break
-            continue
-        bad_in_a_row = 0
-        action = parse_action(bracket.winner)
-        refusal = harness.refused(action)
-        if refusal:
-            step.error = feedback = step.feedback = refusal
-            history.append(bracket.winner)
-            continue
-        before_s = harness.browser_s
-        try:
-            after = harness.step(bracket.winner)
-        except Exception as e:
-            step.error = f"env: {type(e).__name__}: {e}"
-            result.termination, result.error = "env_error", step.error + "\n" + traceback.format_exc(limit=3)
+            step.policy_s = time.perf_counter() - clock
+            judge_clock = [0.0]
+            judge = _timed_judge(judge_for(obs, history), judge_clock) if judge_for else _never
+            bracket = knockout(step.candidates, judge, axtree=obs.axtree, seed=seed * 100_003 + t,
+                               both_orders=both_orders)
+            step.judge_s, step.bracket, step.chosen = judge_clock[0], bracket.to_dict(), bracket.winner
+            if bracket.winner is None:
+                bad_in_a_row += 1
+                step.error = "no valid candidate: " + "; ".join(c.dropped or "" for c in bracket.candidates)
+                feedback = f"none of your proposed actions was valid ({step.error[:300]})"
+                if bad_in_a_row >= max_format_errors:
+                    result.termination = "format_errors"
+                    break
+                continue
+            bad_in_a_row = 0
+            action = parse_action(bracket.winner)
+            refusal = harness.refused(action)
+            if refusal:
+                step.error = feedback = step.feedback = refusal
+                history.append(bracket.winner)
+                continue
+            before_s = harness.browser_s
+            try:
+                after = harness.step(bracket.winner)
+            except Exception as e:
+                step.error = f"env: {type(e).__name__}: {e}"
+                result.termination, result.error = "env_error", step.error + "\n" + traceback.format_exc(limit=3)
+                step.browser_s = harness.browser_s - before_s
+                break
             step.browser_s = harness.browser_s - before_s
-            break
-        step.browser_s = harness.browser_s - before_s
-        step.feedback = feedback = describe_outcome(bracket.winner, obs, after)
-        history.append(bracket.winner)
-        obs = after
-        if on_step:
-            on_step(step)
-        if action.op in ("send_msg_to_user", "report_infeasible"):
-            result.termination, result.answer = "answered", str(action.value)
-            break
+            step.feedback = feedback = describe_outcome(bracket.winner, obs, after)
+            history.append(bracket.winner)
+            obs = after
+            if action.op in ("send_msg_to_user", "report_infeasible"):
+                result.termination, result.answer = "answered", str(action.value)
+                break
+        finally:
+            if on_step:
+                on_step(step)
     if result.termination in AGENT_ENDINGS:
         try:
             result.reward, result.eval_info = harness.evaluate()

@@ -1,0 +1,68 @@
+"""search.webarena: WebArena-Lite configs from the installed package, the preflight (missing
+variables or sites: exit 2 with a clear message, before any model or browser), the summary."""
+
+import subprocess
+import sys
+
+import pytest
+
+import search.webarena as wa
+
+ALL_VARS = {v: f"http://127.0.0.1:9/{k}" for k, v in wa.WA_VARS.items()}
+
+
+def test_configs_load_from_the_package():
+    configs = wa.load_task_configs()
+    assert len(configs) == 165
+    assert {s for c in configs for s in c["sites"]} == set(wa.SITES)
+    one = wa.load_task_configs(task_ids=[4])
+    assert len(one) == 1 and one[0]["sites"] == ["shopping_admin"] and one[0]["start_url"] == "__SHOPPING_ADMIN__"
+    gitlab = wa.load_task_configs(sites=["gitlab"])
+    assert gitlab and all(c["sites"] == ["gitlab"] for c in gitlab)
+    with pytest.raises(wa.SetupError, match="no WebArena-Lite task with id"):
+        wa.load_task_configs(task_ids=[99999])
+    with pytest.raises(wa.SetupError, match="unknown site"):
+        wa.load_task_configs(sites=["amazon"])
+
+
+def test_preflight_names_missing_variables_and_unreachable_sites():
+    configs = wa.load_task_configs(sites=["reddit"])
+    env = dict(ALL_VARS)
+    del env["WA_REDDIT"], env["WA_MAP"]
+    with pytest.raises(wa.SetupError, match="missing environment variable.*WA_REDDIT, WA_MAP"):
+        wa.preflight(configs, environ=env)
+    with pytest.raises(wa.SetupError, match=r"not reachable: reddit at http://127.0.0.1:9/reddit"):
+        wa.preflight(configs, environ=ALL_VARS, timeout=2)
+    assert wa.preflight(configs, environ=ALL_VARS, check_reachable=False)["reddit"] == "http://127.0.0.1:9/reddit"
+
+
+def test_cli_exits_2_without_traceback_before_loading_anything(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path)}
+    code = ("import sys, search.webarena as wa\n"
+            "wa._load_models = lambda a: sys.exit('models loaded')\n"
+            "rc = wa.main(sys.argv[1:])\n"
+            "assert not [m for m in sys.modules if m.startswith(('browsergym', 'playwright', 'torch'))]\n"
+            "sys.exit(rc)")
+    for extra, expect in (({}, "missing environment variable(s): WA_SHOPPING, WA_SHOPPING_ADMIN"),
+                          (ALL_VARS, "site(s) not reachable: shopping at http://127.0.0.1:9/shopping")):
+        p = subprocess.run([sys.executable, "-c", code, "--prm", "none", "--policy", "embedded",
+                            "--sites", "shopping", "--out", str(tmp_path / "o")],
+                           env={**env, **extra}, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, p.stderr
+        assert expect in p.stderr and "Traceback" not in p.stderr and "models loaded" not in p.stderr
+        assert "browsergym.webarenalite" not in p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_summary_per_site_macro_and_baseline_difference():
+    rows = [{"site": "shopping", "evaluated": True, "success": True, "termination": "answered"},
+            {"site": "shopping", "evaluated": True, "success": False, "termination": "step_budget"},
+            {"site": "gitlab", "evaluated": True, "success": True, "termination": "answered"},
+            {"site": "gitlab", "evaluated": False, "success": False, "termination": "site_unreachable"}]
+    s = wa.summarize(rows)
+    assert s["sites"]["shopping"]["success_rate"] == 0.5 and s["sites"]["gitlab"]["success_rate"] == 1.0
+    assert s["sites"]["gitlab"]["env_failures"] == 1 and s["macro_success"] == 0.75
+    assert s["terminations"] == {"answered": 2, "step_budget": 1, "site_unreachable": 1}
+    base = wa.summarize(rows[1:2] + rows[3:])
+    d = wa.summarize(rows, base)
+    assert d["macro_difference"] == pytest.approx(0.75 - 0.0) and d["site_difference"] == {"shopping": 0.5}
