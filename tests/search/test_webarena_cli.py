@@ -41,7 +41,7 @@ def test_cli_exits_2_without_traceback_before_loading_anything(tmp_path):
     code = ("import sys, search.webarena as wa\n"
             "wa._load_models = lambda a: sys.exit('models loaded')\n"
             "rc = wa.main(sys.argv[1:])\n"
-            "assert not [m for m in sys.modules if m.startswith(('browsergym', 'playwright', 'torch'))]\n"
+            "assert not [m for m in sys.modules if m.startswith(('browsergym.', 'playwright', 'torch'))]\n"
             "sys.exit(rc)")
     for extra, expect in (({}, "missing environment variable(s): WA_SHOPPING, WA_SHOPPING_ADMIN"),
                           (ALL_VARS, "site(s) not reachable: shopping at http://127.0.0.1:9/shopping")):
