@@ -50,6 +50,27 @@ def prepare_nltk_stub(cache: Path = CACHE) -> Path:
     return root
 
 
+def prepare_webarena_imports(cache: Path = CACHE) -> None:
+    """Make ``browsergym.webarena*`` importable offline: the NLTK stub, and a stand-in for
+    ``text_generation`` (libwebarena imports its ``Client`` for a Hugging Face TGI provider that
+    no evaluator used here calls; the package is left out of the install because it caps
+    huggingface-hub < 1, see requirements/browsergym.txt)."""
+    import importlib.util
+    import sys
+    import types
+
+    prepare_nltk_stub(cache)
+    if "text_generation" not in sys.modules and importlib.util.find_spec("text_generation") is None:
+        stub = types.ModuleType("text_generation")
+
+        class Client:       # raises only if someone really asks TGI for a completion
+            def __init__(self, *args, **kwargs):
+                raise RuntimeError("text_generation is not installed (pip install text-generation)")
+
+        stub.Client = Client
+        sys.modules["text_generation"] = stub
+
+
 def host_of(url: str) -> str:
     """``host[:port]`` lower-cased (what navigation confinement compares)."""
     return urlsplit(url).netloc.lower()

@@ -199,11 +199,11 @@ def _load_models(args):
 
 def run_task(config: dict, urls: dict, propose, judge_for, args, log) -> dict:
     """One WebArena-Lite task: optional reset, one episode, the JSONL lines, the result row."""
-    from search.env import BrowserHarness, host_of, prepare_nltk_stub
+    from search.env import BrowserHarness, host_of, prepare_webarena_imports
     from search.loop import run_episode
 
-    prepare_nltk_stub()
-    from browsergym.webarenalite.task import WebArenaLiteTask   # after the NLTK stub
+    prepare_webarena_imports()
+    from browsergym.webarenalite.task import WebArenaLiteTask   # after the stubs
 
     task_id = config["old_task_id"]
     extra = {}
@@ -275,3 +275,35 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def score_answer(config: dict, answer: str | None, urls: dict) -> float:
+    """Score a final answer offline with WebArena-Lite's own evaluators (no browser): for tasks
+    whose evaluation reads only the answer (``string_match`` with ``must_include``/``exact_match``).
+    ``answer=None`` is an episode that never answered. ``urls``: site -> base URL (placeholders)."""
+    import tempfile
+
+    from search.env import prepare_webarena_imports
+
+    if config["eval"]["eval_types"] != ["string_match"] or "fuzzy_match" in config["eval"]["reference_answers"]:
+        raise ValueError(f"task {config['old_task_id']} needs a browser or an LLM to be scored")
+    prepare_webarena_imports()
+    for site, var in WA_VARS.items():     # the evaluators assert these at import
+        os.environ.setdefault(var, urls[site])
+        os.environ.setdefault(var[3:], os.environ[var])
+    from browsergym.webarenalite.evaluators import evaluator_router
+    from browsergym.webarenalite.helper_functions import PseudoPage
+    from webarena.browser_env.actions import ActionTypes
+
+    text = json.dumps(config)
+    for site in SITES:
+        text = text.replace(f"__{site.upper()}__", urls[site])
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        f.write(text)
+    try:
+        last = ({"action_type": ActionTypes.STOP, "answer": answer} if answer is not None
+                else {"action_type": ActionTypes.NONE, "answer": "whatever"})
+        return float(evaluator_router(f.name)(trajectory=[{}, last], config_file=f.name,
+                                              page=PseudoPage(None, urls[config["sites"][0]]), client=None))
+    finally:
+        os.unlink(f.name)
