@@ -1,6 +1,7 @@
 """search.webarena: WebArena-Lite configs from the installed package, the preflight (missing
 variables or sites: exit 2 with a clear message, before any model or browser), the summary."""
 
+import json
 import subprocess
 import sys
 
@@ -66,3 +67,36 @@ def test_summary_per_site_macro_and_baseline_difference():
     base = wa.summarize(rows[1:2] + rows[3:])
     d = wa.summarize(rows, base)
     assert d["macro_difference"] == pytest.approx(0.75 - 0.0) and d["site_difference"] == {"shopping": 0.5}
+
+
+def test_main_writes_jsonl_summary_and_resumes(tmp_path, monkeypatch):
+    from local_shop import Shop
+
+    ran = []
+
+    def fake_run_task(config, urls, propose, judge_for, args, log):
+        ran.append(config["old_task_id"])
+        log({"type": "step", "step": 0, "chosen": "click('1')"})
+        row = {"type": "result", "task_id": config["old_task_id"], "site": wa.site_key(config),
+               "termination": "answered", "evaluated": True, "success": config["old_task_id"] == 58,
+               "reward": 1.0 if config["old_task_id"] == 58 else 0.0, "n_steps": 1}
+        log(row)
+        return row
+
+    monkeypatch.setattr(wa, "run_task", fake_run_task)
+    monkeypatch.setattr(wa, "_load_models", lambda args: (None, None))
+    with Shop() as shop:
+        for var in wa.WA_VARS.values():
+            monkeypatch.setenv(var, shop.url)
+        args = ["--prm", "none", "--policy", "embedded", "--task-ids", "58", "71", "--out", str(tmp_path)]
+        assert wa.main(args) == 0
+        assert sorted(ran) == [58, 71]
+        lines = [json.loads(l) for l in (tmp_path / "tasks" / "58.jsonl").read_text().splitlines()]
+        assert [l["type"] for l in lines] == ["step", "result"]
+        s = json.loads((tmp_path / "summary.json").read_text())
+        assert s["sites"]["map"]["success_rate"] == 0.5 and s["macro_success"] == 0.5 and s["prm"] == "none"
+        assert json.loads((tmp_path / "versions.json").read_text())["playwright"]
+        (tmp_path / "tasks" / "71.jsonl").write_text('{"type": "step"}\n')    # interrupted mid-task
+        ran.clear()
+        assert wa.main(args + ["--resume"]) == 0
+        assert ran == [71]
