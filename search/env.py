@@ -27,6 +27,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+def _stop_global_playwright() -> None:
+    """BrowserGym keeps one sync Playwright per process and never stops it; its event loop then
+    stays bound to this thread, and any later ``asyncio.run`` (the LLM client) fails with
+    'cannot be called from a running event loop'. Stop it with the harness."""
+    import browsergym.core as bgc
+
+    pw = getattr(bgc, "_PLAYWRIGHT", None)
+    if pw is not None:
+        try:
+            pw.stop()
+        finally:
+            bgc._set_global_playwright(None)
+
+
 CHROMIUM = Path(os.environ.get("SURFPRM_CHROMIUM", "/usr/lib/chromium/chromium"))
 CACHE = Path(".cache")
 NLTK_PUNKT_FILES = ("collocations.tab", "sent_starters.txt", "abbrev_types.txt", "ortho_context.tab")
@@ -233,6 +247,7 @@ class BrowserHarness:
                 self.env.close()
             finally:
                 self.env = None
+                _stop_global_playwright()
 
     def __enter__(self):
         return self
