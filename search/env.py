@@ -41,7 +41,7 @@ def _stop_global_playwright() -> None:
             bgc._set_global_playwright(None)
 
 
-CHROMIUM = Path(os.environ.get("SURFPRM_CHROMIUM", "/usr/lib/chromium/chromium"))
+CHROMIUM = Path("/usr/lib/chromium/chromium")   # Debian's real binary (/usr/bin/chromium is a wrapper)
 CACHE = Path(".cache")
 NLTK_PUNKT_FILES = ("collocations.tab", "sent_starters.txt", "abbrev_types.txt", "ortho_context.tab")
 
@@ -159,10 +159,12 @@ class BrowserHarness:
 
     def __init__(self, task_entrypoint, task_kwargs: dict | None = None, allowed_hosts=None,
                  headless: bool = True, timeout_ms: int = 5000, pre_observation_delay: float = 0.1,
-                 chromium: Path = CHROMIUM, viewport: dict | None = None):
+                 chromium: Path | None = None, viewport: dict | None = None):
         self.task_entrypoint, self.task_kwargs = task_entrypoint, dict(task_kwargs or {})
         self.allowed_hosts = {h.lower() for h in allowed_hosts} if allowed_hosts else None
         self.headless, self.timeout_ms = headless, timeout_ms
+        # SURFPRM_CHROMIUM points at another binary; read when a harness is built, not at import.
+        chromium = chromium or os.environ.get("SURFPRM_CHROMIUM") or CHROMIUM
         self.pre_observation_delay, self.chromium, self.viewport = pre_observation_delay, Path(chromium), viewport
         self.env = None
         self.browser_s = 0.0        # time spent in the browser (reset, steps, evaluation)
