@@ -31,8 +31,9 @@ from data.rundir import atomic_write_parquet  # noqa: E402
 from data.schema import ROW_GROUP_SIZE, for_storage  # noqa: E402
 
 # ru_maxrss survives fork+exec (a child starts with its parent's high-water mark), so peak
-# memory is sampled instead: the summed RSS of the build process and its workers, every 20 ms.
-_CHILD = """
+# memory is sampled instead: the summed RSS of the measured process and its workers, every 20 ms.
+# A benchmark body runs after this prelude and prints one JSON line, using ``peak[0]``.
+_SAMPLER = """
 import json, sys, threading, time
 import psutil
 peak = [0]
@@ -45,6 +46,9 @@ def sample():
             pass
         time.sleep(0.02)
 threading.Thread(target=sample, daemon=True).start()
+"""
+
+_BUILD = """
 t = time.perf_counter()
 from graph.build import build_graphs
 stats = build_graphs(sys.argv[1], workers=int(sys.argv[2]) or None)
@@ -53,6 +57,16 @@ time.sleep(0.05)
 print(json.dumps({"seconds": dt, "out": stats.n_out, "peak_rss_mb": peak[0] / 2**20,
                   "element_nodes": stats.extra["element_nodes"], "sites": stats.extra["sites"]}))
 """
+
+
+def measure(body: str, *args) -> dict:
+    """Run ``body`` in a fresh process under the peak-RSS sampler; its JSON line plus wall time."""
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", _SAMPLER + body, *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res["wall"] = time.perf_counter() - t
+    return res
 
 
 def replicate(src: Path, dst: Path, k: int) -> int:
@@ -70,16 +84,6 @@ def replicate(src: Path, dst: Path, k: int) -> int:
     dst.mkdir(parents=True, exist_ok=True)
     atomic_write_parquet(dst / "trajectories.parquet", out, ROW_GROUP_SIZE)   # as data.ingest writes it
     return out.num_rows
-
-
-def run_scale(run: Path, workers: int) -> dict:
-    t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(run), str(workers)], cwd=ROOT,
-                          capture_output=True, text=True, check=True)
-    wall = time.perf_counter() - t
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
-    res["wall"] = wall
-    return res
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in args.scales:
             run = Path(tmp) / f"x{k}"
             n = replicate(base / "trajectories.parquet", run, k)
-            r = run_scale(run, args.workers)
+            r = measure(_BUILD, run, args.workers)
             results[k] = r
             print(f"{k:>5} {n:>7} {r['sites']:>5} {r['element_nodes']:>8} {r['seconds']:>8.2f} "
                   f"{n / r['seconds']:>7.0f} {r['wall']:>7.2f} {n / r['wall']:>7.0f} {r['peak_rss_mb']:>11.0f}")

@@ -11,8 +11,6 @@ fresh process: the full pool with every fill completion cached. Prints candidate
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,25 +20,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from graphs import replicate  # noqa: E402
+from graphs import measure, replicate  # noqa: E402
 
 from data.ingest import ingest  # noqa: E402
 from graph.build import build_graphs  # noqa: E402
 
-# Peak memory is sampled (ru_maxrss survives fork+exec, see bench/graphs.py).
-_CHILD = """
-import json, sys, threading, time
-import psutil
-peak = [0]
-def sample():
-    me = psutil.Process()
-    while True:
-        try:
-            peak[0] = max(peak[0], sum(p.memory_info().rss for p in [me] + me.children(recursive=True)))
-        except psutil.Error:
-            pass
-        time.sleep(0.02)
-threading.Thread(target=sample, daemon=True).start()
+_MINE = """
 t = time.perf_counter()
 from proposals.mine import MineConfig, mine
 from teacher.llm import LLMConfig
@@ -51,12 +36,6 @@ time.sleep(0.05)
 print(json.dumps({"seconds": dt, "candidates": stats.n_out, "proposed": stats.n_in, "peak_rss_mb": peak[0] / 2**20,
                   "llm": stats.extra["llm"], "gmcp": stats.extra["audit"]["sample"]["gmcp_ratio"]}))
 """
-
-
-def run_child(run: Path, cache: Path, workers: int) -> dict:
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(run), str(cache), str(workers)], cwd=ROOT,
-                          capture_output=True, text=True, check=True)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         n = replicate(base / "trajectories.parquet", run, args.scale)
         build_graphs(run)
         t = time.perf_counter()
-        warm = run_child(run, cache, args.workers)
+        warm = measure(_MINE, run, cache, args.workers)
         print(f"warm-up (fills through the embedded model): {time.perf_counter() - t:.1f} s, "
               f"{warm['llm'].get('calls', 0)} fill calls, {warm['llm'].get('cached', 0)} cached")
-        r = run_child(run, cache, args.workers)
+        r = measure(_MINE, run, cache, args.workers)
         print(f"{n} observations, {r['proposed']} proposals, {r['candidates']} candidates in {r['seconds']:.2f} s "
               f"(process start and imports included)")
         print(f"candidates/s: {r['candidates'] / r['seconds']:.0f} (goal >= 2000); "
