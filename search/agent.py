@@ -76,16 +76,17 @@ class Policy:
 
     def propose(self, obs, history: list[str], feedback: str, n: int, step: int = 0) -> list[str]:
         """``n`` raw action texts (one greedy answer when ``n == 1`` and temperature is 0)."""
-        from dataclasses import replace
-
         messages = build_messages(obs.goal, obs.axtree, obs.url, history, feedback, self.budget)
-        # the seed varies with the step so that cached N-samples are not the same at every step
-        cfg = replace(self.config, n=n, seed=(self.config.seed or 0) + step)
-        client = self.client if cfg == self.config else LLMClient(cfg)
-        result = client.chat_many([messages], stage="search.policy")[0]
-        if not result.ok:
-            raise PolicyError(result.infra_error)
-        return [extract_action(t) for t in result.texts]
+        return [extract_action(t) for t in sample_texts(self.client, messages, n, step, "search.policy")]
+
+
+def sample_texts(client: LLMClient, messages: list[dict], n: int, step: int, stage: str) -> list[str]:
+    """``n`` answers to one prompt in one request; the seed varies with the step so that cached
+    N-samples are not the same at every step. An outage raises ``PolicyError``."""
+    result = client.chat(messages, stage=stage, n=n, seed=(client.config.seed or 0) + step)
+    if not result.ok:
+        raise PolicyError(result.infra_error)
+    return list(result.texts)
 
 
 class PolicyError(RuntimeError):

@@ -159,14 +159,18 @@ class BrowserHarness:
 
     def __init__(self, task_entrypoint, task_kwargs: dict | None = None, allowed_hosts=None,
                  headless: bool = True, timeout_ms: int = 5000, pre_observation_delay: float = 0.1,
-                 chromium: Path | None = None, viewport: dict | None = None):
+                 chromium: Path | None = None, viewport: dict | None = None,
+                 action_subsets: list[str] | None = None):
         self.task_entrypoint, self.task_kwargs = task_entrypoint, dict(task_kwargs or {})
         self.allowed_hosts = {h.lower() for h in allowed_hosts} if allowed_hosts else None
         self.headless, self.timeout_ms = headless, timeout_ms
         # SURFPRM_CHROMIUM points at another binary; read when a harness is built, not at import.
         chromium = chromium or os.environ.get("SURFPRM_CHROMIUM") or CHROMIUM
         self.pre_observation_delay, self.chromium, self.viewport = pre_observation_delay, Path(chromium), viewport
+        self.action_subsets = action_subsets     # BrowserGym's high-level subsets (None: its default)
         self.env = None
+        self.last_obs: dict | None = None        # BrowserGym's raw observation of the last reset/step
+        self.last_axtree = ""
         self.browser_s = 0.0        # time spent in the browser (reset, steps, evaluation)
 
     def _make(self):
@@ -176,7 +180,12 @@ class BrowserHarness:
         if not self.chromium.exists():
             raise FileNotFoundError(f"chromium not found at {self.chromium} (apt-get install chromium)")
         bg_env.Chat = StubChat      # BrowserEnv.reset builds its chat window from this name
-        return BrowserEnv(task_entrypoint=_deferred(self.task_entrypoint, 0, self.timeout_ms),
+        extra = {}
+        if self.action_subsets:
+            from browsergym.core.action.highlevel import HighLevelActionSet
+
+            extra["action_mapping"] = HighLevelActionSet(subsets=self.action_subsets).to_python_code
+        return BrowserEnv(**extra, task_entrypoint=_deferred(self.task_entrypoint, 0, self.timeout_ms),
                           task_kwargs=self.task_kwargs, headless=self.headless,
                           viewport=self.viewport, pre_observation_delay=self.pre_observation_delay,
                           pw_chromium_kwargs={"executable_path": str(self.chromium)})
@@ -188,7 +197,8 @@ class BrowserHarness:
             scroll = tuple(self.env.page.evaluate("[window.scrollX, window.scrollY]"))
         except Exception:       # a page mid-navigation has no scroll position to read
             scroll = (0.0, 0.0)
-        return Observation(goal=obs.get("goal") or "", axtree=flatten_axtree_to_str(obs["axtree_object"]),
+        self.last_obs, self.last_axtree = obs, flatten_axtree_to_str(obs["axtree_object"])
+        return Observation(goal=obs.get("goal") or "", axtree=self.last_axtree,
                            url=obs["url"], open_urls=list(obs["open_pages_urls"]),
                            active_tab=int(obs["active_page_index"][0]), last_action=obs["last_action"],
                            last_action_error=obs["last_action_error"], scroll=scroll,

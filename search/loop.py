@@ -108,7 +108,7 @@ def run_episode(harness, propose, judge_for=None, n: int = 5, max_steps: int = 3
                 break
             step.policy_s = time.perf_counter() - clock
             judge_clock = [0.0]
-            judge = _timed_judge(judge_for(obs, history), judge_clock) if judge_for else _never
+            judge = _timed_judge(judge_for(obs, history), judge_clock) if judge_for else never_judge
             bracket = knockout(step.candidates, judge, axtree=obs.axtree, seed=seed * 100_003 + t,
                                both_orders=both_orders)
             step.judge_s, step.bracket, step.chosen = judge_clock[0], bracket.to_dict(), bracket.winner
@@ -145,6 +145,12 @@ def run_episode(harness, propose, judge_for=None, n: int = 5, max_steps: int = 3
         finally:
             if on_step:
                 on_step(step)
+    return evaluate_episode(harness, result)
+
+
+def evaluate_episode(harness, result):
+    """Run the task's evaluator once for an episode the agent ended; an evaluator crash turns
+    the episode into an ``env_error``. Returns ``result``."""
     if result.termination in AGENT_ENDINGS:
         try:
             result.reward, result.eval_info = harness.evaluate()
@@ -154,5 +160,5 @@ def run_episode(harness, propose, judge_for=None, n: int = 5, max_steps: int = 3
     return result
 
 
-def _never(pairs):
+def never_judge(pairs):
     raise AssertionError("the unguided baseline proposes one candidate and never judges")

@@ -141,10 +141,15 @@ def _verdict(v) -> tuple[int | None, str]:
     return (verdict if verdict in (1, 2) else None), str(text)
 
 
-def knockout(candidates: Sequence[str], judge: PairJudge, axtree=None, seed: int | None = 0,
-             both_orders: bool = False) -> TournamentResult:
-    """Pick one candidate by knockout; see the module docstring."""
-    screened = screen(candidates, axtree)
+def knockout(candidates: Sequence[str] | Sequence[Candidate], judge: PairJudge, axtree=None,
+             seed: int | None = 0, both_orders: bool = False) -> TournamentResult:
+    """Pick one candidate by knockout; see the module docstring. ``candidates`` are raw action
+    strings (screened here), or ``Candidate``s a caller screened itself (MAG: each ``action`` is
+    the text the judge sees, unique among survivors)."""
+    if candidates and all(isinstance(c, Candidate) for c in candidates):
+        screened = list(candidates)
+    else:
+        screened = screen(candidates, axtree)
     result = TournamentResult(winner=None, candidates=screened, seed=seed)
     alive = [c.action for c in screened if c.dropped is None]
     if not alive:

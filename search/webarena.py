@@ -135,6 +135,34 @@ def summarize(results: list[dict], baseline: dict | None = None) -> dict:
     return out
 
 
+def run_tasks(out: Path, todo: list[tuple], run_one) -> list[dict]:
+    """``run_one(config, log)`` for each ``(task_id, config)``: ``log(row)`` appends a flushed line
+    to ``out/tasks/<task_id>.jsonl`` (a crash keeps the finished lines); progress on stderr.
+    Returns the result rows."""
+    results = []
+    for i, (task_id, config) in enumerate(todo, 1):
+        t = time.perf_counter()
+        with (out / "tasks" / f"{task_id}.jsonl").open("w") as f:
+            def log(row):
+                f.write(json.dumps(row, default=str) + "\n")
+                f.flush()
+            row = run_one(config, log)
+        results.append(row)
+        print(f"[{i}/{len(todo)}] task {task_id} ({row['site']}): {row['termination']}, reward {row['reward']}, "
+              f"{row['n_steps']} steps, {time.perf_counter() - t:.0f}s", file=sys.stderr)
+    return results
+
+
+def finished_tasks(out: Path) -> dict:
+    """task id -> result line of the tasks whose JSONL in ``out/tasks`` ends with one (resume)."""
+    done = {}
+    for f in (out / "tasks").glob("*.jsonl"):
+        lines = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
+        if lines and lines[-1].get("type") == "result":
+            done[lines[-1]["task_id"]] = lines[-1]
+    return done
+
+
 def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -243,28 +271,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     (out / "tasks").mkdir(parents=True, exist_ok=True)
     (out / "versions.json").write_text(json.dumps(_versions(), indent=2))
-    done = {}
-    if args.resume:
-        for f in (out / "tasks").glob("*.jsonl"):
-            lines = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
-            if lines and lines[-1].get("type") == "result":
-                done[lines[-1]["task_id"]] = lines[-1]
+    done = finished_tasks(out) if args.resume else {}
     todo = [c for c in configs if c["old_task_id"] not in done]
     print(f"{len(configs)} tasks, {len(done)} already done, {len(todo)} to run", file=sys.stderr)
     results = [done[c["old_task_id"]] for c in configs if c["old_task_id"] in done]
     if todo:
         propose, judge_for = _load_models(args)
-        for i, config in enumerate(todo, 1):
-            path = out / "tasks" / f"{config['old_task_id']}.jsonl"
-            t = time.perf_counter()
-            with path.open("w") as f:
-                def log(row):
-                    f.write(json.dumps(row, default=str) + "\n")
-                    f.flush()
-                row = run_task(config, urls, propose, judge_for, args, log)
-            results.append(row)
-            print(f"[{i}/{len(todo)}] task {row['task_id']} ({row['site']}): {row['termination']}, "
-                  f"reward {row['reward']}, {row['n_steps']} steps, {time.perf_counter() - t:.0f}s", file=sys.stderr)
+        results += run_tasks(out, [(c["old_task_id"], c) for c in todo],
+                             lambda config, log: run_task(config, urls, propose, judge_for, args, log))
     baseline = json.loads((Path(args.baseline) / "summary.json").read_text()) if args.baseline else None
     summary = summarize(results, baseline)
     summary["prm"], summary["policy"], summary["n"] = args.prm, args.policy, args.n
@@ -277,22 +291,30 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def score_answer(config: dict, answer: str | None, urls: dict) -> float:
-    """Score a final answer offline with WebArena-Lite's own evaluators (no browser): for tasks
+def score_answer(config: dict, answer: str | None, urls: dict, evaluators: str = "webarenalite") -> float:
+    """Score a final answer offline with the benchmark's own evaluators (no browser): for tasks
     whose evaluation reads only the answer (``string_match`` with ``must_include``/``exact_match``).
-    ``answer=None`` is an episode that never answered. ``urls``: site -> base URL (placeholders)."""
+    ``answer=None`` is an episode that never answered. ``urls``: site -> base URL (placeholders).
+    ``evaluators``: ``webarenalite`` (BrowserGym's WebArena-Lite copy) or ``webarena`` (the
+    original harness, for WebArena task configs as MAG uses them)."""
     import tempfile
 
     from search.env import prepare_webarena_imports
 
     if config["eval"]["eval_types"] != ["string_match"] or "fuzzy_match" in config["eval"]["reference_answers"]:
-        raise ValueError(f"task {config['old_task_id']} needs a browser or an LLM to be scored")
+        raise ValueError(f"task {config.get('old_task_id', config['task_id'])} needs a browser or an LLM to be scored")
     prepare_webarena_imports()
     for site, var in WA_VARS.items():     # the evaluators assert these at import
         os.environ.setdefault(var, urls[site])
         os.environ.setdefault(var[3:], os.environ[var])
-    from browsergym.webarenalite.evaluators import evaluator_router
-    from browsergym.webarenalite.helper_functions import PseudoPage
+    if evaluators == "webarenalite":
+        from browsergym.webarenalite.evaluators import evaluator_router
+        from browsergym.webarenalite.helper_functions import PseudoPage
+    elif evaluators == "webarena":
+        from webarena.evaluation_harness.evaluators import evaluator_router
+        from webarena.evaluation_harness.helper_functions import PseudoPage
+    else:
+        raise ValueError(f"unknown evaluators {evaluators!r}")
     from webarena.browser_env.actions import ActionTypes
 
     text = json.dumps(config)

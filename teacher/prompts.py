@@ -97,7 +97,10 @@ def _target_bids(actions: list[str]) -> set[str]:
         try:
             bid = parse_action(a).bid
         except ActionParseError:
-            continue
+            try:    # MAG candidates: the action's first line, then target and guide lines
+                bid = parse_action(a.strip().split("\n", 1)[0]).bid
+            except ActionParseError:
+                continue
         if bid is not None:
             bids.add(bid)
     return bids

@@ -4,9 +4,10 @@ custom BrowserGym task over it, for the search tests."""
 from __future__ import annotations
 
 import html
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
+
+from local_pages import LocalServer
 
 ITEMS = {"kettle-blue": "Blue Kettle", "kettle-red": "Red Kettle", "mug-blue": "Blue Mug"}
 GOAL = "Order 2 Blue Kettles for Ada, then tell me the order number."
@@ -17,7 +18,7 @@ def _page(title: str, body: str) -> bytes:
             f"<nav><a href='/'>Home</a></nav><main><h1>{title}</h1>{body}</main></body></html>").encode()
 
 
-class Shop:
+class Shop(LocalServer):
     """The site and its state (orders placed)."""
 
     def __init__(self):
@@ -73,17 +74,8 @@ class Shop:
                 self.send_header("Location", f"/done?n={number}")
                 self.end_headers()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
+        self.url += "/"
 
 
 def make_task(shop: Shop):

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from search.mag import (check_step, ggs, guide_leaks, guide_scores, load_gold_guides, ofcr,
+from search.mag_metrics import (check_step, ggs, guide_leaks, guide_scores, load_gold_guides, ofcr,
                         parse_step, score_episodes, score_task, summarize)
 
 MENU = [3, 12, 17]

@@ -1,0 +1,388 @@
+"""MAG's observation and executor on a live page: Set-of-Mark marks, the candidate menu, the
+marked screenshot, and the seven verbs mapped onto BrowserGym actions.
+
+    from search.som import observe, to_code
+    obs = observe(harness)                       # after harness.reset()/step() (a BrowserHarness)
+    obs.menu                                     # "[1] LINK Home\\n[2] INPUT Search products\\n..."
+    obs.screenshot_png                           # 1440x900 PNG with numbered boxes
+    code, shown = to_code(step, obs, grounding="som")   # step from search.mag_metrics.parse_step
+    harness.step(code)
+
+Marks. Every rendered, interactive element of the page and its iframes: links with an href,
+buttons, form fields (not hidden inputs), selects, text areas, summaries, elements with an
+interactive ARIA role, ``contenteditable``, an ``onclick`` attribute, ``tabindex >= 0`` or a
+pointer cursor that its parent does not already show; not an element inside a marked link or
+button (the link is the target), not one hidden by ``display``/``visibility``/``opacity`` or with
+a box under 20 px². Elements below (or above) the fold are marks too: the menu lists them, the
+screenshot cannot show them. Marks are numbered from 1 in document order (the main page, then
+each iframe) each step; an id means one element for the whole step (menu, screenshot and
+executor use the same list).
+
+Menu. One line per mark, ``[id] TYPE text``: TYPE from the tag or the explicit role (LINK, BUTTON,
+INPUT, TEXTAREA, SELECT, CHECKBOX, RADIO, or the role upper-cased, else CLICKABLE); text is the
+accessible label (aria-label, <label>, inner text, placeholder, title, alt, name), then the current
+value of a field (``= "..."``) or the selected option of a select, whitespace collapsed and
+clipped to 80 characters (``...`` marks a cut). At most 130 lines: the marks inside the viewport
+first, then the nearest ones outside it; below-fold lines end with `` (below)``, above-fold ones
+with `` (above)``. Under coordinate grounding each in-viewport line ends with its centre
+``@ (x, y)`` instead of starting with an id (text-only policies can then ground a pixel).
+
+Executor (``to_code``): BrowserGym high-level actions (the harness needs the ``coord`` subset,
+``MAG_ACTION_SUBSETS``):
+
+    verb         Set-of-Mark (bid of the mark)        coordinates (x, y)
+    click        click(bid)                           mouse_click(x, y)
+    type         fill(bid, text)                      mouse_click(x, y); select all; keyboard_type(text)
+    select       select_option(bid, option)           select_option(bid of the mark under (x, y))
+    scroll       scroll(0, +-700) / scroll_at(centre) scroll(0, +-700) / scroll_at(x, y, 0, +-700)
+    press_enter  press(bid, 'Enter') / keyboard_press mouse_click(x, y); keyboard_press('Enter')
+    go_back      go_back()                            go_back()
+    finish       send_msg_to_user(answer)             send_msg_to_user(answer)
+
+``shown`` is what the PRM sees of the candidate: the action, the target's menu text, the guide.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass, field
+
+VIEWPORT = {"width": 1440, "height": 900}
+MAX_TEXT = 80
+MAX_LINES = 130
+MIN_AREA = 20
+SCROLL_PX = 700
+MAG_ACTION_SUBSETS = ["chat", "infeas", "bid", "coord", "nav", "tab"]
+
+# Runs in one frame; returns the interactive elements that carry a BrowserGym id, in document order.
+_COLLECT_JS = """() => {
+  const ROLES = new Set(['button','link','checkbox','radio','tab','menuitem','menuitemcheckbox',
+    'menuitemradio','option','combobox','textbox','searchbox','switch','slider','spinbutton',
+    'treeitem','listbox']);
+  const TAGS = new Set(['BUTTON','SELECT','TEXTAREA','SUMMARY']);
+  const clean = s => (s || '').replace(/\\s+/g, ' ').trim();
+  const interactive = el => {
+    const role = (el.getAttribute('role') || '').toLowerCase();
+    if (el.tagName === 'A' && el.hasAttribute('href')) return true;
+    if (el.tagName === 'INPUT') return (el.getAttribute('type') || '').toLowerCase() !== 'hidden';
+    if (TAGS.has(el.tagName) || ROLES.has(role)) return true;
+    if (el.isContentEditable && !(el.parentElement && el.parentElement.isContentEditable)) return true;
+    if (el.hasAttribute('onclick')) return true;
+    const ti = el.getAttribute('tabindex');
+    if (ti !== null && parseInt(ti) >= 0) return true;
+    if (getComputedStyle(el).cursor === 'pointer') {
+      const p = el.parentElement;
+      return !(p && getComputedStyle(p).cursor === 'pointer');
+    }
+    return false;
+  };
+  const kind = el => {
+    const role = (el.getAttribute('role') || '').toLowerCase();
+    if (role) return role.toUpperCase();
+    const t = (el.getAttribute('type') || 'text').toLowerCase();
+    switch (el.tagName) {
+      case 'A': return 'LINK';
+      case 'BUTTON': return 'BUTTON';
+      case 'SELECT': return 'SELECT';
+      case 'TEXTAREA': return 'TEXTAREA';
+      case 'SUMMARY': return 'BUTTON';
+      case 'INPUT':
+        if (['button', 'submit', 'reset', 'image'].includes(t)) return 'BUTTON';
+        if (t === 'checkbox') return 'CHECKBOX';
+        if (t === 'radio') return 'RADIO';
+        return 'INPUT';
+    }
+    return el.isContentEditable ? 'TEXTAREA' : 'CLICKABLE';
+  };
+  const label = el => {
+    let t = clean(el.getAttribute('aria-label'));
+    if (!t && el.labels && el.labels.length) {        // the label's own words, not the control's options
+      const c = el.labels[0].cloneNode(true);
+      c.querySelectorAll('select, textarea, input, option, script, style').forEach(n => n.remove());
+      t = clean(c.textContent);
+    }
+    if (!t && !['INPUT', 'SELECT', 'TEXTAREA'].includes(el.tagName)) t = clean(el.innerText);
+    if (!t && el.tagName === 'INPUT' && ['button', 'submit', 'reset'].includes((el.type || '').toLowerCase()))
+      t = clean(el.value);
+    for (const a of ['placeholder', 'title', 'alt']) if (!t) t = clean(el.getAttribute(a));
+    if (!t) { const img = el.querySelector('img[alt]'); if (img) t = clean(img.getAttribute('alt')); }
+    if (!t) t = clean(el.getAttribute('name'));
+    return t;
+  };
+  const value = el => {
+    if (el.tagName === 'SELECT') return el.selectedIndex >= 0 ? clean(el.options[el.selectedIndex].text) : '';
+    if (el.tagName === 'TEXTAREA') return clean(el.value);
+    if (el.tagName === 'INPUT') {
+      const t = (el.type || '').toLowerCase();
+      if (t === 'checkbox' || t === 'radio') return el.checked ? 'checked' : '';
+      if (['button', 'submit', 'reset', 'image', 'password', 'file'].includes(t)) return '';
+      return clean(el.value);
+    }
+    return '';
+  };
+  const marked = new Set();
+  const out = [];
+  let order = 0;
+  for (const el of document.querySelectorAll('[bid]')) {
+    order++;
+    if (!interactive(el)) continue;
+    const anc = el.parentElement && el.parentElement.closest('a[href], button');
+    if (anc && marked.has(anc) && !['INPUT', 'SELECT', 'TEXTAREA'].includes(el.tagName)) continue;
+    const st = getComputedStyle(el);
+    if (st.display === 'none' || st.visibility !== 'visible' || parseFloat(st.opacity) === 0) continue;
+    const r = el.getBoundingClientRect();
+    if (r.width * r.height < %(min_area)d) continue;
+    marked.add(el);
+    out.push({bid: el.getAttribute('bid'), type: kind(el), label: label(el), value: value(el),
+              select: el.tagName === 'SELECT', x: r.left, y: r.top, w: r.width, h: r.height, order: order});
+  }
+  return out;
+}""" % {"min_area": MIN_AREA}
+
+
+@dataclass(slots=True)
+class Mark:
+    """One interactive element of the page at this step."""
+
+    id: int
+    bid: str
+    type: str
+    text: str                     # the menu text, clipped
+    box: tuple[float, float, float, float]      # x, y, width, height in viewport pixels
+    is_select: bool = False
+
+    @property
+    def center(self) -> tuple[int, int]:
+        x, y, w, h = self.box
+        return round(x + w / 2), round(y + h / 2)
+
+    @property
+    def where(self) -> str:
+        """'in', 'below' or 'above' the viewport (left/right overflow counts as 'in')."""
+        x, y, w, h = self.box
+        if y >= VIEWPORT["height"]:
+            return "below"
+        if y + h <= 0:
+            return "above"
+        return "in"
+
+
+@dataclass(slots=True)
+class SomObservation:
+    """What a MAG policy sees at one step (and the AXTree the PRM judges on)."""
+
+    goal: str
+    url: str
+    marks: list[Mark]
+    menu: str
+    screenshot_png: bytes
+    axtree: str = ""
+    n_interactive: int = 0        # marks found before the 130-line cap
+    last_action_error: str = ""
+    by_id: dict[int, Mark] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.by_id = {m.id: m for m in self.marks}
+
+    @property
+    def menu_ids(self) -> list[int]:
+        return [m.id for m in self.marks]
+
+    def screenshot_data_url(self) -> str:
+        return "data:image/png;base64," + base64.b64encode(self.screenshot_png).decode()
+
+
+def clip(text: str, limit: int = MAX_TEXT) -> str:
+    """``text`` cut to ``limit`` characters, the cut marked with '...'."""
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
+
+
+def _frames(page):
+    """(frame, x offset, y offset) for the page and every iframe that can be read."""
+    yield page.main_frame, 0.0, 0.0
+    for frame in page.frames:
+        if frame is page.main_frame:
+            continue
+        try:
+            elem = frame.frame_element()
+            box = elem.bounding_box()
+            if box is None or elem.get_attribute("bid") is None:
+                continue
+            yield frame, box["x"], box["y"]
+        except Exception:       # detached, sandboxed or cross-process frames are skipped
+            continue
+
+
+def collect_elements(page) -> list[dict]:
+    """The raw interactive elements of ``page`` and its frames, boxes in main-viewport pixels."""
+    out = []
+    for k, (frame, dx, dy) in enumerate(_frames(page)):
+        try:
+            found = frame.evaluate(_COLLECT_JS)
+        except Exception:
+            continue
+        for e in found:
+            e["x"] += dx
+            e["y"] += dy
+            e["frame"] = k
+        out.extend(found)
+    return out
+
+
+def _menu_text(e: dict) -> str:
+    text = e["label"]
+    if e["value"]:
+        text = f'{text} = "{e["value"]}"' if text else f'"{e["value"]}"'
+    return clip(text)
+
+
+def number_marks(elements: list[dict], max_lines: int = MAX_LINES) -> tuple[list[Mark], int]:
+    """Keep at most ``max_lines`` elements (in-viewport first, then the nearest outside) and
+    number them from 1 in document order; returns (marks, elements before the cap)."""
+    vh = VIEWPORT["height"]
+
+    def outside(e):             # 0 inside the viewport, else the distance to it
+        if e["y"] >= vh:
+            return e["y"] - vh + 1
+        if e["y"] + e["h"] <= 0:
+            return -(e["y"] + e["h"]) + 1
+        return 0
+
+    kept = sorted(elements, key=lambda e: (outside(e), e["frame"], e["order"]))[:max_lines]
+    kept.sort(key=lambda e: (e["frame"], e["order"]))
+    marks = [Mark(id=i, bid=e["bid"], type=e["type"], text=_menu_text(e),
+                  box=(e["x"], e["y"], e["w"], e["h"]), is_select=bool(e["select"]))
+             for i, e in enumerate(kept, 1)]
+    return marks, len(elements)
+
+
+def render_menu(marks: list[Mark], grounding: str = "som") -> str:
+    """The candidate menu (see module docstring)."""
+    lines = []
+    for m in marks:
+        where = "" if m.where == "in" else f" ({m.where})"
+        if grounding == "coord":
+            at = f" @ {m.center}" if m.where == "in" else ""
+            lines.append(f"{m.type} {m.text}{at}{where}")
+        else:
+            lines.append(f"[{m.id}] {m.type} {m.text}{where}")
+    return "\n".join(lines)
+
+
+_PALETTE = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180),
+            (0, 128, 128), (128, 0, 0), (0, 0, 128)]
+
+
+def draw_marks(screenshot, marks: list[Mark]) -> bytes:
+    """A PNG of ``screenshot`` (RGB array or PIL image) with a numbered box on every mark inside
+    the viewport."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    img = screenshot if isinstance(screenshot, Image.Image) else Image.fromarray(screenshot)
+    img = img.convert("RGB")
+    draw = ImageDraw.Draw(img)
+    font = ImageFont.load_default(size=14)
+    for m in marks:
+        if m.where != "in":
+            continue
+        x, y, w, h = m.box
+        color = _PALETTE[m.id % len(_PALETTE)]
+        draw.rectangle([x, y, x + w, y + h], outline=color, width=2)
+        label = str(m.id)
+        l, t, r, b = draw.textbbox((0, 0), label, font=font)
+        lx, ly = max(0, x), max(0, y - (b - t) - 4) if y >= (b - t) + 4 else max(0, y)
+        draw.rectangle([lx, ly, lx + (r - l) + 4, ly + (b - t) + 4], fill=color)
+        draw.text((lx + 2 - l, ly + 2 - t), label, fill=(255, 255, 255), font=font)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def observe(harness, grounding: str = "som", max_lines: int = MAX_LINES) -> SomObservation:
+    """The MAG observation of the harness's current page (call after ``reset``/``step``: marks
+    are read from the DOM that BrowserGym just numbered)."""
+    page = harness.env.page
+    raw = harness.last_obs
+    marks, found = number_marks(collect_elements(page), max_lines)
+    shot = raw.get("screenshot") if raw else None
+    if shot is None:
+        from PIL import Image
+
+        shot = Image.open(io.BytesIO(page.screenshot()))
+    png = draw_marks(shot, marks if grounding == "som" else [])
+    return SomObservation(goal=(raw or {}).get("goal") or "", url=page.url, marks=marks,
+                          menu=render_menu(marks, grounding), screenshot_png=png,
+                          axtree=harness.last_axtree, n_interactive=found,
+                          last_action_error=(raw or {}).get("last_action_error") or "")
+
+
+class UnexecutableStep(ValueError):
+    """A step that parsed but cannot be mapped onto the page (no select under the pixel)."""
+
+
+def _q(s: str) -> str:
+    return repr(str(s))
+
+
+def mark_at(obs: SomObservation, x: int, y: int) -> Mark | None:
+    """The smallest in-viewport mark whose box holds the pixel (x, y)."""
+    hits = [m for m in obs.marks if m.where == "in"
+            and m.box[0] <= x <= m.box[0] + m.box[2] and m.box[1] <= y <= m.box[1] + m.box[3]]
+    return min(hits, key=lambda m: m.box[2] * m.box[3], default=None)
+
+
+def to_code(step, obs: SomObservation, grounding: str = "som") -> tuple[str, str]:
+    """(BrowserGym code, the candidate as the PRM sees it) for a parsed step; raises
+    ``UnexecutableStep`` when the step cannot be mapped onto this page."""
+    verb, content = step.action_type, step.content
+    dy = SCROLL_PX if content == "down" else -SCROLL_PX
+    target = None
+    if grounding == "som":
+        mark = obs.by_id.get(step.candidate_id) if step.candidate_id is not None else None
+        if step.candidate_id is not None and mark is None:
+            raise UnexecutableStep(f"id {step.candidate_id} is not in this step's menu")
+        target = mark
+        bid = mark.bid if mark else None
+        if verb == "click":
+            code = f"click({_q(bid)})"
+        elif verb == "type":
+            code = f"fill({_q(bid)}, {_q(content)})"
+        elif verb == "select":
+            code = f"select_option({_q(bid)}, {_q(content)})"
+        elif verb == "scroll":
+            if mark is None:
+                code = f"scroll(0, {dy})"
+            else:
+                cx, cy = mark.center
+                code = (f"scroll_at({min(max(cx, 0), VIEWPORT['width'] - 1)}, "
+                        f"{min(max(cy, 0), VIEWPORT['height'] - 1)}, 0, {dy})")
+        elif verb == "press_enter":
+            code = f"press({_q(bid)}, 'Enter')" if mark else "keyboard_press('Enter')"
+        elif verb == "go_back":
+            code = "go_back()"
+        else:
+            code = f"send_msg_to_user({_q(content)})"
+    else:
+        xy = step.coords
+        target = mark_at(obs, *xy) if xy else None
+        if verb == "click":
+            code = f"mouse_click({xy[0]}, {xy[1]})"
+        elif verb == "type":
+            code = (f"mouse_click({xy[0]}, {xy[1]})\nkeyboard_press('ControlOrMeta+a')\n"
+                    f"keyboard_type({_q(content)})")
+        elif verb == "select":
+            if target is None or not target.is_select:
+                raise UnexecutableStep(f"no select element at {xy}")
+            code = f"select_option({_q(target.bid)}, {_q(content)})"
+        elif verb == "scroll":
+            code = f"scroll_at({xy[0]}, {xy[1]}, 0, {dy})" if xy else f"scroll(0, {dy})"
+        elif verb == "press_enter":
+            code = (f"mouse_click({xy[0]}, {xy[1]})\nkeyboard_press('Enter')" if xy
+                    else "keyboard_press('Enter')")
+        elif verb == "go_back":
+            code = "go_back()"
+        else:
+            code = f"send_msg_to_user({_q(content)})"
+    shown = code if target is None else f"{code}\ntarget: {target.type} {target.text}"
+    return code, f"{shown}\nguide: {step.guide_text}"

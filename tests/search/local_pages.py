@@ -1,0 +1,109 @@
+"""Static HTML pages served on 127.0.0.1 and a BrowserGym task that opens one, for the MAG
+observation and executor tests. ``PAGES`` maps a path to its HTML; ``/echo`` shows the query."""
+
+from __future__ import annotations
+
+import html
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+LONG_LABEL = "Subscribe to the weekly newsletter about kettles, mugs, teapots and every other thing in the kitchen"
+
+MARKS_PAGE = f"""<!doctype html><html><head><title>Marks</title>
+<style>body {{ margin: 0; font: 16px sans-serif; }} .spacer {{ height: 1400px; }}
+.clicky {{ cursor: pointer; display: inline-block; padding: 4px; }}</style></head><body>
+<nav><a href="/echo?from=home">Home</a> <a href="/echo?from=about"><span>About <b>us</b></span></a></nav>
+<form action="/echo">
+  <label>Search <input type="text" name="q" placeholder="Search products"></label>
+  <select name="color" aria-label="Color"><option>Red</option><option>Blue</option><option>Green</option></select>
+  <label><input type="checkbox" name="gift"> Gift wrap</label>
+  <textarea name="note" placeholder="Note to seller"></textarea>
+  <button type="submit">Search</button>
+  <input type="hidden" name="secret" value="x">
+</form>
+<button id="long">{LONG_LABEL}</button>
+<div class="clicky" onclick="document.title='clicked'">Open menu</div>
+<button style="display:none">Hidden button</button>
+<button style="visibility:hidden">Invisible button</button>
+<span>Plain text, not interactive</span>
+<div class="spacer"></div>
+<a href="/echo?from=footer">Footer link below the fold</a>
+<button onclick="document.title='bottom'">Bottom button</button>
+</body></html>"""
+
+
+def many_links_page(n: int) -> str:
+    links = "".join(f"<div><a href='/echo?i={i}'>Link number {i}</a></div>" for i in range(n))
+    return f"<!doctype html><html><head><title>Many</title></head><body>{links}</body></html>"
+
+
+PAGES = {"/marks": MARKS_PAGE, "/many": many_links_page(200)}
+
+
+class LocalServer:
+    """A threaded HTTP server on 127.0.0.1 (a free port) for ``handler``; a context manager."""
+
+    def __init__(self, handler):
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Pages(LocalServer):
+    """A server for ``PAGES`` and ``/echo`` (shows the query string as text)."""
+
+    def __init__(self, pages: dict[str, str] | None = None):
+        pages = dict(PAGES if pages is None else pages)
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                u = urlsplit(self.path)
+                if u.path == "/echo":
+                    q = {k: v for k, v in parse_qs(u.query).items()}
+                    body = ("<!doctype html><html><head><title>Echo</title></head><body>"
+                            f"<p id='q'>{html.escape(repr(sorted(q.items())))}</p></body></html>")
+                elif u.path in pages:
+                    body = pages[u.path]
+                else:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                data = body.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        super().__init__(Handler)
+
+
+def open_page_task(url: str, goal: str = "Look at the page."):
+    """A BrowserGym task that opens ``url``; it always validates to 0."""
+    from browsergym.core.task import AbstractBrowserTask
+
+    class OpenPage(AbstractBrowserTask):
+        @classmethod
+        def get_task_id(cls):
+            return "local.open_page"
+
+        def setup(self, page):
+            page.goto(url)
+            return goal, {}
+
+        def validate(self, page, chat_messages):
+            return 0.0, False, "", {}
+
+    return OpenPage

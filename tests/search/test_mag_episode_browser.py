@@ -1,0 +1,138 @@
+"""MAG episodes end to end in headless Chromium on the local shop: a scripted policy writes N
+JSON outputs per step (the right step among malformed, off-menu, leaky and wrong ones), a
+scripted judge prefers the right one; the loop must execute exactly the judge's picks, keep the
+guides, count compliance per step and succeed. The unguided baseline runs one output per step;
+a step without a valid output executes nothing and uses budget."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from graph.axtree import parse_axtree
+from local_shop import Shop, make_task
+from search.env import BrowserHarness, host_of
+from search.mag_loop import run_mag_episode
+from search.mag_metrics import ofcr, score_task
+from search.som import MAG_ACTION_SUBSETS, VIEWPORT
+
+CHROMIUM = Path("/usr/lib/chromium/chromium")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed")]
+
+
+def mark(obs, type_, text):
+    for m in obs.marks:
+        if m.type == type_ and (m.text == text or m.text.startswith(text + " =")):
+            return m
+    raise KeyError((type_, text, obs.menu))
+
+
+def out(verb, target, content, guide, think="next"):
+    return json.dumps({"think": think, "action_type": verb, "selected_candidate_id": target,
+                       "content": content, "guide_text": guide})
+
+
+def right_step(obs) -> str:
+    """The one correct next MAG output in each state of the shop."""
+    path = obs.url.split("/", 3)[3]
+    if path == "":
+        box = mark(obs, "INPUT", "Search products")
+        if 'kettle' not in box.text:
+            return out("type", box.id, "kettle", "Type kettle into the search box.")
+        return out("press_enter", box.id, None, "Press Enter to search.")
+    if path.startswith("search"):
+        return out("click", mark(obs, "LINK", "Blue Kettle").id, None, "Open the Blue Kettle.")
+    if path.startswith("item/"):
+        return out("click", mark(obs, "LINK", "Order this item").id, None, "Click Order this item.")
+    if path.startswith("order"):
+        name = mark(obs, "INPUT", "Name")
+        if "Ada" not in name.text:
+            return out("type", name.id, "Ada", "Enter Ada as the name.")
+        qty = mark(obs, "SELECT", "Quantity")
+        if '"2"' not in qty.text:
+            return out("select", qty.id, "2", "Choose 2 as the quantity.")
+        return out("click", mark(obs, "BUTTON", "Place order").id, None, "Place the order.")
+    if path.startswith("done"):
+        number = next(n.name for n in parse_axtree(obs.axtree).nodes if n.name.startswith("Order number"))
+        return out("finish", None, f"Your order number is {number.split()[-1]}", "Read the order number.")
+    raise AssertionError(obs.url)
+
+
+def scripted_policy(obs, guides, n, step):
+    right = right_step(obs)
+    home = mark(obs, "LINK", "Home").id
+    leaky = json.loads(right)
+    leaky["guide_text"] = f"Use element {leaky['selected_candidate_id'] or 1} now."
+    return [f"Sure! ```json\n{out('click', home, None, 'Go back home.')}\n```",   # wrong, fenced
+            out("click", 999, None, "Click something."),                             # not in menu
+            "I would click the button",                                              # no JSON
+            json.dumps(leaky),                                                       # leaky guide
+            "Here it is: " + right][:n]
+
+
+def picks_right(calls):
+    def judge_for(obs, history):
+        right = json.loads(right_step(obs))["guide_text"]
+
+        def judge(pairs):
+            calls.append(len(pairs))
+            return [(2 if a2.endswith(right) else 1, "") for a1, a2 in pairs]
+        return judge
+    return judge_for
+
+
+class Recording(BrowserHarness):
+    def __init__(self, *a, **k):
+        super().__init__(*a, viewport=VIEWPORT, action_subsets=MAG_ACTION_SUBSETS, **k)
+        self.executed = []
+
+    def step(self, action):
+        self.executed.append(action)
+        return super().step(action)
+
+
+def test_mag_episode_executes_the_judges_picks_and_succeeds():
+    calls, seen = [], []
+    with Shop() as shop, Recording(make_task(shop), allowed_hosts={host_of(shop.url)}) as h:
+        ep = run_mag_episode(h, scripted_policy, picks_right(calls), n=5, seed=3,
+                             on_step=lambda s, o: seen.append((s.step, o.url)))
+        orders = list(shop.orders)
+    assert ep.termination == "answered" and ep.evaluated and ep.reward == 1.0, (ep.error, [s.error for s in ep.steps])
+    assert orders == [{"item": "kettle-blue", "name": "Ada", "qty": "2", "number": "A-100"}]
+    assert ep.answer == "Your order number is A-100"
+    assert h.executed == [s.code for s in ep.steps] and len(ep.steps) == 8
+    assert [s for s, _ in seen] == list(range(8))
+    for s in ep.steps:
+        assert s.reason is None and s.chosen == 4          # the right, clean output won
+        dropped = [c["dropped"] for c in s.bracket["candidates"]]
+        assert dropped[1].startswith("invalid: id_not_in_menu") and dropped[2].startswith("invalid: no_json")
+        assert dropped[0] is None and s.output_reasons[3].startswith("guide_leak")
+        # the leaky output is the same page action as the right one: the compliant one represents both
+        assert dropped[3] == "duplicate of 4" and s.bracket["candidates"][4]["count"] == 2
+    assert ep.guides[:3] == ["Type kettle into the search box.", "Press Enter to search.", "Open the Blue Kettle."]
+    assert h.executed[1].startswith("press(") and "'Enter'" in h.executed[1]
+    assert any(c.startswith("select_option(") and "'2'" in c for c in h.executed)
+    assert h.executed[-1] == "send_msg_to_user('Your order number is A-100')"
+    assert ofcr(ep.reasons) == 1.0
+    assert calls == [1] * 8                                # home link vs the right step, one batch each
+    score = score_task("shop", ep.reward, ep.reasons, ep.guides, ep.guides)
+    assert score.G == pytest.approx(1.0) and score.GGS == pytest.approx(1.0) and score.tax == pytest.approx(0.0)
+
+
+def test_baseline_runs_one_output_and_invalid_steps_use_budget():
+    def policy(obs, guides, n, step):
+        assert n == 1
+        if step < 2:
+            return ['{"think": "x", "action_type": "fly"}', "nothing"][step:step + 1]
+        return [right_step(obs), "never seen"]
+
+    with Shop() as shop, Recording(make_task(shop), allowed_hosts={host_of(shop.url)}) as h:
+        ep = run_mag_episode(h, policy, None, max_steps=5)
+    assert ep.termination == "step_budget" and ep.evaluated and ep.reward == 0.0
+    assert len(ep.steps) == 5 and len(h.executed) == 3            # two invalid steps executed nothing
+    assert [s.code is None for s in ep.steps] == [True, True, False, False, False]
+    assert ep.steps[0].reason.startswith("missing_keys") and ep.steps[1].reason.startswith("no_json")
+    assert all(len(s.outputs) == 1 and s.bracket["matches"] == [] for s in ep.steps)
+    assert ofcr(ep.reasons) == pytest.approx(3 / 5)
+    assert len(ep.guides) == 3

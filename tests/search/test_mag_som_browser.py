@@ -1,0 +1,139 @@
+"""MAG's Set-of-Mark observation and executor on local pages in headless Chromium: the marks and
+the menu match the page's interactive elements (hidden ones left out, long text clipped,
+below-fold elements listed, at most 130 lines), ids are stable within a step, the screenshot is
+1440x900 with a box on every visible mark, and each verb does what it says on the live page,
+under Set-of-Mark and coordinate grounding."""
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from local_pages import LONG_LABEL, Pages, open_page_task
+from search.env import BrowserHarness
+from search.mag_metrics import parse_step
+from search.som import (MAG_ACTION_SUBSETS, MAX_LINES, VIEWPORT, UnexecutableStep, _PALETTE, observe,
+                        to_code)
+
+CHROMIUM = Path("/usr/lib/chromium/chromium")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed")]
+
+
+@pytest.fixture(scope="module")
+def site():
+    with Pages() as p:
+        yield p
+
+
+def harness(url):
+    return BrowserHarness(open_page_task(url), viewport=VIEWPORT, action_subsets=MAG_ACTION_SUBSETS)
+
+
+def by_text(obs, text, type_=None):
+    hits = [m for m in obs.marks if m.text.startswith(text) and type_ in (None, m.type)]
+    assert len(hits) == 1, (text, obs.menu)
+    return hits[0]
+
+
+def run(h, obs, output: dict, grounding="som"):
+    target = {"som": {"selected_candidate_id": None}, "coord": {"coordinates": None}}[grounding]
+    step, err = parse_step(json.dumps({"think": "", "content": None, "guide_text": "Do it.", **target, **output}),
+                           obs.menu_ids, grounding)
+    assert err is None, err
+    code, shown = to_code(step, obs, grounding)
+    h.step(code)
+    return observe(h, grounding), code, shown
+
+
+def test_marks_and_menu_match_the_page(site):
+    with harness(site.url + "/marks") as h:
+        h.reset()
+        obs = observe(h)
+        again = observe(h)
+        dom_count = h.env.page.evaluate(
+            "document.querySelectorAll('a[href], button, input:not([type=hidden]), select, textarea').length")
+    lines = obs.menu.splitlines()
+    assert lines == [
+        "[1] LINK Home", "[2] LINK About us", "[3] INPUT Search", '[4] SELECT Color = "Red"',
+        "[5] CHECKBOX Gift wrap", "[6] TEXTAREA Note to seller", "[7] BUTTON Search",
+        f"[8] BUTTON {LONG_LABEL[:77].rstrip()}...", "[9] CLICKABLE Open menu",
+        "[10] LINK Footer link below the fold (below)", "[11] BUTTON Bottom button (below)"]
+    assert len(lines[7]) - len("[8] BUTTON ") == 80
+    # the DOM's links, buttons and fields minus the two hidden buttons, plus the onclick div
+    assert len(obs.marks) == dom_count - 2 + 1 == obs.n_interactive
+    assert [(m.id, m.bid, m.box) for m in obs.marks] == [(m.id, m.bid, m.box) for m in again.marks]
+    assert len({m.bid for m in obs.marks}) == len(obs.marks)
+    assert obs.by_id[10].where == "below" and obs.by_id[10].box[1] > VIEWPORT["height"]
+
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(obs.screenshot_png)).convert("RGB")
+    assert img.size == (1440, 900)
+    for m in obs.marks:
+        if m.where == "in":        # the box outline at the middle of its left edge has the mark's colour
+            x, y, w, hgt = m.box
+            assert img.getpixel((int(x) + 1 if x >= 0 else 0, int(y + hgt / 2))) == _PALETTE[m.id % len(_PALETTE)]
+
+
+def test_menu_is_capped_at_130_lines_viewport_first(site):
+    with harness(site.url + "/many") as h:
+        h.reset()
+        obs = observe(h)
+    assert obs.n_interactive == 200 and len(obs.marks) == MAX_LINES == len(obs.menu.splitlines())
+    assert [m.id for m in obs.marks] == list(range(1, 131))
+    assert [m.text for m in obs.marks] == [f"Link number {i}" for i in range(130)]   # nearest first
+    assert any(m.where == "below" for m in obs.marks) and obs.marks[0].where == "in"
+
+
+def test_each_verb_on_the_live_page(site):
+    with harness(site.url + "/marks") as h:
+        h.reset()
+        obs = observe(h)
+        obs, code, shown = run(h, obs, {"action_type": "type", "selected_candidate_id": by_text(obs, "Search", "INPUT").id,
+                                        "content": "kettle"})
+        assert code.startswith("fill(") and shown.endswith("\ntarget: INPUT Search\nguide: Do it.")
+        assert by_text(obs, "Search =").text == 'Search = "kettle"'
+        obs, code, _ = run(h, obs, {"action_type": "select", "selected_candidate_id": by_text(obs, "Color").id,
+                                    "content": "Blue"})
+        assert by_text(obs, "Color").text == 'Color = "Blue"'
+        obs, code, _ = run(h, obs, {"action_type": "scroll", "selected_candidate_id": None, "content": "down"})
+        assert code == "scroll(0, 700)" and h.env.page.evaluate("window.scrollY") == 700
+        assert by_text(obs, "Footer link").where == "in" and by_text(obs, "Home").where == "above"
+        obs, code, _ = run(h, obs, {"action_type": "scroll", "selected_candidate_id": None, "content": "up"})
+        assert h.env.page.evaluate("window.scrollY") == 0
+        obs, code, _ = run(h, obs, {"action_type": "press_enter", "selected_candidate_id": by_text(obs, "Search =").id})
+        assert obs.url.endswith("/echo?q=kettle&color=Blue&note=&secret=x") and not obs.last_action_error
+        obs, code, _ = run(h, obs, {"action_type": "go_back"})
+        assert code == "go_back()" and obs.url.endswith("/marks")
+        obs, code, _ = run(h, obs, {"action_type": "click", "selected_candidate_id": by_text(obs, "About us").id})
+        assert obs.url.endswith("/echo?from=about")
+        obs, code, _ = run(h, obs, {"action_type": "finish", "content": "The answer is 42"})
+        assert code == "send_msg_to_user('The answer is 42')"
+        assert h.env.chat.messages[-1] == {**h.env.chat.messages[-1], "role": "assistant", "message": "The answer is 42"}
+
+
+def test_coordinate_grounding_on_the_live_page(site):
+    with harness(site.url + "/marks") as h:
+        h.reset()
+        obs = observe(h, "coord")
+        assert obs.menu.splitlines()[0] == f"LINK Home @ {obs.marks[0].center}"
+        assert obs.menu.splitlines()[-1] == "BUTTON Bottom button (below)"
+        box = by_text(obs, "Search", "INPUT")
+        obs, code, _ = run(h, obs, {"action_type": "type", "coordinates": list(box.center), "content": "mug"}, "coord")
+        assert code.startswith("mouse_click(") and by_text(obs, "Search =").text == 'Search = "mug"'
+        sel = by_text(obs, "Color")
+        obs, code, shown = run(h, obs, {"action_type": "select", "coordinates": list(sel.center), "content": "Green"},
+                               "coord")
+        assert code == f"select_option('{sel.bid}', 'Green')" and by_text(obs, "Color").text == 'Color = "Green"'
+        step, _ = parse_step(json.dumps({"think": "", "action_type": "select", "coordinates": [1400, 880],
+                                         "content": "Red", "guide_text": "x"}), (), "coord")
+        with pytest.raises(UnexecutableStep):
+            to_code(step, obs, "coord")
+        obs, code, _ = run(h, obs, {"action_type": "click", "coordinates": list(by_text(obs, "Open menu").center)},
+                           "coord")
+        assert h.env.page.title() == "clicked"
+        obs, code, _ = run(h, obs, {"action_type": "press_enter", "coordinates": list(by_text(obs, "Search =").center)},
+                           "coord")
+        assert "/echo?q=mug&color=Green" in obs.url
