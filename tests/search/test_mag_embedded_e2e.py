@@ -1,0 +1,77 @@
+"""MAG end to end with the real embedded SmolLM2 as policy and as PRM, through the real client,
+judge, Set-of-Mark observation and executor, on the local shop in headless Chromium, then the
+run's result row and Table-1 summary. No success is asserted: the model is tiny; this exercises
+the real code paths (the second episode makes sure the real PRM judges real matches)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from local_shop import Shop, make_task
+from prm.judge import make_judge
+from search.env import BrowserHarness, host_of
+from search.loop import AGENT_ENDINGS
+from search.mag import episode_row, summarize_run, table
+from search.mag_loop import MagPolicy, run_mag_episode
+from search.som import MAG_ACTION_SUBSETS, VIEWPORT
+from search.tournament import prm_pair_judge
+from teacher.embedded import default_model_dir
+from teacher.llm import LLMConfig
+from teacher.prompts import State
+
+CHROMIUM = Path("/usr/lib/chromium/chromium")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed"),
+              pytest.mark.skipif(not (default_model_dir() / "config.json").exists(),
+                                 reason="embedded model not prepared (make setup)")]
+
+
+def test_embedded_policy_and_prm_on_mag(tmp_path):
+    policy = MagPolicy(LLMConfig(temperature=1.0, max_tokens=80, cache_dir=str(tmp_path / "llm")))
+    judge = make_judge(LLMConfig(max_tokens=32, cache_dir=str(tmp_path / "llm")), batch_size=4)
+    judged = []
+
+    def judge_for(obs, history):
+        inner = prm_pair_judge(judge, State(intent=obs.goal, axtree=obs.axtree, url=obs.url, history=list(history)),
+                               budget=1500)
+
+        def call(pairs):
+            verdicts = inner(pairs)
+            judged.extend(zip(pairs, verdicts))
+            return verdicts
+        return call
+
+    def with_two_valid(obs, guides, n, step):
+        """The real policy's outputs plus two valid steps, so that the real PRM has a match."""
+        links = [m for m in obs.marks if m.type in ("LINK", "BUTTON")]
+        extra = [json.dumps({"think": "", "action_type": "click", "selected_candidate_id": m.id, "content": None,
+                             "guide_text": f"Click {m.text}."}) for m in links[:2]]
+        if len(extra) < 2:
+            extra.append(json.dumps({"think": "", "action_type": "scroll", "selected_candidate_id": None,
+                                     "content": "down", "guide_text": "Scroll down."}))
+        return policy.propose(obs, guides, n, step) + extra
+
+    with Shop() as shop, BrowserHarness(make_task(shop), allowed_hosts={host_of(shop.url)}, viewport=VIEWPORT,
+                                        action_subsets=MAG_ACTION_SUBSETS) as h:
+        pure = run_mag_episode(h, policy.propose, judge_for, n=3, max_steps=2, seed=0)
+        baseline = run_mag_episode(h, policy.propose, None, max_steps=2, seed=0)
+        mixed = run_mag_episode(h, with_two_valid, judge_for, n=2, max_steps=2, seed=0)
+
+    for ep in (pure, baseline, mixed):
+        assert ep.termination in AGENT_ENDINGS and ep.evaluated and ep.reward in (0.0, 1.0), ep.error
+        assert ep.steps and all(not s.error.startswith(("env:", "policy:")) for s in ep.steps)
+        assert all(len(s.output_reasons) == len(s.outputs) for s in ep.steps)
+    assert all(len(s.outputs) == 3 for s in pure.steps)
+    assert all(len(s.outputs) == 1 and s.bracket["matches"] == [] for s in baseline.steps)
+    assert all(len(s.outputs) == 4 and s.code is not None for s in mixed.steps)
+    assert judged and all(isinstance(v.text, str) and v.text for _, v in judged)
+    for s in mixed.steps:              # the bracket's winner is what ran
+        winner = s.bracket["winner"]
+        assert winner.split("\n", 1)[0] == s.code.split("\n", 1)[0] and winner.endswith(s.guide)
+
+    gold = {"local": ["Search for kettle.", "Open the Blue Kettle."]}
+    rows = [episode_row("local", "local", "order", ep, gold) for ep in (pure, baseline, mixed)]
+    summary = summarize_run(rows, gold)
+    assert summary["n_tasks"] == 3 and 0.0 <= summary["OFCR"] <= 1.0 and summary["G"] is not None
+    assert table([("embedded", summary)]).count("\n") == 3
