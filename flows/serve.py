@@ -6,7 +6,8 @@ With a Prefect server running (``prefect server start --host 127.0.0.1 --port 42
 ``PREFECT_API_URL=http://127.0.0.1:4200/api``), this process serves the deployments below; run
 one with e.g. ``prefect deployment run 'build-graphs/default' --param run=runs/demo --watch``
 (also ``propose-negatives/default``, ``verify-pairs/default``, ``synthesize/default``,
-``train-prm/default``, ``evaluate-prm/default``, ``search-webarena/default``).
+``train-prm/default``, ``evaluate-prm/default``, ``search-webarena/default``,
+``search-mag/default``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from prefect import serve
 from flows.build_graphs import build_graphs_flow
 from flows.prm import evaluate_prm_flow, train_prm_flow
 from flows.propose_negatives import propose_negatives_flow
-from flows.search import search_webarena_flow
+from flows.search import search_mag_flow, search_webarena_flow
 from flows.synthesize import synthesize_flow, verify_pairs_flow
 
 
@@ -36,6 +37,8 @@ def deployments():
         # Fails fast with the missing-variable message until the WA_* site URLs are set.
         search_webarena_flow.to_deployment(name="default", parameters={
             "prm": "none", "policy": "embedded", "sites": ["shopping"], "out": "runs/webarena/baseline"}),
+        search_mag_flow.to_deployment(name="default", parameters={
+            "prm": "none", "policy": "embedded", "task_ids": [27], "out": "runs/mag/baseline"}),
     ]
 
 

@@ -77,7 +77,7 @@ def test_deployments_are_declared():
     names = {(d.flow_name, d.name) for d in deployments()}
     assert {("build-graphs", "default"), ("propose-negatives", "default"), ("verify-pairs", "default"),
             ("synthesize", "default"), ("train-prm", "default"), ("evaluate-prm", "default"),
-            ("search-webarena", "default")} <= names
+            ("search-webarena", "default"), ("search-mag", "default")} <= names
 
 
 @pytest.mark.slow

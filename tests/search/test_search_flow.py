@@ -1,5 +1,5 @@
-"""flows.search: parameters become search.webarena flags; a setup failure fails the task with a
-clear message (the task's logic, without the Prefect engine)."""
+"""flows.search: parameters become search.webarena / search.mag flags; a setup failure fails the
+task with a clear message (the task's logic, without the Prefect engine)."""
 
 import pytest
 
@@ -19,3 +19,14 @@ def test_setup_failure_fails_the_task(tmp_path, monkeypatch, capsys):
     with pytest.raises(RuntimeError, match="setup failed"):
         search_task.fn(["--prm", "none", "--policy", "embedded", "--out", str(tmp_path / "o")])
     assert "missing environment variable(s): WA_SHOPPING" in capsys.readouterr().err
+
+
+def test_mag_setup_failure_fails_the_task(tmp_path, monkeypatch, capsys):
+    import search.webarena as wa
+
+    for var in wa.WA_VARS.values():
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(RuntimeError, match="search.mag setup failed"):
+        search_task.fn(["--prm", "none", "--policy", "embedded", "--task-ids", "27", "--out", str(tmp_path / "o")],
+                       module="search.mag")
+    assert "search.mag: missing environment variable(s): WA_SHOPPING" in capsys.readouterr().err
