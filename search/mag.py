@@ -25,7 +25,10 @@ the executed action and guide, the compliance reason, the browser's error, timin
 BLEU-2, ROUGE-1, ROUGE-L, G, GGS, tax; OFCR over all sampled outputs as ``OFCR_outputs``;
 terminations; episodes that ended in an environment failure are counted apart, not in SR),
 ``table.md`` (the same as a Markdown row, with ``--baseline``'s row above it), ``versions.json``,
-and with ``--save-screenshots`` ``shots/<task_id>/<step>.png``. ``--resume`` skips finished tasks.
+``run.json`` (the settings), and with ``--save-screenshots`` ``shots/<task_id>/<step>.png``.
+``--resume`` skips the tasks the agent finished (environment failures run again), refuses a
+folder whose ``run.json`` has other settings, and rescores every task from its stored guides with
+the current ``--gold-guides`` (a gold file added later fills the guide columns).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from pathlib import Path
 from search.mag_metrics import load_gold_guides, score_task, summarize
 from search.webarena import SetupError, _model_config, _versions, finished_tasks, preflight, run_tasks
 
+RUN_SETTINGS = ("prm", "policy", "grounding", "n", "max_steps", "seed", "both_orders")
 TABLE_COLUMNS = ("SR", "OFCR", "bleu1", "bleu2", "rouge1", "rougeL", "G", "GGS", "tax")
 TABLE_NAMES = ("SR", "OFCR", "BLEU-1", "BLEU-2", "ROUGE-1", "ROUGE-L", "G", "GGS", "Tax")
 
@@ -70,11 +74,11 @@ def site_key(config: dict) -> str:
 
 
 def summarize_run(results: list[dict], gold: dict | None) -> dict:
-    """MAG Table 1 over the evaluated tasks, terminations over all, env failures apart."""
-    from search.mag_metrics import TaskScore
-
+    """MAG Table 1 over the evaluated tasks (each scored from its stored guides and compliance
+    reasons against ``gold``), terminations over all, env failures apart."""
     evaluated = [r for r in results if r["evaluated"]]
-    scores = [TaskScore(**r["score"]) for r in evaluated]
+    scores = [score_task(r["task_id"], r["reward"] or 0.0, r["reasons"], r["guides"],
+                         gold.get(str(r["task_id"])) if gold is not None else None) for r in evaluated]
     out = summarize(scores)
     outputs = sum(r["n_outputs"] for r in evaluated)
     out["OFCR_outputs"] = sum(r["n_outputs_compliant"] for r in evaluated) / outputs if outputs else None
@@ -146,6 +150,7 @@ def episode_row(task_id, site: str, intent: str, episode, gold: dict | None) -> 
     """The result line of one episode: termination, success, answer and its MAG scores."""
     reasons = [r for s in episode.steps for r in s.output_reasons]
     row = {"type": "result", "task_id": task_id, "site": site, "intent": intent, **episode.to_dict(),
+           "guides": episode.guides, "reasons": episode.reasons,
            "n_steps": len(episode.steps), "n_outputs": len(reasons),
            "n_outputs_compliant": sum(r is None for r in reasons)}
     if episode.evaluated:
@@ -183,17 +188,27 @@ def run_task(config: dict, urls: dict, propose, judge_for, args, log, gold, shot
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if args.n < 1 or args.max_steps < 1:
+        ap.error("--n and --max-steps must be at least 1")
     out = Path(args.out)
+    settings = {k: getattr(args, k) for k in RUN_SETTINGS}
     try:
         gold = load_gold_guides(args.gold_guides)
         ids = args.task_ids or (sorted(gold, key=int) if gold else None)
         configs = load_task_configs(ids)
         urls = preflight(configs)
+        if args.resume and (out / "run.json").exists():
+            before = json.loads((out / "run.json").read_text())
+            if changed := sorted(k for k in RUN_SETTINGS if before.get(k) != settings[k]):
+                raise SetupError(f"--resume in {out}: settings differ from the earlier run ({', '.join(changed)}); "
+                                 "use another --out")
     except (SetupError, ValueError, OSError) as e:
         print(f"search.mag: {e}", file=sys.stderr)
         return 2
     (out / "tasks").mkdir(parents=True, exist_ok=True)
+    (out / "run.json").write_text(json.dumps(settings, indent=2))
     (out / "versions.json").write_text(json.dumps(_versions(), indent=2))
     done = finished_tasks(out) if args.resume else {}
     todo = [c for c in configs if c["task_id"] not in done]

@@ -32,7 +32,10 @@ mark ids or pixels. The fixed family ``LEAK_PATTERNS``:
 
     mark_bracket   [12]                               a mark label as drawn on the screenshot
     mark_word      id 12, element #17, mark: 3, box 4, candidate 9, label 2
-    mark_hash      #12   (except "issue #12", "order #12", "merge request #3", "MR/PR #3")
+    mark_hash      #12
+Numbered site objects are not leaks and are removed first: "issue #12", "order id 170",
+"product ID 42", "merge request #3", "MR/PR #3" (issues, orders, tickets, products, customers,
+users, posts, comments, reviews, invoices, projects, items, SKUs).
     coord_pair     (312, 174)  [312, 174]  (312.5,174)
     coord_xy       x=312, y=174   x: 312 y: 174
 
@@ -82,9 +85,12 @@ LEAK_PATTERNS = {
     "coord_pair": re.compile(rf"[(\[]\s*{_NUM}\s*,\s*{_NUM}\s*[)\]]"),
     "coord_xy": re.compile(rf"\bx\s*[=:]\s*{_NUM}\s*,?\s*y\s*[=:]\s*{_NUM}", re.IGNORECASE),
 }
-# Site objects legitimately numbered with '#': removed before the leak check.
-_ALLOWED_HASH = re.compile(r"\b(?:issues?|orders?|merge\s+requests?|pull\s+requests?|mrs?|prs?|tickets?)\s*#\s*\d+",
-                           re.IGNORECASE)
+# Site objects legitimately numbered ("issue #12", "order id 170", "product ID 42"): removed
+# before the leak check, so that task wording is not taken for a mark id.
+_ALLOWED_OBJECT_IDS = re.compile(
+    r"\b(?:issues?|orders?|merge\s+requests?|pull\s+requests?|mrs?|prs?|tickets?|products?|customers?|users?"
+    r"|posts?|comments?|reviews?|invoices?|projects?|items?|sku)\s*(?:#|id\b|no\.|number\b)?\s*:?\s*#?\s*\d+",
+    re.IGNORECASE)
 
 
 @dataclass(slots=True)
@@ -211,7 +217,7 @@ def _parse_step(text, menu_ids, grounding):
 
 def guide_leaks(guide: str) -> list[str]:
     """Names of the ``LEAK_PATTERNS`` the guide matches (empty: a clean guide)."""
-    text = _ALLOWED_HASH.sub(" ", guide)
+    text = _ALLOWED_OBJECT_IDS.sub(" ", guide)
     return [name for name, pat in LEAK_PATTERNS.items() if pat.search(text)]
 
 

@@ -22,10 +22,11 @@ Menu. One line per mark, ``[id] TYPE text``: TYPE from the tag or the explicit r
 INPUT, TEXTAREA, SELECT, CHECKBOX, RADIO, or the role upper-cased, else CLICKABLE); text is the
 accessible label (aria-label, <label>, inner text, placeholder, title, alt, name), then the current
 value of a field (``= "..."``) or the selected option of a select, whitespace collapsed and
-clipped to 80 characters (``...`` marks a cut). At most 130 lines: the marks inside the viewport
-first, then the nearest ones outside it; below-fold lines end with `` (below)``, above-fold ones
-with `` (above)``. Under coordinate grounding each in-viewport line ends with its centre
-``@ (x, y)`` instead of starting with an id (text-only policies can then ground a pixel).
+clipped to 80 characters (``...`` marks a cut). At most 130 lines: the marks overlapping the
+viewport first, then the nearest ones outside it; lines of marks outside end with `` (below)``,
+`` (above)``, `` (right)`` or `` (left)``. Under coordinate grounding each in-viewport line ends
+with the centre of the mark's visible part ``@ (x, y)`` instead of starting with an id
+(text-only policies can then ground a pixel).
 
 Executor (``to_code``): BrowserGym high-level actions (the harness needs the ``coord`` subset,
 ``MAG_ACTION_SUBSETS``):
@@ -154,17 +155,26 @@ class Mark:
 
     @property
     def center(self) -> tuple[int, int]:
+        """The centre of the box's visible part (of the whole box when it is off screen)."""
         x, y, w, h = self.box
+        if self.where == "in":
+            x0, y0 = max(x, 0), max(y, 0)
+            x1, y1 = min(x + w, VIEWPORT["width"] - 1), min(y + h, VIEWPORT["height"] - 1)
+            return round((x0 + x1) / 2), round((y0 + y1) / 2)
         return round(x + w / 2), round(y + h / 2)
 
     @property
     def where(self) -> str:
-        """'in', 'below' or 'above' the viewport (left/right overflow counts as 'in')."""
+        """'in' when the box overlaps the viewport, else 'below', 'above', 'right' or 'left'."""
         x, y, w, h = self.box
         if y >= VIEWPORT["height"]:
             return "below"
         if y + h <= 0:
             return "above"
+        if x >= VIEWPORT["width"]:
+            return "right"
+        if x + w <= 0:
+            return "left"
         return "in"
 
 
@@ -180,6 +190,7 @@ class SomObservation:
     axtree: str = ""
     n_interactive: int = 0        # marks found before the 130-line cap
     last_action_error: str = ""
+    settle_retries: int = 0       # re-observations because the page navigated after BrowserGym's
     by_id: dict[int, Mark] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -198,29 +209,39 @@ def clip(text: str, limit: int = MAX_TEXT) -> str:
     return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
 
 
+# Where an iframe's content starts inside its element: border and padding.
+_CONTENT_OFFSET_JS = """e => { const s = getComputedStyle(e);
+  return [e.clientLeft + parseFloat(s.paddingLeft), e.clientTop + parseFloat(s.paddingTop)]; }"""
+
+
 def _frames(page):
-    """(frame, x offset, y offset) for the page and every iframe that can be read."""
+    """(frame, x offset, y offset) for the page and every iframe that can be read; offsets are
+    where the frame's content starts in main-viewport pixels."""
     yield page.main_frame, 0.0, 0.0
     for frame in page.frames:
         if frame is page.main_frame:
             continue
         try:
             elem = frame.frame_element()
-            box = elem.bounding_box()
+            box = elem.bounding_box()       # relative to the main frame's viewport, nesting included
             if box is None or elem.get_attribute("bid") is None:
                 continue
-            yield frame, box["x"], box["y"]
+            dx, dy = elem.evaluate(_CONTENT_OFFSET_JS)
+            yield frame, box["x"] + dx, box["y"] + dy
         except Exception:       # detached, sandboxed or cross-process frames are skipped
             continue
 
 
 def collect_elements(page) -> list[dict]:
-    """The raw interactive elements of ``page`` and its frames, boxes in main-viewport pixels."""
+    """The raw interactive elements of ``page`` and its frames, boxes in main-viewport pixels.
+    A failure in the main frame raises (the page is navigating); unreadable iframes are skipped."""
     out = []
     for k, (frame, dx, dy) in enumerate(_frames(page)):
         try:
             found = frame.evaluate(_COLLECT_JS)
         except Exception:
+            if k == 0:
+                raise
             continue
         for e in found:
             e["x"] += dx
@@ -242,12 +263,11 @@ def number_marks(elements: list[dict], max_lines: int = MAX_LINES) -> tuple[list
     number them from 1 in document order; returns (marks, elements before the cap)."""
     vh = VIEWPORT["height"]
 
-    def outside(e):             # 0 inside the viewport, else the distance to it
-        if e["y"] >= vh:
-            return e["y"] - vh + 1
-        if e["y"] + e["h"] <= 0:
-            return -(e["y"] + e["h"]) + 1
-        return 0
+    vw = VIEWPORT["width"]
+
+    def outside(e):             # 0 when the box overlaps the viewport, else its distance to it
+        return (max(0.0, e["y"] - vh + 1, -(e["y"] + e["h"]) + 1)
+                + max(0.0, e["x"] - vw + 1, -(e["x"] + e["w"]) + 1))
 
     kept = sorted(elements, key=lambda e: (outside(e), e["frame"], e["order"]))[:max_lines]
     kept.sort(key=lambda e: (e["frame"], e["order"]))
@@ -299,22 +319,38 @@ def draw_marks(screenshot, marks: list[Mark]) -> bytes:
     return buf.getvalue()
 
 
+SETTLE_RETRIES = 2
+
+
 def observe(harness, grounding: str = "som", max_lines: int = MAX_LINES) -> SomObservation:
     """The MAG observation of the harness's current page (call after ``reset``/``step``: marks
-    are read from the DOM that BrowserGym just numbered)."""
+    are read from the DOM that BrowserGym just numbered). A page that navigated after
+    BrowserGym's observation (a late redirect) has no BrowserGym ids and an AXTree and screenshot
+    of the old page: then the harness waits (``noop(500)``) and observes again, at most
+    ``SETTLE_RETRIES`` times; a page still moving after that raises."""
     page = harness.env.page
-    raw = harness.last_obs
-    marks, found = number_marks(collect_elements(page), max_lines)
-    shot = raw.get("screenshot") if raw else None
+    action_error = (harness.last_obs or {}).get("last_action_error") or ""     # the step's, not a noop's
+    for retry in range(SETTLE_RETRIES + 1):
+        raw = harness.last_obs or {}
+        try:
+            elements = collect_elements(page)
+            if page.url == raw.get("url", page.url) or retry == SETTLE_RETRIES:
+                break
+        except Exception:
+            if retry == SETTLE_RETRIES:
+                raise
+        harness.step("noop(500)")
+    marks, found = number_marks(elements, max_lines)
+    shot = raw.get("screenshot")
     if shot is None:
         from PIL import Image
 
         shot = Image.open(io.BytesIO(page.screenshot()))
     png = draw_marks(shot, marks if grounding == "som" else [])
-    return SomObservation(goal=(raw or {}).get("goal") or "", url=page.url, marks=marks,
+    return SomObservation(goal=raw.get("goal") or "", url=page.url, marks=marks,
                           menu=render_menu(marks, grounding), screenshot_png=png,
-                          axtree=harness.last_axtree, n_interactive=found,
-                          last_action_error=(raw or {}).get("last_action_error") or "")
+                          axtree=harness.last_axtree, n_interactive=found, settle_retries=retry,
+                          last_action_error=action_error)
 
 
 class UnexecutableStep(ValueError):

@@ -17,7 +17,8 @@ and that the sites of the selected tasks answer; otherwise it names what is miss
 Output in ``--out``: ``tasks/<task_id>.jsonl`` (one line per step: candidates, bracket, chosen
 action, feedback, errors, timings; then one ``result`` line), ``summary.json`` (success per site
 and macro-average over sites; episodes that ended in an environment failure are counted apart,
-not as failures) and ``versions.json``. ``--resume`` skips tasks that already have a result line.
+not as failures) and ``versions.json``. ``--resume`` skips tasks the agent finished (evaluated);
+environment failures run again.
 Tasks with ``require_reset`` are preceded by a full reset of the sites when ``WA_FULL_RESET`` is
 set (else they run as they are, flagged ``reset_skipped``).
 """
@@ -154,11 +155,12 @@ def run_tasks(out: Path, todo: list[tuple], run_one) -> list[dict]:
 
 
 def finished_tasks(out: Path) -> dict:
-    """task id -> result line of the tasks whose JSONL in ``out/tasks`` ends with one (resume)."""
+    """task id -> result line of the tasks the agent finished (resume): their JSONL in
+    ``out/tasks`` ends with an evaluated result. Environment failures run again."""
     done = {}
     for f in (out / "tasks").glob("*.jsonl"):
         lines = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
-        if lines and lines[-1].get("type") == "result":
+        if lines and lines[-1].get("type") == "result" and lines[-1].get("evaluated"):
             done[lines[-1]["task_id"]] = lines[-1]
     return done
 

@@ -38,7 +38,17 @@ def many_links_page(n: int) -> str:
     return f"<!doctype html><html><head><title>Many</title></head><body>{links}</body></html>"
 
 
-PAGES = {"/marks": MARKS_PAGE, "/many": many_links_page(200)}
+FRAME_PAGE = """<!doctype html><html><head><title>Frame</title><style>body { margin: 0; }</style></head><body>
+<div style="height: 100px">Top</div>
+<iframe src="/inner" style="border: 10px solid black; padding: 5px; margin-left: 30px" width="400" height="150"></iframe>
+<a href="/echo?from=far" style="position: absolute; left: 1700px; top: 20px">Far right link</a>
+<button style="position: absolute; left: 1400px; top: 300px; width: 100px">Half visible</button>
+</body></html>"""
+
+INNER_PAGE = """<!doctype html><html><head><title>Inner</title></head><body style="margin: 0">
+<a href="/echo?from=inner" style="display: inline-block; margin: 20px; width: 120px">Inner link</a></body></html>"""
+
+PAGES = {"/marks": MARKS_PAGE, "/many": many_links_page(200), "/frame": FRAME_PAGE, "/inner": INNER_PAGE}
 
 
 class LocalServer:

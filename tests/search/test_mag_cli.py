@@ -9,7 +9,6 @@ import sys
 import pytest
 
 import search.mag as mag
-from search.mag_metrics import TaskScore
 from search.webarena import WA_VARS, score_answer
 
 ALL_VARS = {v: f"http://127.0.0.1:9/{k}" for k, v in WA_VARS.items()}
@@ -59,52 +58,69 @@ def test_cli_exits_2_before_loading_anything(tmp_path):
     assert not out.exists()
 
 
-def _result(task_id, success, evaluated=True, steps=4, compliant=3, G=None):
-    score = TaskScore(str(task_id), float(success), steps, compliant, {"no_json": steps - compliant} if compliant < steps else {},
-                      *( [G] * 4 + [G, success * (0.4 + 0.6 * G), success - success * (0.4 + 0.6 * G)] if G is not None
-                         else [None] * 7))
-    row = {"type": "result", "task_id": task_id, "site": "reddit", "termination": "answered" if evaluated else "env_error",
-           "evaluated": evaluated, "reward": float(success) if evaluated else None, "n_steps": steps,
-           "n_outputs": steps * 5, "n_outputs_compliant": compliant * 4}
-    if evaluated:
-        from dataclasses import asdict
-        row["score"] = asdict(score)
-    return row
+GOLD = {"1": ["Open the forum.", "Sort by new."], "2": ["Open the orders page."]}
+
+
+def _result(task_id, success, guides=(), evaluated=True):
+    reasons = [None, None, None, "no_json: x"]
+    return {"type": "result", "task_id": task_id, "site": "reddit", "evaluated": evaluated,
+            "termination": "answered" if evaluated else "env_error", "reward": float(success) if evaluated else None,
+            "guides": list(guides), "reasons": reasons, "n_steps": 4, "n_outputs": 20, "n_outputs_compliant": 12}
 
 
 def test_summary_and_table_in_the_papers_layout():
-    rows = [_result(1, 1, G=0.5), _result(2, 0, G=0.25), _result(3, 1, evaluated=False)]
-    s = mag.summarize_run(rows, gold={"1": ["a"], "2": ["b"]})
+    # task 1 succeeds with no guide (G 0, GGS 0.4); task 2 fails with the gold guides (G 1, GGS 0)
+    rows = [_result(1, 1), _result(2, 0, GOLD["2"]), _result(3, 1, evaluated=False)]
+    s = mag.summarize_run(rows, gold=GOLD)
     assert s["tasks"] == 3 and s["env_failures"] == 1 and s["n_tasks"] == 2
     assert s["SR"] == 0.5 and s["OFCR"] == 6 / 8 and s["OFCR_outputs"] == 24 / 40
-    assert s["G"] == pytest.approx(0.375) and s["GGS"] == pytest.approx((0.4 + 0.3) / 2)
-    assert s["tax"] == pytest.approx(0.5 - 0.35)
-    assert s["terminations"] == {"answered": 2, "env_error": 1}
+    assert s["G"] == pytest.approx(0.5) and s["GGS"] == pytest.approx(0.2) and s["tax"] == pytest.approx(0.3)
+    assert s["terminations"] == {"answered": 2, "env_error": 1} and s["reasons"] == {"no_json": 2}
+    assert "G" not in mag.summarize_run(rows, gold=None)
     md = mag.table([("base", {"SR": 0.25, "OFCR": 0.9}), ("prm", s)])
     lines = md.splitlines()
     assert lines[0] == "| run | SR | OFCR | BLEU-1 | BLEU-2 | ROUGE-1 | ROUGE-L | G | GGS | Tax |"
     assert lines[2] == "| base | 25.0 | 90.0 | - | - | - | - | - | - | - |"
-    assert lines[3] == "| prm | 50.0 | 75.0 | 37.5 | 37.5 | 37.5 | 37.5 | 37.5 | 35.0 | 15.0 |"
+    assert lines[3] == "| prm | 50.0 | 75.0 | 50.0 | 50.0 | 50.0 | 50.0 | 50.0 | 20.0 | 30.0 |"
 
 
-def test_resume_rebuilds_the_summary_without_models_or_browser(tmp_path):
-    out = tmp_path / "o"
-    (out / "tasks").mkdir(parents=True)
-    (out / "tasks" / "27.jsonl").write_text(json.dumps({"type": "step", "step": 0}) + "\n" +
-                                            json.dumps(_result(27, 1)) + "\n")
-    base = tmp_path / "base"
-    base.mkdir()
-    (base / "summary.json").write_text(json.dumps({"SR": 0.0, "OFCR": 0.5, "policy": "p", "prm": "none"}))
+def _resume(out, *extra, prm="my-prm"):
     code = ("import sys, search.mag as mag\n"
             "mag.load_models = lambda a: sys.exit('models loaded')\n"
             "mag.preflight = lambda configs: {}\n"
             "sys.exit(mag.main(sys.argv[1:]))")
-    p = subprocess.run([sys.executable, "-c", code, "--prm", "my-prm", "--policy", "p", "--task-ids", "27",
-                        "--resume", "--out", str(out), "--baseline", str(base)],
-                       capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", code, "--prm", prm, "--policy", "p", "--resume", "--out", str(out),
+                           *extra], capture_output=True, text=True, timeout=60)
+
+
+def test_resume_rescoring_reruns_and_settings(tmp_path):
+    out = tmp_path / "o"
+    (out / "tasks").mkdir(parents=True)
+    (out / "tasks" / "1.jsonl").write_text(json.dumps({"type": "step", "step": 0}) + "\n" +
+                                           json.dumps(_result(1, 1, GOLD["1"])) + "\n")
+    (out / "tasks" / "2.jsonl").write_text(json.dumps(_result(2, 0, evaluated=False)) + "\n")
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "summary.json").write_text(json.dumps({"SR": 0.0, "OFCR": 0.5, "policy": "p", "prm": "none"}))
+
+    p = _resume(out, "--task-ids", "1", "--baseline", str(base))
     assert p.returncode == 0, p.stderr
     assert "1 tasks, 1 already done, 0 to run" in p.stderr
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["SR"] == 1.0 and summary["prm"] == "my-prm" and summary["gold_file"] is False
+    assert summary["SR"] == 1.0 and summary["prm"] == "my-prm" and "G" not in summary
     table = (out / "table.md").read_text().splitlines()
     assert table[2].startswith("| p + no PRM | 0.0 | 50.0 |") and table[3].startswith("| p + my-prm | 100.0 | 75.0 |")
+
+    gold = tmp_path / "gold.jsonl"      # a gold file given later fills the guide columns from the stored guides
+    gold.write_text(json.dumps({"task_id": 1, "steps": [{"guide": g} for g in GOLD["1"]]}) + "\n")
+    p = _resume(out, "--task-ids", "1", "--gold-guides", str(gold))
+    assert p.returncode == 0, p.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["G"] == pytest.approx(1.0) and summary["GGS"] == pytest.approx(1.0)
+
+    p = _resume(out, "--task-ids", "1", "2")        # the env failure runs again: models are needed
+    assert p.returncode == 1 and "1 tasks, 1 already done" not in p.stderr and "models loaded" in p.stderr
+    assert "2 tasks, 1 already done, 1 to run" in p.stderr
+
+    p = _resume(out, "--task-ids", "1", prm="other-prm")
+    assert p.returncode == 2 and "settings differ from the earlier run (prm)" in p.stderr

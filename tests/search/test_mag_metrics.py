@@ -132,6 +132,7 @@ def test_parse_coordinate_grounding():
     ("Click #12 to continue.", "mark_hash"),
     ("Tap at [312.5, 174].", "coord_pair"),
     ("Click at x=312, y=174.", "coord_xy"),
+    ("Open order #170, then click element 17.", "mark_word"),
 ])
 def test_leak_positives(guide, name):
     assert name in guide_leaks(guide)
@@ -147,6 +148,9 @@ def test_leak_positives(guide, name):
     "Scroll down to the reviews, under the 'Details' tab.",
     "Pick the size M option from the dropdown.",
     "Select the 2023-01-05 entry.",
+    "Find order id 170 and open it.",
+    "Open product ID 42 from the catalog.",
+    "Reply to post id: 9 in the forum.",
 ])
 def test_leak_negatives(guide):
     assert guide_leaks(guide) == []

@@ -137,3 +137,21 @@ def test_coordinate_grounding_on_the_live_page(site):
         obs, code, _ = run(h, obs, {"action_type": "press_enter", "coordinates": list(by_text(obs, "Search =").center)},
                            "coord")
         assert "/echo?q=mug&color=Green" in obs.url
+
+
+def test_iframe_offsets_offscreen_x_and_a_late_navigation(site):
+    with harness(site.url + "/frame") as h:
+        h.reset()
+        obs = observe(h, "coord")
+        inner, far, half = by_text(obs, "Inner link"), by_text(obs, "Far right link"), by_text(obs, "Half visible")
+        assert far.where == "right" and far.center[0] > 1440 and "Far right link (right)" in obs.menu
+        assert half.where == "in" and half.center == (1420, 310)      # the visible part (1400..1439) centre
+        # content of the iframe starts at 30 (margin) + 10 (border) + 5 (padding), 100 + 10 + 5
+        assert inner.box[:2] == (45 + 20, 115 + 20)
+        obs, code, _ = run(h, obs, {"action_type": "click", "coordinates": list(inner.center)}, "coord")
+        assert any(f.url.endswith("/echo?from=inner") for f in h.env.page.frames)
+
+        h.env.page.goto(site.url + "/many")          # the page moved after BrowserGym's observation
+        obs = observe(h)
+        assert obs.settle_retries == 1 and obs.url.endswith("/many") and len(obs.marks) == MAX_LINES
+        assert "Link number 0" in h.last_axtree
