@@ -23,7 +23,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export DO_NOT_TRACK := 1
 
-.PHONY: setup run prm-demo test test-fast bench clean
+.PHONY: setup run prm-demo mag-demo test test-fast bench clean
 
 setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(CHROMIUM)
 
@@ -61,6 +61,12 @@ prm-demo: setup
 	$(PY) -m prm.evaluate --model $(MODEL_DIR) --name base --bench $(RUN)/export/trl-labels/test.parquet --out $(RUN)/prm/eval-base.json --max-tokens 24
 	$(PY) -m prm.evaluate --model $(RUN)/prm/cpu-demo --name trained --bench $(RUN)/export/trl-labels/test.parquet --out $(RUN)/prm/eval-trained.json --max-tokens 24
 	$(PY) -m prm.evaluate --compare $(RUN)/prm/eval-base.json $(RUN)/prm/eval-trained.json --out $(RUN)/prm/compare.md
+
+# MAG on the built-in demo shop with the embedded model as policy (3 outputs) and PRM, then the
+# greedy baseline; both rows in runs/mag-demo/prm/table.md. Exercises the harness, not quality.
+mag-demo: setup
+	$(PY) -m search.mag --demo --prm none --policy embedded --max-steps 4 --policy-max-tokens 80 --out runs/mag-demo/base
+	$(PY) -m search.mag --demo --prm embedded --policy embedded --n 3 --max-steps 4 --policy-max-tokens 80 --prm-max-tokens 48 --out runs/mag-demo/prm --baseline runs/mag-demo/base
 
 test: setup
 	$(PY) -m pytest -q

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
 from local_pages import MARKS_PAGE, Pages, many_links_page, open_page_task  # noqa: E402
-from local_shop import Shop, make_task  # noqa: E402
+from search.demo_site import Shop, make_task  # noqa: E402
 from prm.judge import LocalJudge  # noqa: E402
 from search import som  # noqa: E402
 from search.env import BrowserHarness, host_of  # noqa: E402

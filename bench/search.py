@@ -3,7 +3,7 @@
     .venv/bin/python bench/search.py [--steps 4] [--n 5] [--max-tokens 48]
 
 Part 1 runs one guided episode (embedded SmolLM2 as policy with N samples and as PRM, headless
-Chromium, the shop of ``tests/search/local_shop.py``) and reports per-step latency split into
+Chromium, the shop of ``search/demo_site.py``) and reports per-step latency split into
 policy, judge and browser time. The 135M model rarely writes a valid action, so each step's
 samples are joined by two scripted valid ones (``scroll(0, 200)``, a click on the first link):
 the tournament then always has matches and the browser always acts. Part 2 judges one knockout round's pairs (N // 2 matches, and the
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
-from local_shop import Shop, make_task  # noqa: E402
+from search.demo_site import Shop, make_task  # noqa: E402
 from prm.judge import LocalJudge, judge_pairs  # noqa: E402
 from search.agent import Policy  # noqa: E402
 from search.env import BrowserHarness, host_of  # noqa: E402

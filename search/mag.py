@@ -13,6 +13,10 @@ Models as in ``search.webarena``: a local transformers folder, ``embedded``, or 
 attaches the marked screenshot when the policy is an endpoint (a vision model) and not for a local
 model (text only); ``on``/``off`` force it.
 
+``--demo`` runs one built-in task instead, on a small shop served on 127.0.0.1
+(``search.demo_site``, gold guides included): the whole harness without WebArena, e.g. to check
+that a policy endpoint writes the contract (``make mag-demo`` runs it with the embedded model).
+
 Tasks: WebArena task ids (``--task-ids``; the configs come from BrowserGym's WebArena package,
 ``webarena/test.raw.json``, 812 tasks); without ``--task-ids`` the ids of the gold-guide file. The
 gold-guide format is in ``search.mag_metrics`` (JSONL, ``{"task_id": 27, "steps": [{"guide": ...}]}``);
@@ -34,6 +38,7 @@ the current ``--gold-guides`` (a gold file added later fills the guide columns).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import sys
@@ -43,7 +48,7 @@ from pathlib import Path
 from search.mag_metrics import load_gold_guides, score_task, summarize
 from search.webarena import SetupError, _model_config, _versions, finished_tasks, preflight, run_tasks
 
-RUN_SETTINGS = ("prm", "policy", "grounding", "n", "max_steps", "seed", "both_orders")
+RUN_SETTINGS = ("prm", "policy", "grounding", "n", "max_steps", "seed", "both_orders", "demo")
 TABLE_COLUMNS = ("SR", "OFCR", "bleu1", "bleu2", "rouge1", "rougeL", "G", "GGS", "tax")
 TABLE_NAMES = ("SR", "OFCR", "BLEU-1", "BLEU-2", "ROUGE-1", "ROUGE-L", "G", "GGS", "Tax")
 
@@ -121,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--resume", action="store_true", help="skip tasks already finished in --out")
     ap.add_argument("--baseline", help="a baseline run's folder: table.md shows its row too")
     ap.add_argument("--save-screenshots", action="store_true", help="keep every marked screenshot")
+    ap.add_argument("--demo", action="store_true",
+                    help="run the built-in demo task (a small shop on 127.0.0.1, gold guides included) instead "
+                         "of WebArena: no sites needed")
     LLMConfig.add_args(ap, prefix="prm-")
     LLMConfig.add_args(ap, prefix="policy-")
     return ap
@@ -160,31 +168,57 @@ def episode_row(task_id, site: str, intent: str, episode, gold: dict | None) -> 
     return row
 
 
-def run_task(config: dict, urls: dict, propose, judge_for, args, log, gold, shots: Path | None) -> dict:
-    """One MAG task on the WebArena sites: one episode, the JSONL lines, the result row."""
+def webarena_harness(urls: dict):
+    """A harness factory for WebArena tasks (``browsergym.webarena``: WebArena's own login, start
+    pages and evaluators), confined to the configured sites."""
     from search.env import BrowserHarness, host_of, prepare_webarena_imports
-    from search.mag_loop import run_mag_episode
     from search.som import MAG_ACTION_SUBSETS, VIEWPORT
 
     prepare_webarena_imports()
     from browsergym.webarena.task import GenericWebArenaTask   # after the stubs
 
-    task_id = config["task_id"]
+    def make(config):
+        return BrowserHarness(GenericWebArenaTask, {"task_id": config["task_id"]}, viewport=VIEWPORT,
+                              action_subsets=MAG_ACTION_SUBSETS, allowed_hosts={host_of(u) for u in urls.values()})
+    return make
+
+
+def demo_harness(shop):
+    """A harness factory for the demo shop (``search.demo_site``)."""
+    from search.demo_site import make_task
+    from search.env import BrowserHarness, host_of
+    from search.som import MAG_ACTION_SUBSETS, VIEWPORT
+
+    def make(config):
+        return BrowserHarness(make_task(shop), viewport=VIEWPORT, action_subsets=MAG_ACTION_SUBSETS,
+                              allowed_hosts={host_of(shop.url)})
+    return make
+
+
+def run_task(config: dict, make_harness, propose, judge_for, args, log, gold, shots: Path | None) -> dict:
+    """One MAG task: one episode in ``make_harness(config)``, the JSONL lines, the result row."""
+    from search.mag_loop import run_mag_episode
 
     def on_step(step, obs):
         log({"type": "step", **asdict(step)})
         if shots is not None:
             (shots / f"{step.step:02d}.png").write_bytes(obs.screenshot_png)
 
-    harness = BrowserHarness(GenericWebArenaTask, {"task_id": task_id}, viewport=VIEWPORT,
-                             action_subsets=MAG_ACTION_SUBSETS, allowed_hosts={host_of(u) for u in urls.values()})
-    with harness:
+    with make_harness(config) as harness:
         episode = run_mag_episode(harness, propose, judge_for, n=args.n, grounding=args.grounding,
                                   max_steps=args.max_steps, seed=args.seed, both_orders=args.both_orders,
                                   on_step=on_step)
-    row = episode_row(task_id, site_key(config), config["intent"], episode, gold)
+    row = episode_row(config["task_id"], site_key(config), config["intent"], episode, gold)
     log(row)
     return row
+
+
+def gold_task_ids(gold: dict) -> list[int]:
+    """The gold file's task ids as WebArena ids (integers), in numeric order."""
+    bad = [t for t in gold if not str(t).isdigit()]
+    if bad:
+        raise SetupError(f"gold-guide task ids must be WebArena task ids (integers), got {bad[:3]}")
+    return sorted(int(t) for t in gold)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,9 +230,16 @@ def main(argv: list[str] | None = None) -> int:
     settings = {k: getattr(args, k) for k in RUN_SETTINGS}
     try:
         gold = load_gold_guides(args.gold_guides)
-        ids = args.task_ids or (sorted(gold, key=int) if gold else None)
-        configs = load_task_configs(ids)
-        urls = preflight(configs)
+        if args.demo:
+            from search.demo_site import GOAL, GOLD_GUIDES, TASK_ID
+
+            if args.task_ids:
+                raise SetupError("--demo runs the demo task only; drop --task-ids")
+            gold = dict(GOLD_GUIDES) if gold is None else gold
+            configs, urls = [{"task_id": TASK_ID, "sites": ["demo"], "intent": GOAL}], None
+        else:
+            configs = load_task_configs(args.task_ids or (gold_task_ids(gold) if gold else None))
+            urls = preflight(configs)
         if args.resume and (out / "run.json").exists():
             before = json.loads((out / "run.json").read_text())
             if changed := sorted(k for k in RUN_SETTINGS if before.get(k) != settings[k]):
@@ -216,13 +257,20 @@ def main(argv: list[str] | None = None) -> int:
     results = [done[c["task_id"]] for c in configs if c["task_id"] in done]
     if todo:
         propose, judge_for = load_models(args)
+        with contextlib.ExitStack() as stack:
+            if args.demo:
+                from search.demo_site import Shop
 
-        def run_one(config, log):
-            shots = out / "shots" / str(config["task_id"]) if args.save_screenshots else None
-            if shots is not None:
-                shots.mkdir(parents=True, exist_ok=True)
-            return run_task(config, urls, propose, judge_for, args, log, gold, shots)
-        results += run_tasks(out, [(c["task_id"], c) for c in todo], run_one)
+                make_harness = demo_harness(stack.enter_context(Shop()))
+            else:
+                make_harness = webarena_harness(urls)
+
+            def run_one(config, log):
+                shots = out / "shots" / str(config["task_id"]) if args.save_screenshots else None
+                if shots is not None:
+                    shots.mkdir(parents=True, exist_ok=True)
+                return run_task(config, make_harness, propose, judge_for, args, log, gold, shots)
+            results += run_tasks(out, [(c["task_id"], c) for c in todo], run_one)
     write_summary(out, results, gold, args)
     return 0
 

@@ -4,9 +4,10 @@ observation and executor tests. ``PAGES`` maps a path to its HTML; ``/echo`` sho
 from __future__ import annotations
 
 import html
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
+
+from search.demo_site import LocalServer
 
 LONG_LABEL = "Subscribe to the weekly newsletter about kettles, mugs, teapots and every other thing in the kitchen"
 
@@ -49,23 +50,6 @@ INNER_PAGE = """<!doctype html><html><head><title>Inner</title></head><body styl
 <a href="/echo?from=inner" style="display: inline-block; margin: 20px; width: 120px">Inner link</a></body></html>"""
 
 PAGES = {"/marks": MARKS_PAGE, "/many": many_links_page(200), "/frame": FRAME_PAGE, "/inner": INNER_PAGE}
-
-
-class LocalServer:
-    """A threaded HTTP server on 127.0.0.1 (a free port) for ``handler``; a context manager."""
-
-    def __init__(self, handler):
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class Pages(LocalServer):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from local_shop import Shop, make_task
+from search.demo_site import Shop, make_task
 from prm.judge import make_judge
 from search.env import BrowserHarness, host_of
 from search.loop import AGENT_ENDINGS

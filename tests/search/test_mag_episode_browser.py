@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from graph.axtree import parse_axtree
-from local_shop import Shop, make_task
+from search.demo_site import Shop, make_task
 from search.env import BrowserHarness, host_of
 from search.mag_loop import run_mag_episode
 from search.mag_metrics import ofcr, score_task

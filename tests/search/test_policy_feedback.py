@@ -2,12 +2,12 @@
 a scripted OpenAI-protocol policy (``n`` samples) and PRM judging a knockout."""
 
 from prm.judge import EndpointJudge
+from scripted_llm import scripted_server
 from search.agent import Policy, build_messages, describe_outcome, extract_action
 from search.env import Observation
 from search.tournament import knockout, prm_pair_judge
 from teacher.llm import LLMConfig
 from teacher.prompts import State
-from teacher.serve import serve_in_thread
 
 TREE = "RootWebArea 'Shop'\n\t[9] searchbox 'Search' value='kettel'\n\t[10] button 'Search'\n\t[12] link 'Cart'"
 
@@ -44,16 +44,6 @@ def test_feedback_describes_what_happened():
     assert got.startswith("element not found: there is no element [77]")
 
 
-def _server(answer):
-    def complete(payload):
-        texts = answer(payload)
-        return {"id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
-                "choices": [{"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "stop"}
-                            for i, t in enumerate(texts)],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-    return serve_in_thread(complete, "scripted")
-
-
 def _cfg(server, tmp_path, **kw):
     return LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(tmp_path / "cache"),
                      max_retries=0, api_key_env="SURFPRM_TEST_KEY_UNSET", **kw)
@@ -61,13 +51,13 @@ def _cfg(server, tmp_path, **kw):
 
 def test_policy_asks_n_samples_and_prm_judges_the_knockout(tmp_path):
     seen = []
-    policy_srv = _server(lambda p: seen.append(p) or [f"t\n```\nclick('{b}')\n```" for b in ("9", "10", "12", "10", "99")][:p["n"]])
+    policy_srv = scripted_server(lambda p: seen.append(p) or [f"t\n```\nclick('{b}')\n```" for b in ("9", "10", "12", "10", "99")][:p["n"]])
 
     def prm(payload):
         user = payload["messages"][-1]["content"]
         first = user[user.index("<<<BEGIN RESPONSE_1>>>"):user.index("<<<END RESPONSE_1>>>")]
         return [f"ok\n<Answer>Response {1 if 'click(' + chr(39) + '12' in first else 2}</Answer>"]
-    prm_srv = _server(prm)
+    prm_srv = scripted_server(prm)
     try:
         policy = Policy(_cfg(policy_srv, tmp_path, temperature=1.0))
         raws = policy.propose(obs(), [], "", n=5, step=3)

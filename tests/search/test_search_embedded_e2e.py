@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from local_shop import Shop, make_task
+from search.demo_site import Shop, make_task
 from prm.judge import make_judge
 from search.agent import Policy
 from search.env import BrowserHarness, host_of

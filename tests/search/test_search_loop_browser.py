@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from graph.axtree import parse_axtree
-from local_shop import Shop, make_task
+from search.demo_site import Shop, make_task
 from search.env import BrowserHarness, host_of
 from search.loop import run_episode
 

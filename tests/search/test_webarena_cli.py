@@ -70,7 +70,7 @@ def test_summary_per_site_macro_and_baseline_difference():
 
 
 def test_main_writes_jsonl_summary_and_resumes(tmp_path, monkeypatch):
-    from local_shop import Shop
+    from search.demo_site import Shop
 
     ran = []
 

@@ -1,16 +1,43 @@
-"""A tiny multi-page shop served on 127.0.0.1 (search box, results, detail page, order form) and a
-custom BrowserGym task over it, for the search tests."""
+"""A tiny multi-page shop served on 127.0.0.1 (search box, results, detail page, order form), a
+BrowserGym task over it, and gold MAG guides for that task: the demo that runs the search CLIs
+without WebArena (``python -m search.mag --demo``) and the site of the search tests.
+
+    from search.demo_site import Shop, make_task
+    with Shop() as shop:
+        task = make_task(shop)      # BrowserGym task class; success iff the asked order was placed
+"""
 
 from __future__ import annotations
 
 import html
-from http.server import BaseHTTPRequestHandler
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
-
-from local_pages import LocalServer
 
 ITEMS = {"kettle-blue": "Blue Kettle", "kettle-red": "Red Kettle", "mug-blue": "Blue Mug"}
 GOAL = "Order 2 Blue Kettles for Ada, then tell me the order number."
+TASK_ID = "demo-shop"
+# The steps a person takes, as MAG gold guides (search.mag_metrics format, by task id).
+GOLD_GUIDES = {TASK_ID: ["Type kettle into the search box.", "Press Enter to search.", "Open the Blue Kettle.",
+                         "Click Order this item.", "Enter Ada as the name.", "Choose 2 as the quantity.",
+                         "Place the order.", "Read the order number."]}
+
+
+class LocalServer:
+    """A threaded HTTP server on 127.0.0.1 (a free port) for ``handler``; a context manager."""
+
+    def __init__(self, handler):
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def _page(title: str, body: str) -> bytes:
@@ -86,7 +113,7 @@ def make_task(shop: Shop):
     class ShopTask(AbstractBrowserTask):
         @classmethod
         def get_task_id(cls):
-            return "local.shop.order"
+            return TASK_ID
 
         def __init__(self, seed: int, start_url: str = shop.url):
             super().__init__(seed)
