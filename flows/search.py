@@ -40,11 +40,12 @@ def search_webarena_flow(prm: str, policy: str, out: str = "runs/webarena", n: i
                          task_ids: list[int] | None = None, sites: list[str] | None = None,
                          max_steps: int = 30, prm_base_url: str | None = None,
                          policy_base_url: str | None = None, baseline: str | None = None,
-                         resume: bool = True, extra_args: list[str] | None = None) -> dict:
-    """Run PRM-guided (or ``prm='none'``: unguided) search on WebArena-Lite; returns the summary."""
+                         resume: bool = True, demo: bool = False, extra_args: list[str] | None = None) -> dict:
+    """Run PRM-guided (or ``prm='none'``: unguided) search on WebArena-Lite (``demo``: on the
+    built-in demo shop); returns the summary."""
     argv = to_argv(prm=prm, policy=policy, out=out, n=n, task_ids=task_ids, sites=sites, max_steps=max_steps,
                    prm_base_url=prm_base_url, policy_base_url=policy_base_url, baseline=baseline,
-                   resume=resume) + list(extra_args or [])
+                   resume=resume, demo=demo) + list(extra_args or [])
     summary = search_task(argv)
     print(f"macro success {summary['macro_success']} over {summary['tasks']} tasks -> {out}")
     return summary
@@ -54,11 +55,13 @@ def search_webarena_flow(prm: str, policy: str, out: str = "runs/webarena", n: i
 def search_mag_flow(prm: str, policy: str, out: str = "runs/mag", n: int = 5, task_ids: list[int] | None = None,
                     gold_guides: str | None = None, grounding: str = "som", max_steps: int = 25,
                     prm_base_url: str | None = None, policy_base_url: str | None = None,
-                    baseline: str | None = None, resume: bool = True, extra_args: list[str] | None = None) -> dict:
-    """Run PRM-guided (or ``prm='none'``: unguided) search on MAG; returns the Table-1 summary."""
+                    baseline: str | None = None, resume: bool = True, demo: bool = False,
+                    extra_args: list[str] | None = None) -> dict:
+    """Run PRM-guided (or ``prm='none'``: unguided) search on MAG (``demo``: on the built-in demo
+    shop); returns the Table-1 summary."""
     argv = to_argv(prm=prm, policy=policy, out=out, n=n, task_ids=task_ids, gold_guides=gold_guides,
                    grounding=grounding, max_steps=max_steps, prm_base_url=prm_base_url,
-                   policy_base_url=policy_base_url, baseline=baseline, resume=resume) + list(extra_args or [])
+                   policy_base_url=policy_base_url, baseline=baseline, resume=resume, demo=demo) + list(extra_args or [])
     summary = search_task(argv, module="search.mag")
     print(f"SR {summary['SR']}, OFCR {summary['OFCR']}, GGS {summary.get('GGS')} over {summary['tasks']} tasks -> {out}")
     return summary
@@ -90,13 +93,14 @@ def main(argv: list[str] | None = None) -> int:
         # the full command line goes through as well: argparse keeps the last value of a repeated flag
         search_mag_flow(prm=args.prm, policy=args.policy, out=args.out, n=args.n, task_ids=args.task_ids,
                         gold_guides=args.gold_guides, grounding=args.grounding, max_steps=args.max_steps,
-                        resume=args.resume, extra_args=argv)
+                        resume=args.resume, demo=args.demo, extra_args=argv)
         return 0
     from search.webarena import build_parser
 
     args = build_parser().parse_args(argv)
     search_webarena_flow(prm=args.prm, policy=args.policy, out=args.out, n=args.n, task_ids=args.task_ids,
-                         sites=args.sites, max_steps=args.max_steps, resume=args.resume, extra_args=argv)
+                         sites=args.sites, max_steps=args.max_steps, resume=args.resume, demo=args.demo,
+                         extra_args=argv)
     return 0
 
 

@@ -132,3 +132,17 @@ def make_task(shop: Shop):
             return float(ok), True, "", {"orders": len(shop.orders)}
 
     return ShopTask
+
+
+def demo_config() -> dict:
+    """The demo task as a task config (the keys both search CLIs read)."""
+    return {"task_id": TASK_ID, "old_task_id": TASK_ID, "sites": ["demo"], "intent": GOAL}
+
+
+def demo_harness(shop: Shop, **harness_kwargs):
+    """A harness factory (``config -> BrowserHarness``) for the demo task on ``shop``, confined to it."""
+    from search.env import BrowserHarness, host_of
+
+    def make(config):
+        return BrowserHarness(make_task(shop), allowed_hosts={host_of(shop.url)}, **harness_kwargs)
+    return make

@@ -183,18 +183,6 @@ def webarena_harness(urls: dict):
     return make
 
 
-def demo_harness(shop):
-    """A harness factory for the demo shop (``search.demo_site``)."""
-    from search.demo_site import make_task
-    from search.env import BrowserHarness, host_of
-    from search.som import MAG_ACTION_SUBSETS, VIEWPORT
-
-    def make(config):
-        return BrowserHarness(make_task(shop), viewport=VIEWPORT, action_subsets=MAG_ACTION_SUBSETS,
-                              allowed_hosts={host_of(shop.url)})
-    return make
-
-
 def run_task(config: dict, make_harness, propose, judge_for, args, log, gold, shots: Path | None) -> dict:
     """One MAG task: one episode in ``make_harness(config)``, the JSONL lines, the result row."""
     from search.mag_loop import run_mag_episode
@@ -231,12 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         gold = load_gold_guides(args.gold_guides)
         if args.demo:
-            from search.demo_site import GOAL, GOLD_GUIDES, TASK_ID
+            from search.demo_site import GOLD_GUIDES, demo_config
 
             if args.task_ids:
                 raise SetupError("--demo runs the demo task only; drop --task-ids")
             gold = dict(GOLD_GUIDES) if gold is None else gold
-            configs, urls = [{"task_id": TASK_ID, "sites": ["demo"], "intent": GOAL}], None
+            configs, urls = [demo_config()], None
         else:
             configs = load_task_configs(args.task_ids or (gold_task_ids(gold) if gold else None))
             urls = preflight(configs)
@@ -259,9 +247,11 @@ def main(argv: list[str] | None = None) -> int:
         propose, judge_for = load_models(args)
         with contextlib.ExitStack() as stack:
             if args.demo:
-                from search.demo_site import Shop
+                from search.demo_site import Shop, demo_harness
+                from search.som import MAG_ACTION_SUBSETS, VIEWPORT
 
-                make_harness = demo_harness(stack.enter_context(Shop()))
+                make_harness = demo_harness(stack.enter_context(Shop()), viewport=VIEWPORT,
+                                            action_subsets=MAG_ACTION_SUBSETS)
             else:
                 make_harness = webarena_harness(urls)
 

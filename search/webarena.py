@@ -10,6 +10,9 @@ served at ``--prm-base-url`` / ``--policy-base-url`` (any OpenAI-compatible endp
 ``--prm-*`` / ``--policy-*`` flags are ``teacher.llm.LLMConfig``'s. ``--prm none`` runs the
 baseline: one greedy policy sample per step, no judge.
 
+``--demo`` runs one built-in task on a small shop served on 127.0.0.1 (``search.demo_site``)
+instead: the whole loop without WebArena.
+
 Before any model loads or browser starts, the run checks that BrowserGym's ``WA_*`` variables are
 set (``WA_SHOPPING, WA_SHOPPING_ADMIN, WA_REDDIT, WA_GITLAB, WA_WIKIPEDIA, WA_MAP, WA_HOMEPAGE``)
 and that the sites of the selected tasks answer; otherwise it names what is missing and exits 2.
@@ -26,6 +29,7 @@ set (else they run as they are, flagged ``reset_skipped``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -193,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default="runs/webarena", help="output folder")
     ap.add_argument("--resume", action="store_true", help="skip tasks already finished in --out")
     ap.add_argument("--baseline", help="a baseline run's folder: the summary adds the differences")
+    ap.add_argument("--demo", action="store_true",
+                    help="run the built-in demo task (a small shop on 127.0.0.1) instead of WebArena-Lite: no sites needed")
     LLMConfig.add_args(ap, prefix="prm-")
     LLMConfig.add_args(ap, prefix="policy-")
     return ap
@@ -227,13 +233,23 @@ def _load_models(args):
     return policy.propose, judge_for
 
 
-def run_task(config: dict, urls: dict, propose, judge_for, args, log) -> dict:
-    """One WebArena-Lite task: optional reset, one episode, the JSONL lines, the result row."""
+def webarena_lite_harness(urls: dict):
+    """A harness factory (``config -> BrowserHarness``) for WebArena-Lite tasks, confined to the
+    configured sites."""
     from search.env import BrowserHarness, host_of, prepare_webarena_imports
-    from search.loop import run_episode
 
     prepare_webarena_imports()
     from browsergym.webarenalite.task import WebArenaLiteTask   # after the stubs
+
+    def make(config):
+        return BrowserHarness(WebArenaLiteTask, {"task_id": config["old_task_id"]},
+                              allowed_hosts={host_of(u) for u in urls.values()})
+    return make
+
+
+def run_task(config: dict, make_harness, propose, judge_for, args, log) -> dict:
+    """One task: optional reset, one episode in ``make_harness(config)``, the JSONL lines, the result row."""
+    from search.loop import run_episode
 
     task_id = config["old_task_id"]
     extra = {}
@@ -244,9 +260,7 @@ def run_task(config: dict, urls: dict, propose, judge_for, args, log) -> dict:
             WebArenaInstance().full_reset()
         else:
             extra["reset_skipped"] = True
-    hosts = {host_of(u) for u in urls.values()}
-    harness = BrowserHarness(WebArenaLiteTask, {"task_id": task_id}, allowed_hosts=hosts)
-    with harness:
+    with make_harness(config) as harness:
         result = run_episode(harness, propose, judge_for, n=args.n, max_steps=args.max_steps,
                              seed=args.seed, max_format_errors=args.max_format_errors,
                              both_orders=args.both_orders, on_step=lambda s: log({"type": "step", **_step(s)}))
@@ -266,8 +280,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = Path(args.out)
     try:
-        configs = load_task_configs(args.task_ids, args.sites)
-        urls = preflight(configs)
+        if args.demo:
+            from search.demo_site import demo_config
+
+            if args.task_ids or args.sites:
+                raise SetupError("--demo runs the demo task only; drop --task-ids/--sites")
+            configs, urls = [demo_config()], None
+        else:
+            configs = load_task_configs(args.task_ids, args.sites)
+            urls = preflight(configs)
     except SetupError as e:
         print(f"search.webarena: {e}", file=sys.stderr)
         return 2
@@ -279,8 +300,15 @@ def main(argv: list[str] | None = None) -> int:
     results = [done[c["old_task_id"]] for c in configs if c["old_task_id"] in done]
     if todo:
         propose, judge_for = _load_models(args)
-        results += run_tasks(out, [(c["old_task_id"], c) for c in todo],
-                             lambda config, log: run_task(config, urls, propose, judge_for, args, log))
+        with contextlib.ExitStack() as stack:
+            if args.demo:
+                from search.demo_site import Shop, demo_harness
+
+                make_harness = demo_harness(stack.enter_context(Shop()))
+            else:
+                make_harness = webarena_lite_harness(urls)
+            results += run_tasks(out, [(c["old_task_id"], c) for c in todo],
+                                 lambda config, log: run_task(config, make_harness, propose, judge_for, args, log))
     baseline = json.loads((Path(args.baseline) / "summary.json").read_text()) if args.baseline else None
     summary = summarize(results, baseline)
     summary["prm"], summary["policy"], summary["n"] = args.prm, args.policy, args.n

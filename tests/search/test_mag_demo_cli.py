@@ -11,55 +11,16 @@ import pytest
 
 import search.mag as mag
 from scripted_llm import scripted_server
-from search.demo_site import GOLD_GUIDES, TASK_ID
+from search.demo_site import TASK_ID
+from shop_scripts import GUIDES, mag_output, menu_id, menu_of_prompt, right_output
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed")]
-GUIDES = GOLD_GUIDES[TASK_ID]
 
 
 def _block(text, name):
     return re.search(rf"<<<BEGIN {name}>>>\n(.*?)\n<<<END {name}>>>", text, re.S).group(1)
-
-
-def _menu(text):
-    return [(int(i), kind, label) for i, kind, label in re.findall(r"^\[(\d+)\] (\S+) (.*)$", _block(text, "MENU"), re.M)]
-
-
-def _find(menu, kind, label):
-    return next(i for i, k, text in menu if k == kind and (text == label or text.startswith(label + " =")))
-
-
-def _text(menu, i):
-    return next(text for j, _, text in menu if j == i)
-
-
-def _out(verb, target, content, guide):
-    return json.dumps({"think": "", "action_type": verb, "selected_candidate_id": target, "content": content,
-                       "guide_text": guide})
-
-
-def right_output(prompt: str) -> str:
-    url, menu = _block(prompt, "URL"), _menu(prompt)
-    path = url.split("/", 3)[3]
-    if path == "":
-        box = _find(menu, "INPUT", "Search products")
-        if "kettle" not in _text(menu, box):
-            return _out("type", box, "kettle", GUIDES[0])
-        return _out("press_enter", box, None, GUIDES[1])
-    if path.startswith("search"):
-        return _out("click", _find(menu, "LINK", "Blue Kettle"), None, GUIDES[2])
-    if path.startswith("item/"):
-        return _out("click", _find(menu, "LINK", "Order this item"), None, GUIDES[3])
-    if path.startswith("order"):
-        name, qty = _find(menu, "INPUT", "Name"), _find(menu, "SELECT", "Quantity")
-        if "Ada" not in _text(menu, name):
-            return _out("type", name, "Ada", GUIDES[4])
-        if '"2"' not in _text(menu, qty):
-            return _out("select", qty, "2", GUIDES[5])
-        return _out("click", _find(menu, "BUTTON", "Place order"), None, GUIDES[6])
-    return _out("finish", None, f"The order number is {url.split('n=')[1]}", GUIDES[7])
 
 
 def test_demo_cli_baseline_and_prm(tmp_path):
@@ -69,8 +30,9 @@ def test_demo_cli_baseline_and_prm(tmp_path):
         content = payload["messages"][-1]["content"]
         prompts.append(content)
         text = content if isinstance(content, str) else content[0]["text"]
-        home = _out("click", _find(_menu(text), "LINK", "Home"), None, "Go back to the home page.")
-        return ([home, right_output(text), "not json"] * 3)[:payload["n"]]
+        menu = menu_of_prompt(text)
+        home = mag_output("click", menu_id(menu, "LINK", "Home"), None, "Go back to the home page.")
+        return ([home, right_output(_block(text, "URL"), menu), "not json"] * 3)[:payload["n"]]
 
     def prm(payload):
         user = payload["messages"][-1]["content"]
@@ -101,7 +63,7 @@ def test_demo_cli_baseline_and_prm(tmp_path):
     lines = [json.loads(l) for l in (tmp_path / "prm" / "tasks" / f"{TASK_ID}.jsonl").read_text().splitlines()]
     steps, result = lines[:-1], lines[-1]
     assert [s["guide"] for s in steps] == GUIDES and result["guides"] == GUIDES
-    assert result["answer"] == "The order number is A-100" and result["success"]
+    assert result["answer"] == "Your order number is A-100" and result["success"]
     assert all(len(s["bracket"]["matches"]) == 1 and s["bracket"]["candidates"][2]["dropped"].startswith("invalid")
                for s in steps)
     table = (tmp_path / "prm" / "table.md").read_text().splitlines()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from graph.axtree import parse_axtree
 from search.demo_site import Shop, make_task
+from shop_scripts import GUIDES, mag_output, right_output_for
 from search.env import BrowserHarness, host_of
 from search.mag_loop import run_mag_episode
 from search.mag_metrics import ofcr, score_task
@@ -21,51 +21,13 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed")]
 
 
-def mark(obs, type_, text):
-    for m in obs.marks:
-        if m.type == type_ and (m.text == text or m.text.startswith(text + " =")):
-            return m
-    raise KeyError((type_, text, obs.menu))
-
-
-def out(verb, target, content, guide, think="next"):
-    return json.dumps({"think": think, "action_type": verb, "selected_candidate_id": target,
-                       "content": content, "guide_text": guide})
-
-
-def right_step(obs) -> str:
-    """The one correct next MAG output in each state of the shop."""
-    path = obs.url.split("/", 3)[3]
-    if path == "":
-        box = mark(obs, "INPUT", "Search products")
-        if 'kettle' not in box.text:
-            return out("type", box.id, "kettle", "Type kettle into the search box.")
-        return out("press_enter", box.id, None, "Press Enter to search.")
-    if path.startswith("search"):
-        return out("click", mark(obs, "LINK", "Blue Kettle").id, None, "Open the Blue Kettle.")
-    if path.startswith("item/"):
-        return out("click", mark(obs, "LINK", "Order this item").id, None, "Click Order this item.")
-    if path.startswith("order"):
-        name = mark(obs, "INPUT", "Name")
-        if "Ada" not in name.text:
-            return out("type", name.id, "Ada", "Enter Ada as the name.")
-        qty = mark(obs, "SELECT", "Quantity")
-        if '"2"' not in qty.text:
-            return out("select", qty.id, "2", "Choose 2 as the quantity.")
-        return out("click", mark(obs, "BUTTON", "Place order").id, None, "Place the order.")
-    if path.startswith("done"):
-        number = next(n.name for n in parse_axtree(obs.axtree).nodes if n.name.startswith("Order number"))
-        return out("finish", None, f"Your order number is {number.split()[-1]}", "Read the order number.")
-    raise AssertionError(obs.url)
-
-
 def scripted_policy(obs, guides, n, step):
-    right = right_step(obs)
-    home = mark(obs, "LINK", "Home").id
+    right = right_output_for(obs)
+    home = next(m.id for m in obs.marks if m.type == "LINK" and m.text == "Home")
     leaky = json.loads(right)
     leaky["guide_text"] = f"Use element {leaky['selected_candidate_id'] or 1} now."
-    return [f"Sure! ```json\n{out('click', home, None, 'Go back home.')}\n```",   # wrong, fenced
-            out("click", 999, None, "Click something."),                             # not in menu
+    return [f"Sure! ```json\n{mag_output('click', home, None, 'Go back home.')}\n```",   # wrong, fenced
+            mag_output("click", 999, None, "Click something."),                     # not in menu
             "I would click the button",                                              # no JSON
             json.dumps(leaky),                                                       # leaky guide
             "Here it is: " + right][:n]
@@ -73,7 +35,7 @@ def scripted_policy(obs, guides, n, step):
 
 def picks_right(calls):
     def judge_for(obs, history):
-        right = json.loads(right_step(obs))["guide_text"]
+        right = json.loads(right_output_for(obs))["guide_text"]
 
         def judge(pairs):
             calls.append(len(pairs))
@@ -110,7 +72,7 @@ def test_mag_episode_executes_the_judges_picks_and_succeeds():
         assert dropped[0] is None and s.output_reasons[3].startswith("guide_leak")
         # the leaky output is the same page action as the right one: the compliant one represents both
         assert dropped[3] == "duplicate of 4" and s.bracket["candidates"][4]["count"] == 2
-    assert ep.guides[:3] == ["Type kettle into the search box.", "Press Enter to search.", "Open the Blue Kettle."]
+    assert ep.guides == GUIDES
     assert h.executed[1].startswith("press(") and "'Enter'" in h.executed[1]
     assert any(c.startswith("select_option(") and "'2'" in c for c in h.executed)
     assert h.executed[-1] == "send_msg_to_user('Your order number is A-100')"
@@ -125,7 +87,7 @@ def test_baseline_runs_one_output_and_invalid_steps_use_budget():
         assert n == 1
         if step < 2:
             return ['{"think": "x", "action_type": "fly"}', "nothing"][step:step + 1]
-        return [right_step(obs), "never seen"]
+        return [right_output_for(obs), "never seen"]
 
     with Shop() as shop, Recording(make_task(shop), allowed_hosts={host_of(shop.url)}) as h:
         ep = run_mag_episode(h, policy, None, max_steps=5)

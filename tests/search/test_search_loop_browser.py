@@ -6,48 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from graph.axtree import parse_axtree
 from search.demo_site import Shop, make_task
+from shop_scripts import find, right_action
 from search.env import BrowserHarness, host_of
 from search.loop import run_episode
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed")]
-
-
-def find(axtree: str, role: str, name: str) -> str:
-    for n in parse_axtree(axtree).nodes:
-        if n.role == role and n.name == name and n.bid:
-            return n.bid
-    raise KeyError((role, name))
-
-
-def right_action(obs) -> str:
-    """The one correct next action in each state of the shop."""
-    tree, path = obs.axtree, obs.url.split("/", 3)[3]
-    if path == "":
-        box = find(tree, "searchbox", "Search products")
-        if parse_axtree(tree).by_bid()[box].value != "kettle":
-            return f"fill('{box}', 'kettle')"
-        return f"click('{find(tree, 'button', 'Search')}')"
-    if path.startswith("search"):
-        return f"click('{find(tree, 'link', 'Blue Kettle')}')"
-    if path.startswith("item/"):
-        return f"click('{find(tree, 'link', 'Order this item')}')"
-    if path.startswith("order"):
-        nodes = parse_axtree(tree).by_bid()
-        name = find(tree, "textbox", "Name")
-        if nodes[name].value != "Ada":
-            return f"fill('{name}', 'Ada')"
-        qty = find(tree, "combobox", "Quantity")
-        if nodes[qty].value != "2":
-            return f"select_option('{qty}', '2')"
-        return f"click('{find(tree, 'button', 'Place order')}')"
-    if path.startswith("done"):
-        number = next(n.name for n in parse_axtree(tree).nodes if n.name.startswith("Order number"))
-        return f"send_msg_to_user('Your order number is {number.split()[-1]}')"
-    raise AssertionError(obs.url)
 
 
 def scripted_policy(obs, history, feedback, n, step):
