@@ -62,8 +62,8 @@ prm-demo: setup
 	$(PY) -m prm.evaluate --model $(RUN)/prm/cpu-demo --name trained --bench $(RUN)/export/trl-labels/test.parquet --out $(RUN)/prm/eval-trained.json --max-tokens 24
 	$(PY) -m prm.evaluate --compare $(RUN)/prm/eval-base.json $(RUN)/prm/eval-trained.json --out $(RUN)/prm/compare.md
 
-# MAG on the built-in demo shop with the embedded model as policy (3 outputs) and PRM, then the
-# greedy baseline; both rows in runs/mag-demo/prm/table.md. Exercises the harness, not quality.
+# MAG on the built-in demo shop: the greedy baseline, then the embedded model as policy (3 outputs)
+# and PRM; both rows in runs/mag-demo/prm/table.md. Exercises the harness, not quality.
 mag-demo: setup
 	$(PY) -m search.mag --demo --prm none --policy embedded --max-steps 4 --policy-max-tokens 80 --out runs/mag-demo/base
 	$(PY) -m search.mag --demo --prm embedded --policy embedded --n 3 --max-steps 4 --policy-max-tokens 80 --prm-max-tokens 48 --out runs/mag-demo/prm --baseline runs/mag-demo/base

@@ -29,7 +29,8 @@ def search_task(argv: list[str], module: str = "search.webarena") -> dict:
     args = cli.build_parser().parse_args(argv)
     rc = cli.main(argv)
     if rc == 2:
-        raise RuntimeError(f"{module} setup failed (see the message above: tasks, WA_* variables or sites)")
+        raise RuntimeError(f"{module} setup failed (see the message above: tasks, flags, WA_* variables, sites "
+                           "or a resume with other settings)")
     if rc != 0:
         raise RuntimeError(f"{module} exited {rc}")
     return json.loads((Path(args.out) / "summary.json").read_text())
@@ -68,7 +69,7 @@ def search_mag_flow(prm: str, policy: str, out: str = "runs/mag", n: int = 5, ta
 
 
 def to_argv(**params) -> list[str]:
-    """Flow parameters as ``search.webarena`` flags (pure)."""
+    """Flow parameters as ``search.webarena`` / ``search.mag`` flags (pure)."""
     argv: list[str] = []
     for key, value in params.items():
         flag = "--" + key.replace("_", "-")

@@ -46,7 +46,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from search.mag_metrics import load_gold_guides, score_task, summarize
-from search.webarena import SetupError, _model_config, _versions, finished_tasks, preflight, run_tasks
+from search.webarena import (SetupError, _model_config, _versions, finished_tasks, preflight, run_tasks,
+                             site_key)
 
 RUN_SETTINGS = ("prm", "policy", "grounding", "n", "max_steps", "seed", "both_orders", "demo")
 TABLE_COLUMNS = ("SR", "OFCR", "bleu1", "bleu2", "rouge1", "rougeL", "G", "GGS", "tax")
@@ -72,10 +73,6 @@ def load_task_configs(task_ids) -> list[dict]:
     if unknown:
         raise SetupError(f"no WebArena task with id {unknown} (ids are 0-811)")
     return [by_id[t] for t in dict.fromkeys(wanted)]
-
-
-def site_key(config: dict) -> str:
-    return config["sites"][0] if len(config["sites"]) == 1 else "multi"
 
 
 def summarize_run(results: list[dict], gold: dict | None) -> dict:
@@ -223,14 +220,14 @@ def main(argv: list[str] | None = None) -> int:
 
             if args.task_ids:
                 raise SetupError("--demo runs the demo task only; drop --task-ids")
-            gold = dict(GOLD_GUIDES) if gold is None else gold
+            gold = {**GOLD_GUIDES, **(gold or {})}          # a given file may add or replace the demo's
             configs, urls = [demo_config()], None
         else:
             configs = load_task_configs(args.task_ids or (gold_task_ids(gold) if gold else None))
             urls = preflight(configs)
         if args.resume and (out / "run.json").exists():
             before = json.loads((out / "run.json").read_text())
-            if changed := sorted(k for k in RUN_SETTINGS if before.get(k) != settings[k]):
+            if changed := sorted(k for k in RUN_SETTINGS if before.get(k, ap.get_default(k)) != settings[k]):
                 raise SetupError(f"--resume in {out}: settings differ from the earlier run ({', '.join(changed)}); "
                                  "use another --out")
     except (SetupError, ValueError, OSError) as e:

@@ -99,6 +99,9 @@ def test_resume_rescoring_reruns_and_settings(tmp_path):
     (out / "tasks" / "1.jsonl").write_text(json.dumps({"type": "step", "step": 0}) + "\n" +
                                            json.dumps(_result(1, 1, GOLD["1"])) + "\n")
     (out / "tasks" / "2.jsonl").write_text(json.dumps(_result(2, 0, evaluated=False)) + "\n")
+    # settings of a run made before a setting existed: a missing key means its default
+    (out / "run.json").write_text(json.dumps({"prm": "my-prm", "policy": "p", "grounding": "som", "n": 5,
+                                              "max_steps": 25, "seed": 0, "both_orders": False}))
     base = tmp_path / "base"
     base.mkdir()
     (base / "summary.json").write_text(json.dumps({"SR": 0.0, "OFCR": 0.5, "policy": "p", "prm": "none"}))

@@ -74,7 +74,8 @@ def test_main_writes_jsonl_summary_and_resumes(tmp_path, monkeypatch):
 
     ran = []
 
-    def fake_run_task(config, urls, propose, judge_for, args, log):
+    def fake_run_task(config, make_harness, propose, judge_for, args, log):
+        assert make_harness == "lite harness"
         ran.append(config["old_task_id"])
         log({"type": "step", "step": 0, "chosen": "click('1')"})
         row = {"type": "result", "task_id": config["old_task_id"], "site": wa.site_key(config),
@@ -84,6 +85,7 @@ def test_main_writes_jsonl_summary_and_resumes(tmp_path, monkeypatch):
         return row
 
     monkeypatch.setattr(wa, "run_task", fake_run_task)
+    monkeypatch.setattr(wa, "webarena_lite_harness", lambda urls: "lite harness")
     monkeypatch.setattr(wa, "_load_models", lambda args: (None, None))
     with Shop() as shop:
         for var in wa.WA_VARS.values():
