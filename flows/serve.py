@@ -37,8 +37,10 @@ def deployments():
         # Fails fast with the missing-variable message until the WA_* site URLs are set.
         search_webarena_flow.to_deployment(name="default", parameters={
             "prm": "none", "policy": "embedded", "sites": ["shopping"], "out": "runs/webarena/baseline"}),
+        # The built-in demo shop with the embedded model (offline); set demo=false and task_ids for WebArena.
         search_mag_flow.to_deployment(name="default", parameters={
-            "prm": "none", "policy": "embedded", "task_ids": [27], "out": "runs/mag/baseline"}),
+            "prm": "embedded", "policy": "embedded", "demo": True, "n": 3, "max_steps": 4, "out": "runs/mag-demo/flow",
+            "extra_args": ["--policy-max-tokens", "80", "--prm-max-tokens", "48"]}),
     ]
 
 
