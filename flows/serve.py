@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 
 from prefect import serve
+from prefect.types.entrypoint import EntrypointType
 
 from flows.build_graphs import build_graphs_flow
 from flows.prm import evaluate_prm_flow, train_prm_flow
@@ -23,25 +24,30 @@ from flows.search import search_mag_flow, search_webarena_flow
 from flows.synthesize import synthesize_flow, verify_pairs_flow
 
 
+# Deployments load their flow by module path (``flows.prm.train_prm_flow``): a file-path entrypoint
+# puts ``flows/`` on sys.path, where ``flows/prm.py`` and ``flows/search.py`` would shadow the
+# ``prm`` and ``search`` packages in the flow run.
+MODULE = EntrypointType.MODULE_PATH
+
+
 def deployments():
     """Every deployment this project serves (name 'default' each)."""
-    return [
-        build_graphs_flow.to_deployment(name="default", parameters={"run": "runs/demo"}),
-        propose_negatives_flow.to_deployment(name="default", parameters={"run": "runs/demo", "budget": 200}),
-        verify_pairs_flow.to_deployment(name="default", parameters={"run": "runs/demo"}),
-        synthesize_flow.to_deployment(name="default", parameters={"run": "runs/demo", "budget": 8, "k": 2}),
-        train_prm_flow.to_deployment(name="default", parameters={"config": "configs/prm/cpu-demo.yaml"}),
-        evaluate_prm_flow.to_deployment(name="default", parameters={
-            "bench": "runs/demo/export/trl-labels/test.parquet", "out": "runs/demo/prm/eval-trained.json",
-            "model": "runs/demo/prm/cpu-demo", "max_tokens": 24}),
+    flows = [
+        (build_graphs_flow, {"run": "runs/demo"}),
+        (propose_negatives_flow, {"run": "runs/demo", "budget": 200}),
+        (verify_pairs_flow, {"run": "runs/demo"}),
+        (synthesize_flow, {"run": "runs/demo", "budget": 8, "k": 2}),
+        (train_prm_flow, {"config": "configs/prm/cpu-demo.yaml"}),
+        (evaluate_prm_flow, {"bench": "runs/demo/export/trl-labels/test.parquet", "out": "runs/demo/prm/eval-trained.json",
+                             "model": "runs/demo/prm/cpu-demo", "max_tokens": 24}),
         # Fails fast with the missing-variable message until the WA_* site URLs are set.
-        search_webarena_flow.to_deployment(name="default", parameters={
-            "prm": "none", "policy": "embedded", "sites": ["shopping"], "out": "runs/webarena/baseline"}),
-        # The built-in demo shop with the embedded model (offline); set demo=false and task_ids for WebArena.
-        search_mag_flow.to_deployment(name="default", parameters={
-            "prm": "embedded", "policy": "embedded", "demo": True, "n": 3, "max_steps": 4, "out": "runs/mag-demo/flow",
-            "extra_args": ["--policy-max-tokens", "80", "--prm-max-tokens", "48"]}),
+        (search_webarena_flow, {"prm": "none", "policy": "embedded", "sites": ["shopping"],
+                                "out": "runs/webarena/baseline"}),
+        # The built-in demo shop with the embedded model (offline); demo=false and task_ids for WebArena.
+        (search_mag_flow, {"prm": "embedded", "policy": "embedded", "demo": True, "n": 3, "max_steps": 4,
+                           "out": "runs/mag-demo/flow", "extra_args": ["--policy-max-tokens", "80", "--prm-max-tokens", "48"]}),
     ]
+    return [f.to_deployment(name="default", entrypoint_type=MODULE, parameters=params) for f, params in flows]
 
 
 def main() -> int:

@@ -1,0 +1,28 @@
+"""Served deployments load their flows by module path, and a flow run's process then still
+imports the project's packages (a file-path entrypoint put ``flows/`` on sys.path, where
+``flows/prm.py`` and ``flows/search.py`` shadowed the ``prm`` and ``search`` packages: the
+served ``search-mag`` run failed with "'prm' is not a package")."""
+
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_every_deployment_entrypoint_loads_without_shadowing_packages():
+    from flows.serve import deployments
+
+    entrypoints = [d.entrypoint for d in deployments()]
+    assert entrypoints and all(":" not in e and e.startswith("flows.") for e in entrypoints)
+    code = ("import sys\n"
+            "from prefect.flows import load_flow_from_entrypoint\n"
+            "for ep in sys.argv[1:]:\n"
+            "    flow = load_flow_from_entrypoint(ep)\n"
+            "import prm.config, search.mag, teacher.llm, data.ingest\n"
+            "print(flow.name, prm.config.__name__, search.mag.__name__)\n")
+    for ep in entrypoints + ["flows/prm.py:train_prm_flow"]:
+        p = subprocess.run([sys.executable, "-c", code, ep], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        if ep.endswith(".py:train_prm_flow"):       # the file-path form shows what the module path avoids
+            assert p.returncode != 0 and "is not a package" in p.stderr
+        else:
+            assert p.returncode == 0, (ep, p.stderr[-2000:])
