@@ -72,8 +72,6 @@ def episode(steps: int, n: int, max_tokens: int) -> None:
     cache = tempfile.mkdtemp(prefix="bench-mag-")
     policy = MagPolicy(LLMConfig(temperature=1.0, max_tokens=max_tokens, cache_dir=cache))
     judge = LocalJudge.from_pretrained(str(default_model_dir()), max_tokens=48, batch_size=8)
-    observe_s = []
-
     def judge_for(obs, history):
         return prm_pair_judge(judge, State(intent=obs.goal, axtree=obs.axtree, url=obs.url, history=list(history)),
                               budget=1500)
@@ -86,25 +84,13 @@ def episode(steps: int, n: int, max_tokens: int) -> None:
                                  "content": "down", "guide_text": "Scroll down."}))
         return policy.propose(obs, guides, n_, step) + extra
 
-    real_observe = som.observe
-
-    def timed_observe(*a, **k):
-        t = time.perf_counter()
-        try:
-            return real_observe(*a, **k)
-        finally:
-            observe_s.append(time.perf_counter() - t)
-
-    import search.mag_loop as loop
-    loop.observe = timed_observe
     with Shop() as shop, BrowserHarness(make_task(shop), allowed_hosts={host_of(shop.url)}, viewport=som.VIEWPORT,
                                         action_subsets=som.MAG_ACTION_SUBSETS) as h:
         ep = run_mag_episode(h, propose, judge_for, n=n + 2, max_steps=steps, seed=0)
-    loop.observe = real_observe
     real = [r for s in ep.steps for r in s.output_reasons[:n]]       # the model's own outputs
     print(f"episode: {len(ep.steps)} steps, termination {ep.termination}")
     print(f"  per step: policy {_ms([s.policy_s for s in ep.steps])}, judge {_ms([s.judge_s for s in ep.steps])}, "
-          f"browser {_ms([s.browser_s for s in ep.steps])}, observe {_ms(observe_s)}")
+          f"browser {_ms([s.browser_s for s in ep.steps])}, observe {_ms([s.observe_s for s in ep.steps if s.observe_s])}")
     print(f"  embedded policy OFCR_outputs {sum(r is None for r in real)}/{len(real)}; reasons: "
           f"{sorted({(r or 'ok').split(':')[0] for r in real})}")
 

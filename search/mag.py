@@ -46,8 +46,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from search.mag_metrics import load_gold_guides, score_task, summarize
-from search.webarena import (SetupError, _model_config, _versions, finished_tasks, preflight, run_tasks,
-                             site_key)
+from search.webarena import SetupError, _model_config, preflight, run_tasks, site_key, start_run
 
 RUN_SETTINGS = ("prm", "policy", "grounding", "n", "max_steps", "seed", "both_orders", "demo")
 TABLE_COLUMNS = ("SR", "OFCR", "bleu1", "bleu2", "rouge1", "rougeL", "G", "GGS", "tax")
@@ -233,13 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     except (SetupError, ValueError, OSError) as e:
         print(f"search.mag: {e}", file=sys.stderr)
         return 2
-    (out / "tasks").mkdir(parents=True, exist_ok=True)
+    todo, results = start_run(out, configs, "task_id", args.resume)
     (out / "run.json").write_text(json.dumps(settings, indent=2))
-    (out / "versions.json").write_text(json.dumps(_versions(), indent=2))
-    done = finished_tasks(out) if args.resume else {}
-    todo = [c for c in configs if c["task_id"] not in done]
-    print(f"{len(configs)} tasks, {len(done)} already done, {len(todo)} to run", file=sys.stderr)
-    results = [done[c["task_id"]] for c in configs if c["task_id"] in done]
     if todo:
         propose, judge_for = load_models(args)
         with contextlib.ExitStack() as stack:

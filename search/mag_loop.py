@@ -121,6 +121,7 @@ class MagStep:
     policy_s: float = 0.0
     judge_s: float = 0.0
     browser_s: float = 0.0
+    observe_s: float = 0.0              # the Set-of-Mark observation after the action
 
 
 @dataclass(slots=True)
@@ -222,7 +223,9 @@ def run_mag_episode(harness, propose, judge_for=None, n: int = 5, grounding: str
                 harness.step(step.code)
                 step.error = ((harness.last_obs or {}).get("last_action_error") or "").strip()[:500]
                 if parsed.action_type != "finish":      # nothing more to see after the answer
+                    t_obs = time.perf_counter()
                     obs = observe(harness, grounding)
+                    step.observe_s = time.perf_counter() - t_obs
             except Exception as e:
                 step.error = f"env: {type(e).__name__}: {e}"
                 result.termination, result.error = "env_error", step.error + "\n" + traceback.format_exc(limit=3)

@@ -373,35 +373,35 @@ def to_code(step, obs: SomObservation, grounding: str = "som") -> tuple[str, str
     ``UnexecutableStep`` when the step cannot be mapped onto this page."""
     verb, content = step.action_type, step.content
     dy = SCROLL_PX if content == "down" else -SCROLL_PX
-    target = None
     if grounding == "som":
-        mark = obs.by_id.get(step.candidate_id) if step.candidate_id is not None else None
-        if step.candidate_id is not None and mark is None:
+        target = obs.by_id.get(step.candidate_id) if step.candidate_id is not None else None
+        if step.candidate_id is not None and target is None:
             raise UnexecutableStep(f"id {step.candidate_id} is not in this step's menu")
-        target = mark
-        bid = mark.bid if mark else None
-        if verb == "click":
-            code = f"click({_q(bid)})"
-        elif verb == "type":
-            code = f"fill({_q(bid)}, {_q(content)})"
-        elif verb == "select":
-            code = f"select_option({_q(bid)}, {_q(content)})"
-        elif verb == "scroll":
-            if mark is None:
-                code = f"scroll(0, {dy})"
-            else:
-                cx, cy = mark.center
-                code = (f"scroll_at({min(max(cx, 0), VIEWPORT['width'] - 1)}, "
-                        f"{min(max(cy, 0), VIEWPORT['height'] - 1)}, 0, {dy})")
-        elif verb == "press_enter":
-            code = f"press({_q(bid)}, 'Enter')" if mark else "keyboard_press('Enter')"
-        elif verb == "go_back":
-            code = "go_back()"
-        else:
-            code = f"send_msg_to_user({_q(content)})"
     else:
         xy = step.coords
         target = mark_at(obs, *xy) if xy else None
+    if verb == "go_back":
+        code = "go_back()"
+    elif verb == "finish":
+        code = f"send_msg_to_user({_q(content)})"
+    elif grounding == "som":
+        bid = _q(target.bid) if target else None
+        if verb == "click":
+            code = f"click({bid})"
+        elif verb == "type":
+            code = f"fill({bid}, {_q(content)})"
+        elif verb == "select":
+            code = f"select_option({bid}, {_q(content)})"
+        elif verb == "scroll":
+            if target is None:
+                code = f"scroll(0, {dy})"
+            else:
+                cx, cy = target.center
+                code = (f"scroll_at({min(max(cx, 0), VIEWPORT['width'] - 1)}, "
+                        f"{min(max(cy, 0), VIEWPORT['height'] - 1)}, 0, {dy})")
+        else:       # press_enter
+            code = f"press({bid}, 'Enter')" if target else "keyboard_press('Enter')"
+    else:
         if verb == "click":
             code = f"mouse_click({xy[0]}, {xy[1]})"
         elif verb == "type":
@@ -413,12 +413,8 @@ def to_code(step, obs: SomObservation, grounding: str = "som") -> tuple[str, str
             code = f"select_option({_q(target.bid)}, {_q(content)})"
         elif verb == "scroll":
             code = f"scroll_at({xy[0]}, {xy[1]}, 0, {dy})" if xy else f"scroll(0, {dy})"
-        elif verb == "press_enter":
+        else:       # press_enter
             code = (f"mouse_click({xy[0]}, {xy[1]})\nkeyboard_press('Enter')" if xy
                     else "keyboard_press('Enter')")
-        elif verb == "go_back":
-            code = "go_back()"
-        else:
-            code = f"send_msg_to_user({_q(content)})"
     shown = code if target is None else f"{code}\ntarget: {target.type} {target.text}"
     return code, f"{shown}\nguide: {step.guide_text}"

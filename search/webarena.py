@@ -158,6 +158,17 @@ def run_tasks(out: Path, todo: list[tuple], run_one) -> list[dict]:
     return results
 
 
+def start_run(out: Path, configs: list[dict], key: str, resume: bool) -> tuple[list[dict], list[dict]]:
+    """Create ``out/tasks``, write ``versions.json``; with ``resume``, the finished tasks' result
+    rows are kept. Returns (configs still to run, result rows already there)."""
+    (out / "tasks").mkdir(parents=True, exist_ok=True)
+    (out / "versions.json").write_text(json.dumps(_versions(), indent=2))
+    done = finished_tasks(out) if resume else {}
+    todo = [c for c in configs if c[key] not in done]
+    print(f"{len(configs)} tasks, {len(done)} already done, {len(todo)} to run", file=sys.stderr)
+    return todo, [done[c[key]] for c in configs if c[key] in done]
+
+
 def finished_tasks(out: Path) -> dict:
     """task id -> result line of the tasks the agent finished (resume): their JSONL in
     ``out/tasks`` ends with an evaluated result. Environment failures run again."""
@@ -292,12 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as e:
         print(f"search.webarena: {e}", file=sys.stderr)
         return 2
-    (out / "tasks").mkdir(parents=True, exist_ok=True)
-    (out / "versions.json").write_text(json.dumps(_versions(), indent=2))
-    done = finished_tasks(out) if args.resume else {}
-    todo = [c for c in configs if c["old_task_id"] not in done]
-    print(f"{len(configs)} tasks, {len(done)} already done, {len(todo)} to run", file=sys.stderr)
-    results = [done[c["old_task_id"]] for c in configs if c["old_task_id"] in done]
+    todo, results = start_run(out, configs, "old_task_id", args.resume)
     if todo:
         propose, judge_for = _load_models(args)
         with contextlib.ExitStack() as stack:
