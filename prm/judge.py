@@ -39,6 +39,7 @@ class Judgment:
     text: str
     verdict: int | None
     infra_error: str | None = None
+    truncated: bool = False             # generation hit the length limit before a valid answer
 
 
 def swap_responses(messages: list[dict]) -> list[dict] | None:
