@@ -2,10 +2,11 @@
 
     python -m data.report --run RUN
 
-Reads ``stats.json``, ``candidates.parquet``, ``preferences.parquet`` and ``discarded.parquet``
-and writes ``report/README.md`` with: the rule and axis distribution (pool, verified sample,
-kept), the GMCP ratio next to the paper's reference points (24.19% for WebArbiter's data, 74.60%
-for surfPRM-data), the verification outcome per rule, the attempts histogram, and a cost table
+Reads ``stats.json``, ``candidates.parquet``, ``preferences.parquet``, ``discarded.parquet`` and
+the audits ``proposals.audit`` wrote (``audit/<table>.json``, used only while they match the
+table's current bytes) and writes ``report/README.md`` with: the rule and axis distribution
+(pool, verified sample, kept), the GMCP ratio re-derived by the audit next to the paper's
+reference points (24.19% for WebArbiter's data, 74.60% for surfPRM-data), the verification outcome per rule, the attempts histogram, and a cost table
 in the terms of the paper's Table 4 (calls, calls per pair, first-attempt passes, passes per
 retry, discards, input and output tokens, dollars per pair). Plots use matplotlib's Agg
 backend (no display). Every figure is computed from the files, so the report of the same run is
@@ -15,6 +16,8 @@ the same text.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -35,6 +38,24 @@ def _read(path: Path, columns: list[str]) -> list[dict]:
     return pq.read_table(path, columns=columns).to_pylist() if path.exists() else []
 
 
+def read_audit(root: Path, table: str) -> dict | None:
+    """The audit of ``table`` written by ``proposals.audit``, or None when there is none or it
+    was made of other bytes than the table now holds (a stale audit is no audit)."""
+    path, data = root / "audit" / f"{table}.json", root / f"{table}.parquet"
+    if not path.exists() or not data.exists():
+        return None
+    audit = json.loads(path.read_text())
+    return audit if audit.get("table_sha256") == hashlib.sha256(data.read_bytes()).hexdigest() else None
+
+
+def _gmcp(audit: dict | None, rows: list[dict]) -> tuple[float | None, int, str]:
+    """(GMCP ratio, pairs, where it comes from): the audit's when there is one, else the
+    table's stored ``gmcp`` flags."""
+    if audit is not None:
+        return (audit["gmcp_ratio"] if audit["pairs"] else None), audit["pairs"], "audit"
+    return (sum(r["gmcp"] for r in rows) / len(rows) if rows else None), len(rows), "stored flag"
+
+
 def collect(run_dir: str | Path) -> dict:
     """Every figure of the report, from the run's files."""
     run = RunDir(run_dir)
@@ -50,12 +71,13 @@ def collect(run_dir: str | Path) -> dict:
     ctok = sum(r["completion_tokens"] for r in decided)
     usd = sum(r["cost_usd"] for r in decided)
     at = Counter(r["attempts"] for r in kept)
+    audit_c, audit_p = read_audit(run.root, "candidates"), read_audit(run.root, "preferences")
     return {
         "run": run.root.resolve().name,
         "dist": {name: {"rule": Counter(r["rule"] for r in rows), "axis": Counter(r["axis"] for r in rows)}
                  for name, rows in (("pool", cands), ("sample", sample), ("kept", kept))},
-        "gmcp": {name: (sum(r["gmcp"] for r in rows) / len(rows) if rows else None, len(rows))
-                 for name, rows in (("pool", cands), ("sample", sample), ("kept", kept))},
+        "gmcp": {"pool": _gmcp(audit_c, cands), "sample": _gmcp(audit_c and audit_c["sample"], sample),
+                 "kept": _gmcp(audit_p, kept)},
         "outcome_by_rule": {rule: {"kept": sum(r["rule"] == rule for r in kept),
                                    "discarded": sum(r["rule"] == rule for r in disc)} for rule in RULES},
         "discard_reasons": Counter(r["reason"] for r in disc),
@@ -71,7 +93,7 @@ def collect(run_dir: str | Path) -> dict:
                  "output_tokens_per_call": ctok / calls if calls else 0.0,
                  "usd": usd, "usd_per_pair": usd / len(decided) if decided else 0.0},
         "teacher_model": verify.get("teacher_model", "?"),
-        "audit": stats.get("proposals.mine", {}).get("audit", {}),
+        "audit": audit_c or {},
     }
 
 
@@ -158,18 +180,23 @@ def render_markdown(r: dict) -> str:
         lines.append(f"| *{axis}* | | " + " | ".join(str(r["dist"][n]["axis"].get(axis, 0))
                                                    for n in ("pool", "sample", "kept")) + " |")
     lines += ["", "## Grounded minimal contrastive pairs (GMCP)", "", "![gmcp](gmcp.png)", "",
-              "| data | GMCP | pairs |", "| --- | ---: | ---: |",
-              f"| WebArbiter's data (paper) | {GMCP_WEBARBITER:.2%} | |",
-              f"| surfPRM-data (paper) | {GMCP_PAPER:.2%} | |"]
+              "| data | GMCP | pairs | from |", "| --- | ---: | ---: | --- |",
+              f"| WebArbiter's data (paper) | {GMCP_WEBARBITER:.2%} | | |",
+              f"| surfPRM-data (paper) | {GMCP_PAPER:.2%} | | |"]
     for name in ("pool", "sample", "kept"):
-        ratio, n = r["gmcp"][name]
-        lines.append(f"| this run: {name} | {_pct(ratio)} | {n} |")
+        ratio, n, source = r["gmcp"][name]
+        lines.append(f"| this run: {name} | {_pct(ratio)} | {n} | {source} |")
+    lines += ["", "`audit`: re-derived from the files by `python -m proposals.audit` (both actions and O_t re-parsed)."]
+    if any(r["gmcp"][name][2] != "audit" for name in ("pool", "sample", "kept")):
+        lines[-1] += (" `stored flag`: the table's own `gmcp` column, not audited (`python -m proposals.audit "
+                      "--run RUN --table candidates|preferences` audits it).")
     s = r["audit"].get("sample", {})
     if s:
-        lines += ["", f"Residual of the verified sample (`proposals.mine.audit`): virtual positives "
+        lines += ["", f"Residual of the verified sample (`proposals.audit`): virtual positives "
                       f"{_pct(s.get('virtual_positive_ratio'))}, affordance mismatches "
-                      f"{_pct(s.get('affordance_mismatch_ratio'))}; hallucinated targets: "
-                      f"{r['audit'].get('hallucinated_targets', 'n/a')} (paper: 16.6%, 9.1%, 0)."]
+                      f"{_pct(s.get('affordance_mismatch_ratio'))}, other {s.get('other', 'n/a')}; "
+                      f"hallucinated targets in the pool: {r['audit'].get('hallucinated_targets', 'n/a')} "
+                      f"(paper: 16.6%, 9.1%, 0)."]
     lines += ["", "## Verification outcome per rule", "", "![outcome by rule](outcome_by_rule.png)", "",
               "| rule | kept | discarded | kept % |", "| --- | ---: | ---: | ---: |"]
     for rule in RULES:

@@ -1,61 +1,191 @@
-"""The GMCP audit: how minimal and how grounded a set of (positive, negative) pairs is.
+"""The GMCP audit: re-derive, from the run's files alone, how grounded and how minimal its pairs are.
 
-A pair is a grounded minimal contrastive pair (GMCP) when both targets are real elements of the
-observation and both actions use the same op. The non-GMCP residual splits into virtual
-positives (the demonstrated action has no element: scroll, go_back, an answer) and affordance
-mismatches (both are elements, the ops differ: fill->click, ...). A hallucinated target is a
-negative whose bid is not in the observation (must be 0 for mined pairs). The same audit runs on
-the rejected actions that come with WebPRM Collection rows (multi-policy negatives), so both
-kinds of negatives are compared on the same footing (paper: 24.19% vs 74.60% GMCP).
+    python -m proposals.audit --run RUN [--table candidates|preferences] [--json]
+
+For every pair of ``RUN/candidates.parquet`` (or ``RUN/preferences.parquet``, where the positive
+is the response at position ``label``) the audit re-parses both action strings and re-parses the
+step's observation O_t from ``RUN/trajectories.parquet``; nothing the miner computed (its
+``gmcp`` flag, its node ids, its grounding) is trusted. Paper, App. B:
+
+- a pair is a grounded minimal contrastive pair (GMCP) when both targets are physically present
+  and uniquely resolvable in O_t (the bid occurs exactly once in the parsed observation) and
+  both actions use the same op;
+- the residual splits into *virtual positives* (the positive has no element target: scroll,
+  go_back, an answer; the negative is a grounded element), *affordance mismatches* (both
+  targets grounded, the ops differ) and *other* (anything that should not happen: a negative
+  whose bid is absent from O_t or occurs twice, a virtual negative, a positive whose target is
+  absent, an unparseable action or observation), counted by reason;
+- a *hallucinated target* is an element negative whose bid is not in O_t at all.
+
+The output is one JSON object: the counts over every row at the top level (``pairs``,
+``gmcp_ratio``, ``hallucinated_targets``, ``by_rule``, ``by_axis``, ...), the same counts over
+the teacher's seeded sample under ``sample`` (candidates only), and the SHA-256 of the audited
+table so that a reader can tell whether the audit is still current. It is written to
+``RUN/audit/<table>.json`` (the report reads it there; ``proposals.mine`` writes the candidates
+audit the same way and copies it into ``stats.json``). Exit code 1 when any pair is not grounded
+or its stored ``gmcp`` flag disagrees with the re-derived one, 2 when a file is missing.
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import json
+import sys
 from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
 
 from data.actions import ELEMENT_OPS, ActionParseError, parse_action
+from data.rundir import atomic_write_text
 from graph.axtree import AXTreeParseError, parse_axtree
-from proposals.schema import AXIS_OF
+
+TABLES = ("candidates", "preferences")
+CATEGORIES = ("gmcp", "virtual_positive", "affordance_mismatch", "other")
 
 
 def _ratio(n: int, d: int) -> float:
     return round(n / d, 6) if d else 0.0
 
 
-def summarize(pairs: list[dict]) -> dict:
-    """Counts and ratios of a list of candidate rows."""
-    n = len(pairs)
-    gmcp = sum(1 for c in pairs if c["gmcp"])
-    virtual = [c for c in pairs if c["pos_kind"] != "element"]
-    mismatch = [c for c in pairs if c["pos_kind"] == "element" and c["op_pos"] != c["op_neg"]]
-    return {
-        "pairs": n,
-        "by_rule": dict(sorted(Counter(c["rule"] for c in pairs).items())),
-        "by_axis": dict(sorted(Counter(c["axis"] for c in pairs).items())),
-        "gmcp": gmcp, "gmcp_ratio": _ratio(gmcp, n),
-        "virtual_positive": len(virtual), "virtual_positive_ratio": _ratio(len(virtual), n),
-        "affordance_mismatch": len(mismatch), "affordance_mismatch_ratio": _ratio(len(mismatch), n),
-        "mismatch_directions": dict(Counter(f"{c['op_pos']}->{c['op_neg']}" for c in mismatch).most_common()),
-        "virtual_positive_ops": dict(Counter(c["op_pos"] for c in virtual).most_common()),
-        "gmcp_by_rule": {r: _ratio(sum(1 for c in pairs if c["rule"] == r and c["gmcp"]),
-                                   sum(1 for c in pairs if c["rule"] == r))
-                         for r in sorted({c["rule"] for c in pairs})},
-    }
+def bid_counts(text: str | None, obs_format: str | None) -> Counter | None:
+    """How often each bid occurs in the parsed observation; None when it cannot be parsed."""
+    try:
+        tree = parse_axtree(text or "", obs_format)
+    except AXTreeParseError:
+        return None
+    return Counter(n.bid for n in tree.nodes if n.bid is not None)
 
 
-def audit_candidates(cands: list[dict], hallucinated: int) -> dict:
-    """Pool and sample summaries; ``hallucinated`` counts written negatives whose target is not
-    an element of their observation (checked by the miner against O_t)."""
-    return {"pool": summarize(cands), "sample": summarize([c for c in cands if c["sampled"]]),
-            "hallucinated_targets": hallucinated,
-            "axes_of_rules": AXIS_OF}
+def classify(pos_text: str, neg_text: str, counts: Counter | None) -> dict:
+    """One pair, re-derived: its category, the reason when it is 'other', whether the negative's
+    target is hallucinated, and both ops (None when an action does not parse)."""
+    try:
+        pos, neg = parse_action(pos_text), parse_action(neg_text)
+    except ActionParseError:
+        return {"category": "other", "reason": "unparseable_action", "hallucinated": False,
+                "op_pos": None, "op_neg": None}
+    out = {"category": "other", "reason": None, "hallucinated": False, "op_pos": pos.op, "op_neg": neg.op}
+    if counts is None:
+        out["reason"] = "unparseable_observation"
+        return out
+    if neg.op not in ELEMENT_OPS:
+        out["reason"] = "virtual_negative"
+        return out
+    if counts[neg.bid] == 0:
+        out["reason"], out["hallucinated"] = "negative_absent", True
+        return out
+    if counts[neg.bid] > 1:
+        out["reason"] = "negative_ambiguous"
+        return out
+    if pos.op not in ELEMENT_OPS:
+        out["category"] = "virtual_positive"
+    elif counts[pos.bid] != 1:
+        out["reason"] = "positive_absent" if counts[pos.bid] == 0 else "positive_ambiguous"
+    elif pos.op != neg.op:
+        out["category"] = "affordance_mismatch"
+    else:
+        out["category"] = "gmcp"
+    return out
+
+
+def _counts(records: list[dict]) -> dict:
+    n = len(records)
+    cat = Counter(r["category"] for r in records)
+    out = {"pairs": n}
+    for c in CATEGORIES:
+        out[c], out[f"{c}_ratio"] = cat[c], _ratio(cat[c], n)
+    out["hallucinated_targets"] = sum(r["hallucinated"] for r in records)
+    return out
+
+
+def summarize(records: list[dict]) -> dict:
+    """Counts and ratios of classified pairs, overall and per rule and axis."""
+    out = _counts(records)
+    other = [r for r in records if r["category"] == "other"]
+    mismatch = [r for r in records if r["category"] == "affordance_mismatch"]
+    virtual = [r for r in records if r["category"] == "virtual_positive"]
+    out["other_reasons"] = dict(sorted(Counter(r["reason"] for r in other).items()))
+    out["mismatch_directions"] = dict(Counter(f"{r['op_pos']}->{r['op_neg']}" for r in mismatch).most_common())
+    out["virtual_positive_ops"] = dict(Counter(r["op_pos"] for r in virtual).most_common())
+    out["stored_gmcp_disagrees"] = sum(1 for r in records
+                                       if r.get("stored_gmcp") is not None and r["stored_gmcp"] != (r["category"] == "gmcp"))
+    for key in ("rule", "axis"):
+        groups: dict[str, list] = {}
+        for r in records:
+            groups.setdefault(r[key], []).append(r)
+        out[f"by_{key}"] = {k: _counts(v) for k, v in sorted(groups.items())}
+    return out
+
+
+def _observations(run_root: Path, keys: set[tuple[str, int]]) -> dict[tuple[str, int], Counter | None]:
+    """Bid counts of the observations of the given steps, parsed from ``trajectories.parquet``
+    batch by batch (only the steps asked for are kept)."""
+    got: dict[tuple[str, int], Counter | None] = {}
+    f = pq.ParquetFile(run_root / "trajectories.parquet")
+    for batch in f.iter_batches(columns=["traj_id", "step_idx", "observation", "obs_format"], batch_size=256):
+        d = batch.to_pydict()
+        for traj, step, text, fmt in zip(d["traj_id"], d["step_idx"], d["observation"], d["obs_format"]):
+            if (traj, step) in keys and (traj, step) not in got:
+                got[(traj, step)] = bid_counts(text, fmt)
+    return got
+
+
+def _pairs(path: Path, table: str) -> list[dict]:
+    """(positive, negative) strings and labels of every row of the table."""
+    if table == "candidates":
+        cols = ["traj_id", "step_idx", "rule", "axis", "gmcp", "sampled", "action_pos", "action_neg"]
+        rows = pq.read_table(path, columns=cols).to_pylist()
+        return [{**r, "pos": r.pop("action_pos"), "neg": r.pop("action_neg")} for r in rows]
+    cols = ["traj_id", "step_idx", "rule", "axis", "gmcp", "label", "response_1", "response_2"]
+    out = []
+    for r in pq.read_table(path, columns=cols).to_pylist():
+        first, second = r.pop("response_1"), r.pop("response_2")
+        pos, neg = (first, second) if r["label"] == 1 else (second, first)
+        out.append({**r, "pos": pos, "neg": neg})
+    return out
+
+
+def audit_table(run_dir: str | Path, table: str = "candidates") -> dict:
+    """The audit of one table of a run, re-derived from the files (see the module docstring)."""
+    root = Path(run_dir)
+    path = root / f"{table}.parquet"
+    for need in (path, root / "trajectories.parquet"):
+        if not need.exists():
+            raise FileNotFoundError(f"{need} not found")
+    pairs = _pairs(path, table)
+    obs = _observations(root, {(p["traj_id"], p["step_idx"]) for p in pairs})
+    records = []
+    for p in pairs:
+        key = (p["traj_id"], p["step_idx"])
+        rec = classify(p["pos"], p["neg"], obs.get(key))
+        if key not in obs and rec["reason"] == "unparseable_observation":
+            rec["reason"] = "no_observation"
+        records.append({**rec, "rule": p["rule"], "axis": p["axis"], "stored_gmcp": p["gmcp"],
+                        "sampled": p.get("sampled", False)})
+    out = {"table": table, "table_sha256": hashlib.sha256(path.read_bytes()).hexdigest(), **summarize(records)}
+    if table == "candidates":
+        out["sample"] = summarize([r for r in records if r["sampled"]])
+    return out
+
+
+def write_audit(run_dir: str | Path, table: str = "candidates") -> dict:
+    """Audit a table and write the result to ``RUN/audit/<table>.json``."""
+    audit = audit_table(run_dir, table)
+    atomic_write_text(Path(run_dir) / "audit" / f"{table}.json", json.dumps(audit, indent=1, sort_keys=True) + "\n")
+    return audit
+
+
+def failures(audit: dict) -> int:
+    """Pairs that should not exist: not grounded, or whose stored gmcp flag is wrong."""
+    return audit["other"] + audit["stored_gmcp_disagrees"]
 
 
 def audit_webprm_rejected(rows: list[dict]) -> dict:
-    """The audit on WebPRM Collection (chosen, rejected) pairs, where rows carry them."""
-    pairs = []
-    hallucinated = unparseable = 0
+    """The same classification on the rejected actions that come with WebPRM Collection rows
+    (multi-policy negatives), to compare them with graph negatives (paper: 24.19% GMCP)."""
+    records = []
     for r in rows:
         if r["source"] != "webprm" or not r["action"]:
             continue
@@ -64,26 +194,47 @@ def audit_webprm_rejected(rows: list[dict]) -> dict:
             rejected = rejected[0] if rejected else None
         if not isinstance(rejected, dict) or not rejected.get("action"):
             continue
-        try:
-            neg = parse_action(str(rejected["action"]))
-            pos = parse_action(r["action"])
-        except ActionParseError:
-            unparseable += 1
-            continue
-        try:
-            bids = set(parse_axtree(r["observation"], r["obs_format"]).by_bid())
-        except AXTreeParseError:
-            bids = set()
-        pos_el = pos.op in ELEMENT_OPS and pos.bid in bids
-        neg_el = neg.op in ELEMENT_OPS and neg.bid in bids
-        if neg.op in ELEMENT_OPS and neg.bid not in bids:
-            hallucinated += 1
-        pairs.append({"rule": "webprm_rejected", "axis": "multi_policy", "pos_kind": "element" if pos_el else "virtual",
-                      "op_pos": pos.op, "op_neg": neg.op, "gmcp": pos_el and neg_el and pos.op == neg.op,
-                      "neg_element": neg_el})
-    out = summarize(pairs)
-    out.pop("by_rule"), out.pop("by_axis"), out.pop("gmcp_by_rule")
-    out["virtual_negative"] = sum(1 for p in pairs if not p["neg_element"])
-    out["hallucinated_targets"] = hallucinated
-    out["unparseable"] = unparseable
+        rec = classify(r["action"], str(rejected["action"]), bid_counts(r["observation"], r["obs_format"]))
+        records.append({**rec, "rule": "webprm_rejected", "axis": "multi_policy"})
+    out = summarize(records)
+    for key in ("by_rule", "by_axis", "stored_gmcp_disagrees"):
+        out.pop(key)
     return out
+
+
+def format_audit(audit: dict) -> str:
+    """A short text table of an audit."""
+    lines = [f"{audit['table']}: {audit['pairs']} pairs; GMCP {audit['gmcp_ratio']:.2%} (paper: 74.60%; "
+             f"WebArbiter data: 24.19%); virtual positives {audit['virtual_positive_ratio']:.2%}, affordance "
+             f"mismatches {audit['affordance_mismatch_ratio']:.2%}, other {audit['other']} {audit['other_reasons']}; "
+             f"hallucinated targets {audit['hallucinated_targets']}; stored gmcp flags that disagree "
+             f"{audit['stored_gmcp_disagrees']}"]
+    lines.append(f"{'rule':<30} {'pairs':>6} {'GMCP':>8} {'virtual+':>8} {'mismatch':>8} {'other':>6} {'halluc.':>7}")
+    for name, group in (*audit["by_rule"].items(), *audit["by_axis"].items()):
+        lines.append(f"{name:<30} {group['pairs']:>6} {group['gmcp_ratio']:>8.2%} {group['virtual_positive']:>8} "
+                     f"{group['affordance_mismatch']:>8} {group['other']:>6} {group['hallucinated_targets']:>7}")
+    if "sample" in audit:
+        s = audit["sample"]
+        lines.append(f"sample: {s['pairs']} pairs; GMCP {s['gmcp_ratio']:.2%}; virtual positives "
+                     f"{s['virtual_positive_ratio']:.2%}; affordance mismatches {s['affordance_mismatch_ratio']:.2%} "
+                     f"{s['mismatch_directions']}; other {s['other']}; hallucinated {s['hallucinated_targets']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m proposals.audit", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--table", choices=TABLES, default="candidates")
+    ap.add_argument("--json", action="store_true", help="print the audit as one JSON object")
+    args = ap.parse_args(argv)
+    try:
+        audit = write_audit(args.run, args.table)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(audit, sort_keys=True) if args.json else format_audit(audit))
+    return 1 if failures(audit) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,7 +6,7 @@ plain adjacency sets and a breadth-first search with a cutoff, memoized per sour
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -15,7 +15,8 @@ INF = float("inf")
 
 
 class GraphIndex:
-    """Undirected combined adjacency, node facts and interaction successors of one site."""
+    """Undirected combined adjacency, node facts, interaction successors and demonstrated-op
+    counts of one site."""
 
     def __init__(self, site_dir: Path):
         self.adj: dict[str, set[str]] = {}
@@ -29,6 +30,10 @@ class GraphIndex:
             self.adj.setdefault(dst, set()).add(src)
             if typ == "interaction":
                 self.successors.setdefault(src, set()).add(dst)
+        # How often each op was demonstrated on each node (one row per mapped step).
+        self.op_counts: dict[str, Counter] = {}
+        for node, op in zip(*pq.read_table(site_dir / "steps.parquet", columns=["node_id", "op"]).to_pydict().values()):
+            self.op_counts.setdefault(node, Counter())[op] += 1
         self._memo: dict[tuple[str, int | None], dict[str, int]] = {}
 
     def distances(self, source: str, cutoff: int | None = None) -> dict[str, int]:
@@ -57,8 +62,10 @@ class GraphIndex:
     def distance(self, a: str, b: str, cutoff: int | None = None) -> float:
         return self.distances(a, cutoff).get(b, INF)
 
-    def ops(self, node: str) -> list[str]:
-        return list(self.nodes.get(node, {}).get("ops") or [])
+    def ops_by_frequency(self, node: str) -> list[str]:
+        """The ops demonstrated on the node, most frequent first (ties: alphabetical)."""
+        counts = self.op_counts.get(node, Counter())
+        return sorted(counts, key=lambda op: (-counts[op], op))
 
     def values(self, node: str, op: str) -> list[str]:
         prefix = f"{op}:"

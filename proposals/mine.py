@@ -1,12 +1,13 @@
 """Propose grounded, minimally contrastive negatives for every demonstrated step.
 
-    python -m proposals.mine --run RUN [--budget 10000 --seed 42 --axes spatial,temporal,spatiotemporal --no-graph]
+    python -m proposals.mine --run RUN [--budget 10000 --seed 42 --axes spatial,temporal,spatiotemporal --no-graph
+                                        --prefer-same-op]
 
 Reads ``RUN/trajectories.parquet`` and the graphs of ``graph.build``; writes the full pool to
 ``RUN/candidates.parquet`` with ``sampled`` marking the seeded sample of ``--budget`` rows the
-teacher will verify, the ``proposals.mine`` entry of ``stats.json`` (pool and sample per rule and
-axis, GMCP ratio and its residual, hallucinated targets, drops by reason) and the dropped
-proposals in ``rejects.jsonl``. ``--no-graph`` mines from the local observation and trajectory
+teacher will verify, then audits that file with ``proposals.audit`` (re-derived from the files:
+``RUN/audit/candidates.json``, copied into the ``proposals.mine`` entry of ``stats.json`` with
+the drops by reason) and writes the dropped proposals to ``rejects.jsonl``. ``--no-graph`` mines from the local observation and trajectory
 only (the paper's No-Graph ablation); ``--axes`` builds single-axis variants. Same inputs, seed
 and LLM cache: byte-identical output.
 """
@@ -35,8 +36,10 @@ from graph.build import site_dirname
 from graph.identity import virtual_node
 from graph.resolve import Resolution, resolve_observation
 from graph.schema import table
-from proposals.affordance import current_values, fill_prompt, pick_option, pick_value, valid_fill
-from proposals.audit import audit_candidates, audit_webprm_rejected
+from proposals.affordance import (FILL_ATTEMPTS, FILL_TEMPERATURE, current_values, fill_prompt, page_context,
+                                  pick_option, pick_value, valid_fill)
+from proposals.audit import audit_webprm_rejected, write_audit
+from proposals.audit import format_audit as format_table_audit
 from proposals.graphindex import GraphIndex
 from proposals.rules import RULE_FUNCS, Params, Proposal, StepContext, TrajStep
 from proposals.schema import AXES, AXIS_OF, CANDIDATE_SCHEMA, RULES
@@ -75,11 +78,11 @@ class _Pending:
     value: object = None
     value_source: str | None = None
     prompt: list | None = None       # fill prompt when the value comes from the LLM
-    current: set = field(default_factory=set)
+    current: list = field(default_factory=list)    # what the field holds (the value must differ)
     positive_value: str | None = None
     also_fired: list = field(default_factory=list)
     infra: str | None = None         # the LLM layer's infrastructure error, when no answer came
-    neg_in_obs: bool = True          # the negative's bid is an element of O_t (audited)
+    fill_error: str | None = None    # why the last answer was refused (``valid_fill``)
 
 
 def load_rows(run: RunDir) -> list[dict]:
@@ -206,7 +209,8 @@ class Miner:
             self.steps["mined"] += 1
             ctx = StepContext(res=res, positive=ts.action, pos_node=ts.node, pos_kind=ts.kind,
                               pos_bid=ts.action.bid if ts.kind == "element" else None, steps=steps,
-                              position=where[row["step_idx"]], goal=goal, graph=self.graph(row["site"]))
+                              position=where[row["step_idx"]], goal=goal, graph=self.graph(row["site"]),
+                              prefer_same_op=self.config.params.prefer_same_op)
             out += self.step(row, ctx)
         return out
 
@@ -232,13 +236,13 @@ class Miner:
                 bid = bids[0]
                 ax = by_bid[bid]
                 p = _Pending(self.slim(row), pos_str, ctx.positive.op, ctx.pos_kind, ctx.pos_bid, ctx.pos_node, rule,
-                             prop, "", neg_in_obs=bid in by_bid)
+                             prop, "")
                 if prop.action is not None:            # a demonstrated action, replayed here
                     action = prop.action.with_bid(bid)
                     p.op, p.value, p.value_source = action.op, action.value, "action"
                 else:
                     p.op = ctx.op_for(prop.node, bid)
-                    if not self._value(p, ctx, ax, rng):
+                    if not self._value(p, ctx, ax, rng, row):
                         continue
                     if p.value_source == "llm":
                         action = None            # completed in a batch later
@@ -264,11 +268,13 @@ class Miner:
                     kept[slot] = p
         return list(kept.values())
 
-    def _value(self, p: _Pending, ctx: StepContext, ax, rng: random.Random) -> bool:
-        """Set the value of a fill / select / press negative; False (and a drop) if impossible."""
+    def _value(self, p: _Pending, ctx: StepContext, ax, rng: random.Random, row: dict) -> bool:
+        """Set the value of a fill / select / press negative; False (and a drop) if impossible.
+        A fill with no demonstrated value gets an App. D.3 prompt, answered in a batch later."""
         if p.op not in VALUE_OPS:
             return True
-        taken = current_values(ax, ctx.res.tree)
+        current = current_values(ax, ctx.res.tree)
+        taken = {v.lower() for v in current}
         if ctx.positive.op == p.op and ctx.positive.value is not None and not isinstance(ctx.positive.value, (list, tuple)):
             p.positive_value = str(ctx.positive.value)
             taken = taken | {p.positive_value.strip().lower()}
@@ -287,40 +293,50 @@ class Miner:
         if p.op == "press":
             self.drop("no_value", p.row, f"{p.rule}: no key demonstrated on {ax.name!r}", p.rule)
             return False
-        p.value_source, p.current = "llm", taken
-        p.prompt = fill_prompt(p.row["intent"], ax, current_values(ax, ctx.res.tree), p.positive_value)
+        p.value_source, p.current = "llm", current
+        p.prompt = fill_prompt(row["intent"], row["url"], p.proposal.bid, ax, current, p.positive_value,
+                               page_context(row["observation"], p.proposal.bid))
         return True
 
-    # -- fill values through the LLM layer --------------------------------------------------
-    def complete_fills(self, pending: list[_Pending], llm_config) -> dict:
+    # -- fill values through the LLM layer (App. D.3) -----------------------------------------
+    def complete_fills(self, pending: list[_Pending], llm_config) -> tuple[dict, dict]:
+        """Ask for the missing fill values at temperature 0.2; an answer that fails
+        ``valid_fill`` is asked again with the next seed, up to ``FILL_ATTEMPTS`` requests, and
+        its field is then rejected with the last reason. Returns (LLM usage, fill counts)."""
         need = [p for p in pending if p.value_source == "llm"]
+        counts = {"fields": len(need), "valid_at_attempt": Counter(), "invalid_answers": Counter()}
         if not need:
-            return {}
+            return {}, counts
         from teacher.llm import LLMClient
 
         client = LLMClient(llm_config)
         todo = need
-        for attempt in range(2):        # one more seed for values that fail validation
+        for attempt in range(FILL_ATTEMPTS):
             # Identical prompts (the same field on replicated or repeated pages) are asked once.
             prompts: dict[str, list] = {}
             for p in todo:
                 prompts.setdefault(json.dumps(p.prompt, sort_keys=True), p.prompt)
             keys = list(prompts)
-            answers = dict(zip(keys, client.chat_many([prompts[k] for k in keys], stage=STAGE, temperature=0.7,
-                                                      seed=self.config.seed + attempt, max_tokens=24)))
+            answers = dict(zip(keys, client.chat_many([prompts[k] for k in keys], stage=STAGE,
+                                                      temperature=FILL_TEMPERATURE, seed=self.config.seed + attempt,
+                                                      max_tokens=48)))
             retry = []
             for p in todo:
                 r = answers[json.dumps(p.prompt, sort_keys=True)]
                 if not r.ok:
                     p.value, p.infra = None, r.infra_error
                     continue
-                p.value = valid_fill(r.text, p.current, p.positive_value)
+                p.value, p.fill_error = valid_fill(r.text, p.current, p.positive_value)
                 if p.value is None:
+                    counts["invalid_answers"][p.fill_error] += 1
                     retry.append(p)
+                else:
+                    counts["valid_at_attempt"][attempt + 1] += 1
             todo = retry
             if not todo:
                 break
-        return client.usage[STAGE].as_dict() if STAGE in client.usage else {}
+        usage = client.usage[STAGE].as_dict() if STAGE in client.usage else {}
+        return usage, {k: dict(sorted(v.items())) if isinstance(v, Counter) else v for k, v in counts.items()}
 
 
 _ROWS_BY_TRAJ: dict[str, list[dict]] | None = None   # set in the parent, inherited by forked workers
@@ -383,16 +399,18 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     if llm_config is None:
         from teacher.llm import LLMConfig
         llm_config = LLMConfig()
-    usage = miner.complete_fills(pending, llm_config)
+    usage, fill_counts = miner.complete_fills(pending, llm_config)
 
     cands = []
-    hallucinated = 0
     seen: dict[tuple, set] = defaultdict(set)
     for p in pending:
         row = p.row
         if p.value_source == "llm" and p.value is None:
-            reason = "fill_value_unavailable" if p.infra else "fill_value_invalid"
-            miner.drop(reason, row, f"{p.rule}: no valid value for {p.proposal.node}", p.rule)
+            if p.infra:
+                miner.drop("fill_value_unavailable", row, f"{p.rule}: {p.infra}", p.rule)
+            else:
+                miner.drop(f"fill_invalid_{p.fill_error}", row,
+                           f"{p.rule}: no valid value for {p.proposal.node} after {FILL_ATTEMPTS} answers", p.rule)
             continue
         bid = p.proposal.bid
         if p.proposal.action is not None:
@@ -410,8 +428,6 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
                 continue
         seen[key].add(neg)
         gmcp = p.pos_kind == "element" and p.pos_op == action.op
-        # Audit: the written action must target the grounded bid, an element of O_t.
-        hallucinated += (not p.neg_in_obs) or action.bid != bid
         cands.append({
             "pair_id": _pair_id(row, p.rule, neg), "site": row["site"], "traj_id": row["traj_id"],
             "task_id": row["task_id"], "step_idx": row["step_idx"], "rule": p.rule, "axis": AXIS_OF[p.rule],
@@ -432,7 +448,9 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
         "config": {"budget": config.budget, "seed": config.seed, "axes": list(config.axes),
                    "no_graph": config.no_graph, "params": {k: getattr(config.params, k) for k in config.params.__slots__}},
         "steps": dict(miner.steps),
-        "audit": audit_candidates(cands, hallucinated),
+        # Re-derived from the files just written, as ``python -m proposals.audit`` does.
+        "audit": write_audit(run.root, "candidates"),
+        "fill": fill_counts,
         "llm": usage,
         "seconds": round(time.perf_counter() - t0, 2),
     }
@@ -444,17 +462,8 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
 
 
 def format_audit(stats: StageStats) -> str:
-    a = stats.extra["audit"]
-    lines = [stats.summary(), f"pool {a['pool']['pairs']} pairs, sample {a['sample']['pairs']}"]
-    lines.append(f"{'rule':<30} {'axis':<15} {'pool':>6} {'sample':>6}")
-    for rule in RULES:
-        lines.append(f"{rule:<30} {AXIS_OF[rule]:<15} {a['pool']['by_rule'].get(rule, 0):>6} "
-                     f"{a['sample']['by_rule'].get(rule, 0):>6}")
-    s = a["sample"]
-    lines.append(f"GMCP {s['gmcp_ratio']:.2%} of the sample (paper: 74.60%; WebArbiter data: 24.19%); residual: "
-                 f"virtual positives {s['virtual_positive_ratio']:.2%}, affordance mismatches "
-                 f"{s['affordance_mismatch_ratio']:.2%} {s['mismatch_directions']}")
-    lines.append(f"hallucinated targets: {a['hallucinated_targets']}")
+    """The stage summary and its audit, as text."""
+    lines = [stats.summary(), format_table_audit(stats.extra["audit"])]
     w = stats.extra.get("webprm_rejected_audit")
     if w:
         lines.append(f"WebPRM rejected actions on the same steps: {w['pairs']} pairs, GMCP {w['gmcp_ratio']:.2%}, "
@@ -473,7 +482,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-graph", action="store_true", help="mine from the local observation and trajectory only")
     ap.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
     for name, f in Params.__dataclass_fields__.items():
-        ap.add_argument(f"--{name.replace('_', '-')}", type=type(f.default), default=f.default)
+        if isinstance(f.default, bool):
+            ap.add_argument(f"--{name.replace('_', '-')}", action="store_true")
+        else:
+            ap.add_argument(f"--{name.replace('_', '-')}", type=type(f.default), default=f.default)
     LLMConfig.add_args(ap, prefix="fill-")   # the model that completes fill values
     args = ap.parse_args(argv)
     axes = tuple(a.strip() for a in args.axes.split(",") if a.strip())

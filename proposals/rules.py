@@ -2,8 +2,11 @@
 
 Each rule is a plain function ``rule(ctx, params) -> list[Proposal]``: which element (node and
 bid of the current observation) to act on, optionally the full action (temporal rules replay a
-demonstrated action), and the evidence that made the rule fire. Grounding, affordance and fill
-values are applied afterwards (``proposals.mine``), the same way for every rule.
+demonstrated action), and the evidence that made the rule fire. Each rule ranks its candidates by
+its own criterion (nearest, most similar, closest in time, least extra distance, tightest loop)
+and keeps ``max_per_rule``; ``prefer_same_op`` ranks those taking the positive's op first (an
+option, off by default: GMCP is an outcome of the rules, not a target). Grounding, affordance and
+fill values are applied afterwards (``proposals.mine``), the same way for every rule.
 
 spatial:        structurally_near, textually_near_graph_distant
 temporal:       repeat_past, act_too_early
@@ -12,6 +15,7 @@ spatiotemporal: away_from_goal, create_a_cycle
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from rapidfuzz import fuzz
@@ -25,11 +29,13 @@ from proposals.graphindex import INF, GraphIndex
 
 @dataclass(slots=True)
 class Params:
-    max_per_rule: int = 3           # negatives kept per rule and step (nearest / most contrastive first)
+    max_per_rule: int = 3           # negatives kept per rule and step (by the rule's own ranking)
     near_hops: int = 4              # structurally_near: containment hops on the page
     text_ratio: float = 0.75        # textually_near: character-level similarity must exceed this
     far_hops: int = 4               # textually_near: graph distance must exceed this (or be unreachable)
     window: int = 3                 # repeat_past / act_too_early: k <= window steps away
+    prefer_same_op: bool = False    # rank candidates taking the positive's op first, and give an
+                                    # element the positive's op when it was demonstrated on it
 
 
 @dataclass(slots=True)
@@ -54,6 +60,7 @@ class StepContext:
     position: int                   # index of this step in ``steps``
     goal: str | None                # the task's final interaction element
     graph: GraphIndex | None        # None in the No-Graph ablation
+    prefer_same_op: bool = False
     _chains: dict = field(default_factory=dict)
     _ops: dict = field(default_factory=dict)
     _elements: list | None = None
@@ -99,17 +106,24 @@ class StepContext:
         return self.res.tree.by_bid()[bid]
 
     def op_for(self, node: str, bid: str) -> str:
-        """The op a negative would take on this element (see ``proposals.affordance``)."""
+        """The op a negative would take on this element (see ``proposals.affordance``): the op
+        demonstrated on it most often, in the graph or (No-Graph) in this trajectory."""
         got = self._ops.get(node)
         if got is None:
-            demo = self.graph.ops(node) if self.graph is not None else \
-                sorted({s.action.op for s in self.steps if s.node == node})
-            got = self._ops[node] = choose_op(self.res.tree, self.ax(bid), demo, self.positive.op)[0]
+            if self.graph is not None:
+                demo = self.graph.ops_by_frequency(node)
+            else:
+                counts = Counter(s.action.op for s in self.steps if s.node == node)
+                demo = sorted(counts, key=lambda op: (-counts[op], op))
+            got = self._ops[node] = choose_op(self.res.tree, self.ax(bid), demo, self.positive.op,
+                                              self.prefer_same_op)[0]
         return got
 
-    def contrast(self, node: str, bid: str) -> int:
-        """0 when acting on the element takes the positive's op (a minimal pair), else 1: rules
-        rank those first, so the cap keeps the most minimally contrastive negatives."""
+    def rank_op(self, node: str, bid: str) -> int:
+        """The first sort key of every rule: 0 for all candidates by default; with
+        ``prefer_same_op``, 0 when acting on the element takes the positive's op, else 1."""
+        if not self.prefer_same_op:
+            return 0
         return 0 if self.op_for(node, bid) == self.positive.op else 1
 
     def hop_distance(self, a_node: str, b_node: str, a_bid: str | None, b_bid: str | None) -> float:
@@ -143,7 +157,7 @@ def structurally_near(ctx: StepContext, p: Params) -> list[Proposal]:
     for node, bid, idx in _others(ctx):
         d = ctx.structural_distance(src, idx)
         if d <= p.near_hops:
-            scored.append((ctx.contrast(node, bid), d, idx, node, bid))
+            scored.append((ctx.rank_op(node, bid), d, idx, node, bid))
     scored.sort()
     out = []
     for _, d, idx, node, bid in scored[: p.max_per_rule]:
@@ -172,7 +186,7 @@ def textually_near_graph_distant(ctx: StepContext, p: Params) -> list[Proposal]:
             continue
         hops = ctx.hop_distance(ctx.pos_node, node, ctx.pos_bid, bid)
         if hops > p.far_hops:
-            scored.append((ctx.contrast(node, bid), -ratio, idx, node, bid, ratio, hops))
+            scored.append((ctx.rank_op(node, bid), -ratio, idx, node, bid, ratio, hops))
     scored.sort()
     return [Proposal(node, bid, {"ratio": round(ratio, 4), "text_ratio": p.text_ratio,
                                  "hops": None if hops == INF else hops, "far_hops": p.far_hops,
@@ -181,6 +195,8 @@ def textually_near_graph_distant(ctx: StepContext, p: Params) -> list[Proposal]:
 
 
 def _replay(ctx: StepContext, p: Params, direction: int, label: str) -> list[Proposal]:
+    """Demonstrated actions k = 1..window steps away, nearest first (replayed actions keep their
+    own op; ``prefer_same_op`` moves those with the positive's op ahead)."""
     out = []
     for k in range(1, p.window + 1):
         j = ctx.position + direction * k
@@ -192,10 +208,12 @@ def _replay(ctx: StepContext, p: Params, direction: int, label: str) -> list[Pro
         bids = ctx.res.node_to_bids.get(other.node)
         # Grounding decides about absent, ambiguous and virtual targets (and counts them).
         bid = bids[0] if bids else ""
-        out.append(Proposal(other.node, bid, {label: k, "from_step": other.step_idx,
-                                              "demonstrated": other.action.to_string(), "window": p.window},
-                            action=other.action))
-    return out[: p.max_per_rule]
+        out.append((int(p.prefer_same_op and other.action.op != ctx.positive.op), k,
+                    Proposal(other.node, bid, {label: k, "from_step": other.step_idx,
+                                               "demonstrated": other.action.to_string(), "window": p.window},
+                             action=other.action)))
+    out.sort(key=lambda t: t[:2])
+    return [prop for _, _, prop in out[: p.max_per_rule]]
 
 
 def repeat_past(ctx: StepContext, p: Params) -> list[Proposal]:
@@ -209,7 +227,9 @@ def act_too_early(ctx: StepContext, p: Params) -> list[Proposal]:
 
 
 def away_from_goal(ctx: StepContext, p: Params) -> list[Proposal]:
-    """Elements strictly farther from the task's final interaction element than the positive."""
+    """Elements strictly farther from the task's final interaction element than the positive, at
+    a finite distance: an element the goal cannot be reached from is not "farther" (its
+    distance is unknown), so it is never proposed. Least extra distance first."""
     if ctx.goal is None:
         return []
     goal_bids = ctx.res.node_to_bids.get(ctx.goal)
@@ -224,18 +244,20 @@ def away_from_goal(ctx: StepContext, p: Params) -> list[Proposal]:
         if node == ctx.goal:
             continue
         d = ctx.hop_distance(ctx.goal, node, goal_bid, bid)
-        if d > d_pos:
-            scored.append((ctx.contrast(node, bid), d - d_pos, idx, node, bid, d))
-    scored.sort()      # same op first, then the least extra distance: the most minimal contrast
-    return [Proposal(node, bid, {"goal": ctx.goal, "pos_hops": d_pos, "neg_hops": None if d == INF else d,
+        if d_pos < d < INF:
+            scored.append((ctx.rank_op(node, bid), d - d_pos, idx, node, bid, d))
+    scored.sort()
+    return [Proposal(node, bid, {"goal": ctx.goal, "pos_hops": d_pos, "neg_hops": d,
                                  "distance": "graph" if ctx.graph is not None else "page"})
             for _, _, _, node, bid, d in scored[: p.max_per_rule]]
 
 
 def create_a_cycle(ctx: StepContext, p: Params) -> list[Proposal]:
-    """Elements that lead back to a page already visited in this trajectory."""
+    """Elements that lead back to a page already visited in this trajectory; the tightest loop
+    first (the page left most recently, ``loop_steps`` demonstrated steps ago)."""
     here = ctx.res.content_page
-    visited = {s.page for s in ctx.steps[: ctx.position]} - {here}
+    last_seen = {s.page: i for i, s in enumerate(ctx.steps[: ctx.position]) if s.page != here}
+    visited = set(last_seen)
     if not visited:
         return []
     found = []
@@ -253,10 +275,12 @@ def create_a_cycle(ctx: StepContext, p: Params) -> list[Proposal]:
                     target, via = page, "interaction_edge"
                     break
         if target is not None:
-            found.append((ctx.contrast(node, bid), idx, Proposal(node, bid, {"returns_to": target, "via": via,
-                                                                             "current_page": here})))
-    found.sort(key=lambda t: t[:2])
-    return [prop for _, _, prop in found[: p.max_per_rule]]
+            loop = ctx.position - last_seen[target]
+            found.append((ctx.rank_op(node, bid), loop, idx,
+                          Proposal(node, bid, {"returns_to": target, "via": via, "current_page": here,
+                                               "loop_steps": loop})))
+    found.sort(key=lambda t: t[:3])
+    return [prop for _, _, _, prop in found[: p.max_per_rule]]
 
 
 RULE_FUNCS = {
