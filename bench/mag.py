@@ -35,7 +35,7 @@ from search.mag_loop import MagPolicy, run_mag_episode  # noqa: E402
 from search.tournament import prm_pair_judge  # noqa: E402
 from teacher.embedded import default_model_dir  # noqa: E402
 from teacher.llm import LLMConfig  # noqa: E402
-from teacher.prompts import State  # noqa: E402
+from data.judgment import State  # noqa: E402
 
 
 def _ms(xs):

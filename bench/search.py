@@ -32,7 +32,7 @@ from search.loop import run_episode  # noqa: E402
 from search.tournament import prm_pair_judge  # noqa: E402
 from teacher.embedded import default_model_dir  # noqa: E402
 from teacher.llm import LLMConfig  # noqa: E402
-from teacher.prompts import State  # noqa: E402
+from data.judgment import State  # noqa: E402
 
 
 def main(argv=None) -> int:

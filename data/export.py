@@ -1,6 +1,11 @@
 """Export the verified preferences for training (TRL) and evaluation (WebPRMBench format).
 
     python -m data.export --run RUN --format {trl,webprmbench,trl-labels} [--seed 42 --test-fraction 0.2 --no-card]
+    python -m data.export --run RUN --format trl --preset paper          # every verified pair in train
+
+Every prompt is in the comparative-judgment format (``data.judgment``: WebPRMBench's structure,
+Action-Only), the one the teacher saw; ``--prompt-template FILE`` (or ``--untrusted fence``)
+re-renders the prompts from the run's states in a user's exact text instead.
 
 ``trl``: conversational prompt/completion files ``RUN/export/trl/{train,test}.parquet``
 (``prompt`` = [system, user], ``completion`` = [assistant: the gold judgment]) for TRL's
@@ -10,7 +15,7 @@ in both train and test. The split is a seeded shuffle of the sorted task ids.
 ``webprmbench``: ``RUN/export/webprmbench.parquet``, one row per pair of the held-out tasks
 (the same split; ``--split all`` for every pair): ``state_idx`` (the state ``(traj_id,
 step_idx)``), ``pair_idx`` (the pair within its state), ``expected`` (1 or 2: the position of the
-better response in ``prompt``, as ``teacher.prompts.parse_verdict`` returns it), ``prompt``
+better response in ``prompt``, as ``data.judgment.parse_verdict`` returns it), ``prompt``
 ([system, user] messages) and ``source_name`` (``surfprm/<site>``), plus the pair's id, rule,
 axis and task for analysis.
 
@@ -22,6 +27,11 @@ the position of the demonstrated action. It needs no teacher, so it gives traini
 teacher kept nothing (the embedded 135M teacher keeps 0 pairs); a PRM trained on it learns to
 name a winner, not to argue for it. Same task split; rows also carry ``traj_id, step_idx, site,
 gmcp`` so that ``prm.evaluate`` can group pairs by state.
+
+Presets: ``heldout`` (default) holds out ``--test-fraction`` of the tasks as above, so that a PRM
+can be checked on tasks it never saw when no benchmark is at hand; ``paper`` trains as the paper
+does, on every verified pair with no task held out (``test.parquet`` is empty; ``webprmbench``
+then exports every pair).
 
 Both load offline with ``datasets.load_dataset("parquet", data_files=...)``. Unless
 ``--no-card``, the dataset card (``RUN/README.md``, ``data.card``) and the report
@@ -38,6 +48,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from data.judgment import DEFAULT_BUDGET, UNTRUSTED_MODES, JudgmentFormat, answer_text, render_pair
 from data.rundir import RunDir, StageStats, atomic_write_parquet
 
 MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False),
@@ -72,7 +83,9 @@ TRL_LABELS_DIR = Path("export") / "trl-labels"
 WEBPRMBENCH_FILE = Path("export") / "webprmbench.parquet"
 FORMATS = ("trl", "webprmbench")              # the dataset's exports (what the flows write)
 ABLATION_FORMATS = ("trl-labels",)             # on request only
-_COLUMNS = ["pair_id", "site", "traj_id", "task_id", "step_idx", "rule", "axis", "label", "messages"]
+_COLUMNS = ["pair_id", "site", "traj_id", "task_id", "step_idx", "rule", "axis", "label", "messages",
+            "response_1", "response_2"]
+PRESETS = ("heldout", "paper")
 
 
 def split_tasks(task_ids, seed: int = 42, test_fraction: float = 0.2) -> set[str]:
@@ -98,16 +111,28 @@ def _messages(msgs: list[dict]) -> list[dict]:
     return [{"role": m["role"], "content": m["content"]} for m in msgs]
 
 
-def export_trl(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2) -> dict[str, Path]:
+def _prompts(run: RunDir, rows: list[dict], fmt: JudgmentFormat | None) -> dict[str, list[dict]]:
+    """pair_id -> prompt messages: the teacher's own (without its answer), or re-rendered from the
+    run's states in ``fmt``."""
+    if fmt is None:
+        return {r["pair_id"]: _messages(r["messages"])[:-1] for r in rows}
+    states = run.states((r["traj_id"], r["step_idx"]) for r in rows)
+    return {r["pair_id"]: render_pair(states[(r["traj_id"], r["step_idx"])], r["response_1"], r["response_2"],
+                                      fmt=fmt)[0] for r in rows}
+
+
+def export_trl(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
+               fmt: JudgmentFormat | None = None) -> dict[str, Path]:
     """Write the TRL prompt/completion train and test files; returns their paths by split."""
     run = RunDir(run_dir)
     rows = load_preferences(run)
+    prompts = _prompts(run, rows, fmt)
     test_tasks = split_tasks((r["task_id"] for r in rows), seed, test_fraction)
     splits = {"train": [], "test": []}
     for r in rows:
         msgs = _messages(r["messages"])
         splits["test" if r["task_id"] in test_tasks else "train"].append({
-            "prompt": msgs[:-1], "completion": msgs[-1:], "pair_id": r["pair_id"], "task_id": r["task_id"],
+            "prompt": prompts[r["pair_id"]], "completion": msgs[-1:], "pair_id": r["pair_id"], "task_id": r["task_id"],
             "rule": r["rule"], "axis": r["axis"], "label": r["label"]})
     paths = {}
     for name, split_rows in splits.items():
@@ -123,21 +148,24 @@ def export_trl(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2) 
 
 
 def export_trl_labels(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
-                      coin_seed: int = 0, prompt_budget: int | None = None) -> dict[str, Path]:
+                      coin_seed: int = 0, prompt_budget: int | None = None,
+                      fmt: JudgmentFormat | None = None) -> dict[str, Path]:
     """Write the label-only TRL files (an ablation without rationales: see the module doc) from
     the sampled candidates; returns their paths by split."""
-    from teacher.prompts import ANSWER_TAG
     from teacher.verify import VerifyConfig, load_pairs
 
     run = RunDir(run_dir)
-    config = VerifyConfig(seed=coin_seed, **({"budget": prompt_budget} if prompt_budget else {}))
-    pairs = load_pairs(run, config)
+    fmt = fmt or JudgmentFormat()
+    if prompt_budget:
+        fmt = JudgmentFormat(fmt.untrusted, fmt.template, prompt_budget)
+    config = VerifyConfig(seed=coin_seed, budget=fmt.budget, untrusted=fmt.untrusted)
+    pairs = load_pairs(run, config, fmt)
     test_tasks = split_tasks((p.row["task_id"] for p in pairs), seed, test_fraction)
     splits = {"train": [], "test": []}
     for p in pairs:
         c = p.row
         splits["test" if c["task_id"] in test_tasks else "train"].append({
-            "prompt": p.messages, "completion": [{"role": "assistant", "content": ANSWER_TAG.format(p.label)}],
+            "prompt": p.messages, "completion": [{"role": "assistant", "content": answer_text(p.label)}],
             "pair_id": c["pair_id"], "task_id": c["task_id"], "rule": c["rule"], "axis": c["axis"],
             "label": p.label, "traj_id": c["traj_id"], "step_idx": c["step_idx"], "site": c["site"],
             "gmcp": c["gmcp"]})
@@ -156,7 +184,7 @@ def export_trl_labels(run_dir: str | Path, seed: int = 42, test_fraction: float 
 
 
 def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
-                       split: str = "test") -> Path:
+                       split: str = "test", fmt: JudgmentFormat | None = None) -> Path:
     """Write the WebPRMBench-format evaluation file (held-out tasks, or ``split='all'``)."""
     run = RunDir(run_dir)
     rows = load_preferences(run)
@@ -168,13 +196,14 @@ def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float
     else:
         raise ValueError(f"split must be 'test' or 'all', not {split!r}")
     chosen.sort(key=lambda r: (r["traj_id"], r["step_idx"], r["pair_id"]))
+    prompts = _prompts(run, chosen, fmt)
     out, states, per_state = [], {}, {}
     for r in chosen:
         key = (r["traj_id"], r["step_idx"])
         state_idx = states.setdefault(key, len(states))
         pair_idx = per_state[state_idx] = per_state.get(state_idx, -1) + 1
         out.append({"state_idx": state_idx, "pair_idx": pair_idx, "expected": r["label"],
-                    "prompt": _messages(r["messages"])[:-1], "source_name": f"surfprm/{r['site']}",
+                    "prompt": prompts[r["pair_id"]], "source_name": f"surfprm/{r['site']}",
                     "pair_id": r["pair_id"], "task_id": r["task_id"], "rule": r["rule"], "axis": r["axis"],
                     "traj_id": r["traj_id"], "step_idx": r["step_idx"]})
     path = run.root / WEBPRMBENCH_FILE
@@ -188,14 +217,22 @@ def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float
 
 
 def export(run_dir: str | Path, fmt: str, seed: int = 42, test_fraction: float = 0.2, split: str = "test",
-           card: bool = True, prompt_budget: int | None = None) -> list[Path]:
-    """One export format, then (unless ``card=False``) the dataset card and the report."""
+           card: bool = True, prompt_budget: int | None = None, preset: str = "heldout",
+           judgment_format: JudgmentFormat | None = None) -> list[Path]:
+    """One export format, then (unless ``card=False``) the dataset card and the report.
+    ``preset='paper'`` trains on every pair (no task held out) and evaluates on all of them;
+    ``judgment_format`` re-renders the prompts (a template, fencing)."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {PRESETS}, not {preset!r}")
+    if preset == "paper":
+        test_fraction, split = 0.0, "all"
     if fmt == "trl":
-        paths = list(export_trl(run_dir, seed, test_fraction).values())
+        paths = list(export_trl(run_dir, seed, test_fraction, judgment_format).values())
     elif fmt == "trl-labels":
-        paths = list(export_trl_labels(run_dir, seed, test_fraction, prompt_budget=prompt_budget).values())
+        paths = list(export_trl_labels(run_dir, seed, test_fraction, prompt_budget=prompt_budget,
+                                       fmt=judgment_format).values())
     elif fmt == "webprmbench":
-        paths = [export_webprmbench(run_dir, seed, test_fraction, split)]
+        paths = [export_webprmbench(run_dir, seed, test_fraction, split, judgment_format)]
     else:
         raise ValueError(f"format must be one of {FORMATS + ABLATION_FORMATS}, not {fmt!r}")
     if card:
@@ -217,13 +254,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", choices=("test", "all"), default="test", help="webprmbench: held-out tasks or all")
     ap.add_argument("--prompt-budget", type=int, default=None,
                     help="trl-labels: AXTree characters in the prompt (default: the teacher's)")
+    ap.add_argument("--preset", choices=PRESETS, default="heldout",
+                    help="heldout: hold out --test-fraction of the tasks; paper: train on every verified pair")
+    ap.add_argument("--prompt-template", default=None, metavar="FILE",
+                    help="re-render the prompts with a YAML template (user, optional system)")
+    ap.add_argument("--untrusted", choices=UNTRUSTED_MODES, default=None,
+                    help="re-render the prompts with dataset text escaped (escape) or also fenced (fence)")
     ap.add_argument("--no-card", action="store_true", help="skip the dataset card and the report")
     args = ap.parse_args(argv)
+    judgment_format = None
+    if args.prompt_template or args.untrusted:
+        try:
+            judgment_format = JudgmentFormat.from_options(args.prompt_template, args.untrusted or "escape")
+        except ValueError as e:
+            ap.error(str(e))
     try:
         for i, fmt in enumerate(args.format):
             last = i == len(args.format) - 1
             for p in export(args.run, fmt, args.seed, args.test_fraction, args.split, card=last and not args.no_card,
-                            prompt_budget=args.prompt_budget):
+                            prompt_budget=args.prompt_budget, preset=args.preset, judgment_format=judgment_format):
                 print(f"wrote {p}")
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -103,6 +103,45 @@ class RunDir:
     def trajectories(self) -> Path:
         return self.root / "trajectories.parquet"
 
+    def states(self, keys) -> dict[tuple[str, int], "State"]:
+        """The judged states ``s_t`` of ``(traj_id, step_idx)`` keys from ``trajectories.parquet``:
+        intent, observation, URL, start URL (the row's own ``meta.start_url`` when it has one, as
+        WebPRM Collection rows do, else the trajectory's first URL) and the actions of the
+        trajectory's earlier rows. (WebPRM rows' own ``action_history`` is not used: in the shared
+        samples it holds more actions than the step has predecessors, the task's later ones
+        included.) Keys whose step is not in the file are left out."""
+        import json
+
+        from data.judgment import State
+
+        keys = set(keys)
+        trajs = sorted({t for t, _ in keys})
+        if not trajs:
+            return {}
+        rows = pq.read_table(self.trajectories, columns=["traj_id", "step_idx", "intent", "url", "observation",
+                                                         "action", "meta"],
+                             filters=[("traj_id", "in", trajs)]).to_pylist()
+        by_traj: dict[str, list[dict]] = {}
+        for r in sorted(rows, key=lambda r: (r["traj_id"], r["step_idx"])):
+            by_traj.setdefault(r["traj_id"], []).append(r)
+        out = {}
+        for traj_id, steps in by_traj.items():
+            history = []
+            for r in steps:
+                if (traj_id, r["step_idx"]) in keys:
+                    try:
+                        meta = json.loads(r["meta"] or "{}")
+                    except ValueError:
+                        meta = {}
+                    meta = meta if isinstance(meta, dict) else {}
+                    start = meta.get("start_url") if isinstance(meta.get("start_url"), str) else None
+                    out[(traj_id, r["step_idx"])] = State(
+                        intent=r["intent"], axtree=r["observation"], url=r["url"],
+                        start_url=start or steps[0]["url"], history=list(history))
+                if r["action"]:
+                    history.append(r["action"])
+        return out
+
     @property
     def stats_path(self) -> Path:
         return self.root / "stats.json"

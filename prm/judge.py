@@ -6,9 +6,10 @@
     j = judge.judge(state, "click('12')", "click('40')")      # Judgment(text, verdict 1|2|None)
 
 A judge takes ready chat prompts (``judge_prompts``: a benchmark's own prompts, used as given) or a
-state and two raw actions (``judge``/``judge_pairs``: rendered with the teacher's Action-Only
-prompt, ``teacher.prompts.render_pair``). The verdict is read by ``teacher.prompts.parse_verdict``
-(the last answer tag, then a few unambiguous phrasings, else ``None`` = unparsed). A local
+state and two raw actions (``judge``/``judge_pairs``: rendered in the comparative-judgment format,
+``data.judgment.render_pair``, Action-Only). The verdict is read by ``data.judgment.parse_verdict``:
+a judgment is valid when it ends in exactly one ``<Answer>Response N</Answer>``; an invalid one
+is ``truncated`` when the generation hit the length limit, else unparsed. A local
 transformers folder is judged in batches of left-padded prompts with greedy decoding; an endpoint
 goes through ``teacher.llm`` (cached, retried, ``concurrency`` requests in flight). An outage is
 not a verdict: it is kept apart as ``infra_error``.
@@ -23,39 +24,36 @@ judging in one order.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from data.judgment import DEFAULT_FORMAT, JudgmentFormat, State, parse_verdict, render_pair, swap_responses
 from teacher.llm import LLMClient, LLMConfig
-from teacher.prompts import State, parse_verdict, render_pair
-
-_RESPONSE_BLOCK = re.compile(r"<<<BEGIN RESPONSE_([12])>>>\n(.*?)\n<<<END RESPONSE_\1>>>", re.S)
 
 
 @dataclass(slots=True)
 class Judgment:
-    """One judgment: the model's text and the response it prefers (1, 2 or None = unparsed)."""
+    """One judgment: the model's text and the response it prefers (1, 2 or None = no valid answer)."""
 
     text: str
     verdict: int | None
     infra_error: str | None = None
     truncated: bool = False             # generation hit the length limit before a valid answer
 
+    @property
+    def outcome(self) -> str:
+        """'verdict', 'truncated', 'unparsed' or 'infra_error'."""
+        if self.infra_error:
+            return "infra_error"
+        if self.verdict is not None:
+            return "verdict"
+        return "truncated" if self.truncated else "unparsed"
 
-def swap_responses(messages: list[dict]) -> list[dict] | None:
-    """The same prompt with Response 1 and Response 2 exchanged, for prompts in this project's
-    fenced format (``teacher.prompts``); None when the prompt does not hold both fenced blocks."""
-    out, swapped = [], False
-    for m in messages:
-        content = m["content"]
-        blocks = dict((k, v) for k, v in _RESPONSE_BLOCK.findall(content))
-        if set(blocks) == {"1", "2"}:
-            content = _RESPONSE_BLOCK.sub(lambda x: f"<<<BEGIN RESPONSE_{x.group(1)}>>>\n"
-                                          f"{blocks['2' if x.group(1) == '1' else '1']}\n"
-                                          f"<<<END RESPONSE_{x.group(1)}>>>", content)
-            swapped = True
-        out.append({"role": m["role"], "content": content})
-    return out if swapped else None
+
+def read_judgment(text: str, finish_reason: str) -> Judgment:
+    """A model's answer as a judgment: valid when it ends in one answer tag (``parse_verdict``);
+    otherwise truncated when the generation stopped at the length limit, else unparsed."""
+    verdict = parse_verdict(text)
+    return Judgment(text, verdict, truncated=verdict is None and finish_reason == "length")
 
 
 class LocalJudge:
@@ -75,7 +73,8 @@ class LocalJudge:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         return cls(model, tokenizer, **kwargs)
 
-    def generate(self, prompts: list[list[dict]]) -> list[str]:
+    def generate(self, prompts: list[list[dict]]) -> list[tuple[str, str]]:
+        """(text, finish reason: 'stop' or 'length') per prompt, greedy."""
         import torch
 
         tok = self.tokenizer
@@ -85,7 +84,7 @@ class LocalJudge:
         eos_ids = set(eos if isinstance(eos, list) else [eos])
         encoded = [tok.apply_chat_template(p, add_generation_prompt=True, return_dict=True)["input_ids"]
                    for p in prompts]
-        texts: list[str] = [""] * len(prompts)
+        texts: list[tuple[str, str]] = [("", "stop")] * len(prompts)
         # Similar lengths share a batch, so little compute goes to padding.
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         for start in range(0, len(order), self.batch_size):
@@ -97,12 +96,12 @@ class LocalJudge:
                 out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=self.max_tokens,
                                           do_sample=False, pad_token_id=pad_id)
             for i, row in zip(idx, out[:, width:].tolist()):
-                stop = next((k for k, t in enumerate(row) if t in eos_ids), len(row))
-                texts[i] = tok.decode(row[:stop], skip_special_tokens=True)
+                stop = next((k for k, t in enumerate(row) if t in eos_ids), None)
+                texts[i] = (tok.decode(row[:stop], skip_special_tokens=True), "length" if stop is None else "stop")
         return texts
 
     def judge_prompts(self, prompts: list[list[dict]]) -> list[Judgment]:
-        return [Judgment(t, parse_verdict(t)) for t in self.generate(prompts)]
+        return [read_judgment(t, reason) for t, reason in self.generate(prompts)]
 
 
 class EndpointJudge:
@@ -114,8 +113,8 @@ class EndpointJudge:
 
     def judge_prompts(self, prompts: list[list[dict]]) -> list[Judgment]:
         results = self.client.chat_many(prompts, stage="prm.judge")
-        return [Judgment(r.text, parse_verdict(r.text)) if r.ok else Judgment("", None, r.infra_error)
-                for r in results]
+        return [read_judgment(r.text, r.finish_reasons[0] if r.finish_reasons else "")
+                if r.ok else Judgment("", None, r.infra_error) for r in results]
 
 
 def make_judge(config: LLMConfig, batch_size: int = 8):
@@ -126,14 +125,16 @@ def make_judge(config: LLMConfig, batch_size: int = 8):
     return EndpointJudge(config)
 
 
-def judge(judge_, state: State, a1: str, a2: str, budget: int | None = None) -> Judgment:
-    """Judge one state and two raw actions with the teacher's Action-Only prompt."""
-    return judge_pairs(judge_, [(state, a1, a2)], budget=budget)[0]
+def judge(judge_, state: State, a1: str, a2: str, budget: int | None = None,
+          fmt: JudgmentFormat = DEFAULT_FORMAT) -> Judgment:
+    """Judge one state and two raw actions in the comparative-judgment format."""
+    return judge_pairs(judge_, [(state, a1, a2)], budget=budget, fmt=fmt)[0]
 
 
-def judge_pairs(judge_, items: list[tuple[State, str, str]], budget: int | None = None) -> list[Judgment]:
+def judge_pairs(judge_, items: list[tuple[State, str, str]], budget: int | None = None,
+                fmt: JudgmentFormat = DEFAULT_FORMAT) -> list[Judgment]:
     """Judge many (state, action 1, action 2) triples in one batch."""
-    prompts = [render_pair(s, a1, a2, **({"budget": budget} if budget else {}))[0] for s, a1, a2 in items]
+    prompts = [render_pair(s, a1, a2, budget, fmt)[0] for s, a1, a2 in items]
     return judge_.judge_prompts(prompts)
 
 

@@ -19,7 +19,7 @@ import re
 
 from data.actions import ActionParseError, parse_action, split_agent_output
 from teacher.llm import LLMClient, LLMConfig
-from teacher.prompts import budget_axtree
+from data.judgment import budget_axtree
 
 SYSTEM = """You are a web agent operating a browser through BrowserGym actions. Each turn you see the \
 goal, the current URL, the page's accessibility tree (elements carry ids in brackets, e.g. [12]), \

@@ -135,7 +135,7 @@ def load_models(args):
     from prm.judge import make_judge
     from search.mag_loop import MagPolicy
     from search.tournament import prm_pair_judge
-    from teacher.prompts import State
+    from data.judgment import State
 
     guided = args.prm.lower() != "none"
     cfg = _model_config(args, "policy-", args.policy, 1.0 if guided else 0.0)

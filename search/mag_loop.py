@@ -41,7 +41,7 @@ from search.loop import EpisodeResult, _timed_judge, evaluate_episode, never_jud
 from search.som import UnexecutableStep, observe, to_code
 from search.tournament import Candidate, knockout
 from teacher.llm import LLMClient, LLMConfig
-from teacher.prompts import fence
+from data.judgment import fence
 
 MAX_STEPS = 25
 

@@ -192,7 +192,7 @@ def expected_rounds(n: int) -> int:
 
 
 def prm_pair_judge(judge_, state, budget: int | None = None) -> PairJudge:
-    """Adapt a ``prm.judge`` judge (local or endpoint) and a ``teacher.prompts.State`` to the
+    """Adapt a ``prm.judge`` judge (local or endpoint) and a ``data.judgment.State`` to the
     tournament's pair judge: one batched ``judge_pairs`` call per round."""
     from prm.judge import judge_pairs
 

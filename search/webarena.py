@@ -231,7 +231,7 @@ def _load_models(args):
     from prm.judge import make_judge
     from search.agent import Policy
     from search.tournament import prm_pair_judge
-    from teacher.prompts import State
+    from data.judgment import State
 
     guided = args.prm.lower() != "none"
     policy = Policy(_model_config(args, "policy-", args.policy, 1.0 if guided else 0.0))

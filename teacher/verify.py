@@ -4,18 +4,18 @@
 
 For every ``sampled`` row of ``RUN/candidates.parquet``: a fair coin seeded by the pair puts
 the demonstrated (positive) action at Response 1 or 2 (``label`` = its position); the teacher
-sees the Action-Only prompt (``teacher.prompts``) at temperature 0.2 with seed ``seed +
-attempt``, up to K=5 sequential attempts, stopping at the first that agrees with the label.
-Outcomes per attempt: ``agree``, ``disagree``, ``unparsed`` (no readable verdict: it uses an
-attempt) and ``agree_invalid``.
+sees the pair in the comparative-judgment format (``data.judgment``: WebPRMBench's structure,
+Action-Only) at temperature 0.2 with seed ``seed + attempt``, up to K=5 sequential attempts,
+stopping at the first that agrees with the label. An attempt is valid when it ends in exactly
+one ``<Answer>Response N</Answer>``. Outcomes per attempt: ``agree``, ``disagree``, ``truncated``
+(no valid answer and the generation hit ``--max-tokens``) and ``unparsed`` (no valid answer);
+the last two use an attempt.
 
-Gold judgment: the agreeing attempt's text when ``valid_judgment`` accepts it (it analyses both
-responses and ends in the right answer tag). An agreeing attempt whose text is not a valid
-judgment (a bare tag, a truncated analysis) is recorded as ``agree_invalid`` and the next
-attempt is tried: the pair's verdict is settled, but the dataset needs a usable rationale.
-Discard reasons: ``all_attempts_disagree`` (every attempt contradicted the label: the paper's
-rule), ``no_agreement`` (no attempt agreed, some were unparsed), ``no_valid_judgment`` (some
-agreed but none wrote a valid judgment).
+Gold judgment: the agreeing attempt's text, as written. The ``<think>``, ``<Criteria>`` and
+``<Analysis>`` sections are requested, not required: how many kept judgments lack each is
+counted (``sections_missing``). Discard reasons: ``all_attempts_disagree`` (every attempt
+contradicted the label: the paper's rule) and ``no_agreement`` (no attempt agreed, some had no
+valid answer).
 
 An infrastructure failure (no answer after the client's retries) is no attempt: the pair stays
 pending, is written nowhere, and a rerun resumes it. Requests are a pure function of the pair
@@ -36,7 +36,7 @@ import asyncio
 import hashlib
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +45,8 @@ import pyarrow.parquet as pq
 
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from proposals.schema import RULES
-from teacher.prompts import DEFAULT_BUDGET, State, parse_verdict, render_pair, valid_judgment
+from data.judgment import DEFAULT_BUDGET, UNTRUSTED_MODES, JudgmentFormat, State, judgment_sections, \
+    parse_verdict, render_pair
 from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
 
 STAGE = "teacher.verify"
@@ -60,8 +61,14 @@ class VerifyConfig:
     k: int = 5                      # attempts per pair at most
     seed: int = 0                   # seeds the coin per pair and the sampling seed per attempt
     temperature: float = 0.2
-    max_tokens: int = 768           # room for an analysis of both responses (paper: ~472 out)
+    max_tokens: int = 1024          # room for a full judgment with its four sections (paper: ~472 out)
     budget: int = DEFAULT_BUDGET    # AXTree characters in the prompt
+    untrusted: str = "escape"       # 'escape' (the benchmark's format) | 'fence' (also fenced)
+    prompt_template: str | None = None   # a YAML template file rendering a user's exact text
+
+    @property
+    def format(self) -> JudgmentFormat:
+        return JudgmentFormat.from_options(self.prompt_template, self.untrusted, self.budget)
 
 
 @dataclass(slots=True)
@@ -108,32 +115,22 @@ def coin_label(pair_id: str, seed: int) -> int:
     return 1 + (digest[0] & 1)
 
 
-def load_pairs(run: RunDir, config: VerifyConfig) -> list[Pair]:
-    """The sampled pairs of a run, each with its state from ``trajectories.parquet``."""
+def load_pairs(run: RunDir, config: VerifyConfig, fmt: JudgmentFormat | None = None) -> list[Pair]:
+    """The sampled pairs of a run, each with its state from ``trajectories.parquet``, rendered in
+    ``fmt`` (default: the config's format)."""
     path = run.root / "candidates.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run `python -m proposals.mine` first")
     cands = pq.read_table(path, columns=PAIR_COLUMNS + ["sampled"]).to_pylist()
     cands = sorted((c for c in cands if c["sampled"]), key=lambda c: c["pair_id"])
-    trajs = sorted({c["traj_id"] for c in cands})
-    steps: dict[str, list[dict]] = defaultdict(list)
-    if trajs:
-        rows = pq.read_table(run.trajectories, columns=["traj_id", "step_idx", "intent", "url", "observation",
-                                                        "action"], filters=[("traj_id", "in", trajs)]).to_pylist()
-        for r in rows:
-            steps[r["traj_id"]].append(r)
-    for traj in steps.values():
-        traj.sort(key=lambda r: r["step_idx"])
+    states = run.states((c["traj_id"], c["step_idx"]) for c in cands)
     pairs = []
+    fmt = fmt or config.format
     for c in cands:
-        traj = steps[c["traj_id"]]
-        cur = next(r for r in traj if r["step_idx"] == c["step_idx"])
-        history = [r["action"] for r in traj if r["step_idx"] < c["step_idx"] and r["action"]]
-        state = State(intent=cur["intent"], axtree=cur["observation"], url=cur["url"], start_url=traj[0]["url"],
-                      history=history)
+        state = states[(c["traj_id"], c["step_idx"])]
         label = coin_label(c["pair_id"], config.seed)
         r1, r2 = (c["action_pos"], c["action_neg"]) if label == 1 else (c["action_neg"], c["action_pos"])
-        messages, cut = render_pair(state, r1, r2, config.budget)
+        messages, cut = render_pair(state, r1, r2, fmt=fmt)
         c.pop("sampled")
         pairs.append(Pair(c, state, label, r1, r2, messages, cut))
     return pairs
@@ -150,18 +147,16 @@ async def verify_pair(client, pair: Pair, config: VerifyConfig) -> Decision:
             return Decision(pair, "pending", attempts, infra_error=result.infra_error)
         verdict = parse_verdict(result.text)
         if verdict is None:
-            outcome = "unparsed"
-        elif verdict != pair.label:
-            outcome = "disagree"
+            truncated = (result.finish_reasons or [""])[0] == "length"
+            outcome = "truncated" if truncated else "unparsed"
         else:
-            outcome = "agree" if valid_judgment(result.text, pair.label) else "agree_invalid"
+            outcome = "agree" if verdict == pair.label else "disagree"
         attempts.append(Attempt(i + 1, seed, verdict, outcome, result.text, result.prompt_tokens,
                                 result.completion_tokens, result.cost_usd))
         if outcome == "agree":
             return Decision(pair, "kept", attempts, judgment=result.text)
     outcomes = {a.outcome for a in attempts}
-    reason = ("no_valid_judgment" if "agree_invalid" in outcomes else
-              "all_attempts_disagree" if outcomes == {"disagree"} else "no_agreement")
+    reason = "all_attempts_disagree" if outcomes == {"disagree"} else "no_agreement"
     return Decision(pair, "discarded", attempts, reason=reason)
 
 
@@ -232,16 +227,18 @@ def write_outputs(run: RunDir, decisions: list[Decision], teacher_model: str) ->
 def summarize(decisions: list[Decision]) -> dict:
     """Per-rule outcomes, attempts histogram and verdict outcomes (for stats.json and the report)."""
     by_rule = {r: Counter() for r in RULES}
-    attempts_kept, outcomes = Counter(), Counter()
+    attempts_kept, outcomes, missing = Counter(), Counter(), Counter()
     for d in decisions:
         by_rule[d.pair.row["rule"]][d.status] += 1
         if d.status == "kept":
             attempts_kept[len(d.attempts)] += 1
+            missing.update(s for s, present in judgment_sections(d.judgment).items() if not present)
         for a in d.attempts:
             outcomes[a.outcome] += 1
     return {"by_rule": {r: dict(sorted(c.items())) for r, c in by_rule.items() if c},
             "kept_at_attempt": {str(k): v for k, v in sorted(attempts_kept.items())},
             "verdict_outcomes": dict(sorted(outcomes.items())),
+            "sections_missing": dict(sorted(missing.items())),
             "calls_decided": sum(len(d.attempts) for d in decisions if d.status != "pending")}
 
 
@@ -270,7 +267,8 @@ def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=N
         "pending_pair_ids": sorted(d.pair.row["pair_id"] for d in pending)[:50],
         "teacher_model": teacher_model, "endpoint": client.config.endpoint,
         "config": {"k": config.k, "seed": config.seed, "temperature": config.temperature,
-                   "max_tokens": config.max_tokens, "budget": config.budget},
+                   "max_tokens": config.max_tokens, **config.format.describe(),
+                   **({"prompt_template": str(config.prompt_template)} if config.prompt_template else {})},
         **summarize(decisions),
         "prompt": {"axtrees_cut": sum(c["truncated"] for c in cut),
                    "axtree_chars": sum(c["chars_total"] for c in cut),
@@ -311,16 +309,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", required=True)
     ap.add_argument("--k", type=int, default=VerifyConfig.k, help="attempts per pair at most (paper: 5)")
     ap.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="AXTree characters in the prompt")
+    ap.add_argument("--prompt-template", default=None, metavar="FILE",
+                    help="YAML template (user, optional system) rendering a user's exact prompt text")
+    ap.add_argument("--untrusted", choices=UNTRUSTED_MODES, default="escape",
+                    help="escape markers and tags in dataset text (default), or also fence every field")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
-    LLMConfig.add_args(ap)   # --seed, --temperature and --max-tokens default to 0 / 0.2 / 768 here
+    LLMConfig.add_args(ap)   # --seed, --temperature and --max-tokens default to 0 / 0.2 / 1024 here
     args = ap.parse_args(argv)
     d = VerifyConfig()
-    config = VerifyConfig(k=args.k, budget=args.budget,
+    config = VerifyConfig(k=args.k, budget=args.budget, untrusted=args.untrusted, prompt_template=args.prompt_template,
                           seed=d.seed if args.seed is None else args.seed,
                           temperature=d.temperature if args.temperature is None else args.temperature,
                           max_tokens=d.max_tokens if args.max_tokens is None else args.max_tokens)
     if config.k < 1:
         ap.error("--k must be >= 1")
+    try:
+        config.format
+    except ValueError as e:
+        ap.error(str(e))
     try:
         stats = verify(args.run, config, LLMConfig.from_args(args), progress=not args.quiet)
     except FileNotFoundError as e:

@@ -4,8 +4,10 @@
 sampled pairs are real demonstrated steps (positive: the demonstrated action; negative: a click
 on another element of the same observation), without running the miner (its fill values need
 the real model). ``ScriptedTeacher`` answers each request from a per-pair script of outcomes by
-attempt (the attempt is the request's seed): ``agree``, ``disagree``, ``unparsed``, ``bare``
-(the right tag with no analysis), ``outage`` (HTTP 500); it counts what it answered.
+attempt (the attempt is the request's seed): ``agree``, ``disagree``, ``unparsed`` (no answer
+tag), ``bare`` (the right tag with no other section), ``truncated`` (cut off before its tag,
+finish_reason ``length``), ``outage`` (HTTP 500); it counts what it answered. Candidates are read
+back with ``data.judgment.parse_prompt``.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from data.judgment import parse_prompt
 from proposals.schema import RULES
 from teacher.serve import OpenAIHandler, serve_in_thread
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "bundled" / "agentlab_workarena.parquet"
-_BLOCK = re.compile(r"<<<BEGIN RESPONSE_(\d)>>>\n(.*?)\n<<<END RESPONSE_\1>>>", re.S)
 
 
 def make_run(root: Path, n_pairs: int = 6) -> list[dict]:
@@ -60,11 +62,13 @@ def make_run(root: Path, n_pairs: int = 6) -> list[dict]:
 
 
 def judgment(label: int) -> str:
+    """A full judgment in the benchmark's output format, preferring ``label``."""
     other = 3 - label
-    return (f"Response 1 and Response 2 target different elements. Response {label} clicks the element "
-            f"that the intent needs next on this page, so it makes progress. Response {other} targets an "
-            f"element that does not advance the task and would cost extra steps.\n"
-            f"<Answer>Response {label}</Answer>")
+    return (f"<think>Response 1 and Response 2 target different elements of the page.</think>\n"
+            f"<Criteria>Task progress (0.6) and element grounding (0.4).</Criteria>\n"
+            f"<Analysis>Response {label} clicks the element that the intent needs next on this page, so it "
+            f"makes progress. Response {other} targets an element that does not advance the task and would "
+            f"cost extra steps.</Analysis>\n<Answer>Response {label}</Answer>")
 
 
 class ScriptedTeacher:
@@ -82,10 +86,9 @@ class ScriptedTeacher:
         self.held = 0
 
     def outcome(self, request: dict) -> tuple[dict, str, int]:
-        user = request["messages"][-1]["content"]
-        blocks = dict(_BLOCK.findall(user))
-        pair = self.by_actions[frozenset((blocks["1"], blocks["2"]))]
-        label = 1 if blocks["1"] == pair["action_pos"] else 2
+        parts = parse_prompt(request["messages"])
+        pair = self.by_actions[frozenset((parts.response_1, parts.response_2))]
+        label = 1 if parts.response_1 == pair["action_pos"] else 2
         attempt = request["seed"] - self.base_seed
         script = self.script.get(pair["pair_id"], [])
         return pair, (script[attempt] if attempt < len(script) else "agree"), label
@@ -93,7 +96,8 @@ class ScriptedTeacher:
     def text(self, outcome: str, label: int) -> str:
         return {"agree": judgment(label), "disagree": judgment(3 - label),
                 "unparsed": "Both responses look reasonable; it is hard to say.",
-                "bare": f"<Answer>Response {label}</Answer>"}[outcome]
+                "bare": f"<Answer>Response {label}</Answer>",
+                "truncated": judgment(label)[:60]}[outcome]
 
 
 def request_hash(request: dict) -> str:
@@ -120,7 +124,8 @@ class _Handler(OpenAIHandler):
             return
         text = teacher.text(outcome, label)
         body = {"id": "chatcmpl-scripted", "object": "chat.completion", "model": request["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                             "finish_reason": "length" if outcome == "truncated" else "stop"}],
                 "usage": {"prompt_tokens": 1000 + len(request["messages"][-1]["content"]) // 4,
                           "completion_tokens": len(text) // 4, "total_tokens": 0}}
         with teacher.lock:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from data.export import export_trl_labels
+from data.judgment import parse_prompt
 from prm.config import PRMTrainConfig
 from prm.train import build_trainer, main, save_merged, train
 from scripted_teacher import make_run
@@ -48,7 +49,7 @@ def test_label_export_has_answer_tag_targets(label_run):
     assert len(tr) + len(te) == 8 and not {r["task_id"] for r in tr} & {r["task_id"] for r in te}
     for r in tr + te:
         assert r["completion"] == [{"role": "assistant", "content": f"<Answer>Response {r['label']}</Answer>"}]
-        assert [m["role"] for m in r["prompt"]] == ["system", "user"] and "<<<BEGIN RESPONSE_1>>>" in r["prompt"][1]["content"]
+        assert [m["role"] for m in r["prompt"]] == ["system", "user"] and parse_prompt(r["prompt"]) is not None
     assert {r["label"] for r in tr + te} == {1, 2}          # the order coin is not constant
     stats = json.loads((root / "stats.json").read_text())["data.export.trl_labels"]
     assert stats["targets"].startswith("answer tag only")

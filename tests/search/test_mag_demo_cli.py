@@ -12,6 +12,7 @@ import pytest
 import search.mag as mag
 from scripted_llm import scripted_server
 from search.demo_site import TASK_ID
+from data.judgment import parse_prompt
 from shop_scripts import GUIDES, mag_output, menu_id, menu_of_prompt, right_output
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
@@ -35,8 +36,7 @@ def test_demo_cli_baseline_and_prm(tmp_path):
         return ([home, right_output(_block(text, "URL"), menu), "not json"] * 3)[:payload["n"]]
 
     def prm(payload):
-        user = payload["messages"][-1]["content"]
-        first = _block(user, "RESPONSE_1").rsplit("guide: ", 1)[-1]
+        first = parse_prompt(payload["messages"]).response_1.rsplit("guide: ", 1)[-1]
         return [f"Response {1 if first in GUIDES else 2} follows the task. <Answer>Response {1 if first in GUIDES else 2}</Answer>"]
 
     policy_srv, prm_srv = scripted_server(policy), scripted_server(prm)

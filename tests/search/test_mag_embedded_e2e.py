@@ -18,7 +18,7 @@ from search.som import MAG_ACTION_SUBSETS, VIEWPORT
 from search.tournament import prm_pair_judge
 from teacher.embedded import default_model_dir
 from teacher.llm import LLMConfig
-from teacher.prompts import State
+from data.judgment import State
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,

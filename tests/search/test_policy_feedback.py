@@ -7,7 +7,7 @@ from search.agent import Policy, build_messages, describe_outcome, extract_actio
 from search.env import Observation
 from search.tournament import knockout, prm_pair_judge
 from teacher.llm import LLMConfig
-from teacher.prompts import State
+from data.judgment import State, parse_prompt
 
 TREE = "RootWebArea 'Shop'\n\t[9] searchbox 'Search' value='kettel'\n\t[10] button 'Search'\n\t[12] link 'Cart'"
 
@@ -54,9 +54,8 @@ def test_policy_asks_n_samples_and_prm_judges_the_knockout(tmp_path):
     policy_srv = scripted_server(lambda p: seen.append(p) or [f"t\n```\nclick('{b}')\n```" for b in ("9", "10", "12", "10", "99")][:p["n"]])
 
     def prm(payload):
-        user = payload["messages"][-1]["content"]
-        first = user[user.index("<<<BEGIN RESPONSE_1>>>"):user.index("<<<END RESPONSE_1>>>")]
-        return [f"ok\n<Answer>Response {1 if 'click(' + chr(39) + '12' in first else 2}</Answer>"]
+        first = parse_prompt(payload["messages"]).response_1
+        return [f"ok\n<Answer>Response {1 if first == 'click(' + chr(39) + '12' + chr(39) + ')' else 2}</Answer>"]
     prm_srv = scripted_server(prm)
     try:
         policy = Policy(_cfg(policy_srv, tmp_path, temperature=1.0))

@@ -14,7 +14,7 @@ from search.loop import AGENT_ENDINGS, run_episode
 from search.tournament import prm_pair_judge
 from teacher.embedded import default_model_dir
 from teacher.llm import LLMConfig
-from teacher.prompts import State
+from data.judgment import State
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from data.judgment import parse_prompt
+
 from scripted_llm import scripted_server
 from shop_scripts import find, menu_of_prompt, right_action, right_output
 
@@ -45,9 +47,9 @@ def test_search_flows_on_the_demo_shop(prefect_harness, tmp_path):
         return [f"```\n{a}\n```" for a in (wrong, right_action(obs))][:payload["n"]]
 
     def wa_prm(payload):
-        user = payload["messages"][-1]["content"]
-        right = right_action(_Obs(_block(user, "AXTREE"), _block(user, "CURRENT_URL")))
-        return [f"<Answer>Response {1 if _block(user, 'RESPONSE_1') == right else 2}</Answer>"]
+        parts = parse_prompt(payload["messages"])
+        right = right_action(_Obs(parts.axtree, parts.current_url))
+        return [f"<Answer>Response {1 if parts.response_1 == right else 2}</Answer>"]
 
     def mag_policy(payload):
         content = payload["messages"][-1]["content"]
