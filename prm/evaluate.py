@@ -1,24 +1,46 @@
-"""Pairwise and best-of-N accuracy of a comparative PRM, WebPRMBench-style.
+"""Pairwise and best-of-N accuracy of a comparative PRM, WebPRMBench-style, as the paper evaluates it.
 
     python -m prm.evaluate --model runs/demo/prm/cpu-demo --bench runs/demo/export/trl-labels/test.parquet \\
         --out runs/demo/prm/eval-trained.json --max-tokens 24
     python -m prm.evaluate --model my-prm --base-url http://gpu:8000/v1 --bench webprmbench.parquet --out prm.json
+    python -m prm.evaluate ... --include-sources                 # Mind2Web back in the macro average
     python -m prm.evaluate --compare base.json trained.json [--out compare.md]
 
 ``--bench`` is WebPRMBench-format Parquet (``state_idx, pair_idx, expected, prompt,
-source_name``; the benchmark's own prompts are used as given) or this project's export
-(``data.export --format webprmbench``, or a TRL ``trl``/``trl-labels`` split, whose ``label`` is
-the expected answer and whose pairs are grouped into states by ``(traj_id, step_idx)``). When a
-``candidates.parquet`` is found (``--candidates``, or in the run directory above the bench file)
-pairs are joined to it by ``pair_id`` for their rule, axis and GMCP flag.
+source_name``; the benchmark's own prompts are used as given, a string or a list of chat
+messages) or this project's export (``data.export --format webprmbench``, or a TRL
+``trl``/``trl-labels`` split, whose ``label`` is the expected answer and whose pairs are grouped
+into states by ``(traj_id, step_idx)``). When a ``candidates.parquet`` is found
+(``--candidates``, or in the run directory above the bench file) pairs are joined to it by
+``pair_id`` for their rule, axis and GMCP flag.
 
-Metrics (fractions in [0, 1]):
-- pairwise accuracy: pairs judged correctly / pairs; an unparsed verdict or an outage is wrong;
-  with ``--both-orders`` a pair is correct only if both orders pick the expected action.
-- best-of-N accuracy: states whose positive wins every one of its pairs / states (one wrong or
-  unparsed pair makes the state wrong).
-- both per ``source_name`` and macro-averaged (the unweighted mean over sources); on the
-  project's data also per rule, per axis and GMCP vs non-GMCP.
+Protocol (paper §5.1, §5.3):
+- A state is ``(source_name, state_idx)``: state numbers may repeat across sources.
+- Sources whose name contains ``mind2web`` (case-insensitive) are left out of the macro
+  averages and of the pooled figures by default: the SFT demonstrations come from Mind2Web
+  environments, so that subset is in-distribution (paper §5.1). They are still judged and
+  reported per source (``in_macro: false``). ``--include-sources`` brings them all back,
+  ``--include-sources NAME...`` those whose name contains one of the NAMEs.
+- pairwise accuracy: pairs judged correctly / pairs; with ``--both-orders`` a pair is correct
+  only if both orders pick the expected action.
+- best-of-N accuracy: states whose positive wins every one of its pairs / states.
+- macro: the unweighted mean of the per-source values over the sources in the macro.
+- outcomes: every judgment is a verdict, ``unparsed`` (no valid answer), ``truncated`` (the
+  generation hit the length limit before a valid answer) or an outage (``infra_errors``). An
+  unparsed or truncated judgment or an outage counts as wrong (and makes its state wrong);
+  unparsed and truncated are counted apart, per source and pooled, with ``truncated_share``.
+- GMCP partition of benchmark pairs (§5.3, "both candidates operate on genuine page elements
+  with identical action types"): each prompt is read back (``data.judgment.parse_prompt``), the
+  first BrowserGym action call of each response is parsed (text around it is tolerated) and the
+  AXTree is parsed; a pair is GMCP when both actions are element actions with the same op whose
+  targets are present, once each, in the AXTree. ``gmcp_partition`` gives pairwise/BoN on the
+  GMCP and non-GMCP pairs pooled over the macro sources, their counts, why pairs are non-GMCP,
+  and the prompts that could not be read (unparseable prompt, AXTree or action).
+- On the project's data also per rule, per axis and GMCP vs non-GMCP from ``candidates.parquet``
+  (``by_gmcp``), pooled over the macro sources.
+Judges behind an endpoint get ``max_tokens`` = 1024 unless ``--max-tokens`` (or an
+``--llm-config`` file) says otherwise, so a full judgment (think, criteria, analysis, answer)
+fits; local judges keep ``teacher.llm``'s default.
 ``--out FILE.json`` gets the metrics, ``FILE.md`` a Markdown table, ``FILE.pairs.jsonl`` every
 judgment. ``--compare`` puts several result files in one table.
 """
@@ -27,17 +49,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from data.actions import ELEMENT_OPS, SIGNATURES, Action, ActionParseError, parse_action
 from prm.judge import judge_expected, make_judge, position_stats
 from teacher.llm import LLMConfig
 
 BENCH_COLUMNS = ("state_idx", "pair_idx", "expected", "prompt", "source_name")
+EXCLUDED_BY_DEFAULT = "mind2web"        # left out of the macro unless --include-sources (paper §5.1)
+ENDPOINT_MAX_TOKENS = 1024              # default completion length for judges behind an endpoint
 
 
 def _prompt(p) -> list[dict]:
@@ -53,9 +80,70 @@ def find_candidates(bench: Path) -> Path | None:
     return None
 
 
+# -- the GMCP partition of benchmark pairs ---------------------------------------------------------
+_OP_CALL = re.compile(r"\b(" + "|".join(sorted(SIGNATURES, key=len, reverse=True)) + r")\s*\(")
+_MAX_CALL_CHARS = 4000
+
+
+def first_action(text: str) -> Action | None:
+    """The first well-formed BrowserGym action call in ``text`` (a response may hold other text
+    around it: a thought, a code fence, a comment); None when there is none."""
+    text = text or ""
+    try:
+        return parse_action(text)
+    except ActionParseError:
+        pass
+    for m in _OP_CALL.finditer(text):
+        close = text.find(")", m.end() - 1)
+        while close != -1 and close - m.start() < _MAX_CALL_CHARS:
+            try:
+                return parse_action(text[m.start():close + 1])
+            except ActionParseError:
+                close = text.find(")", close + 1)
+    return None
+
+
+def _targets(action: Action) -> list[str]:
+    out = [str(action.args[0][1])]
+    if action.op == "drag_and_drop":
+        out.append(str(action.args[1][1]))
+    return out
+
+
+def pair_structure(prompt: list[dict] | str) -> tuple[str | None, str]:
+    """``("gmcp" | "non_gmcp", why)`` for a benchmark prompt, or ``(None, what could not be read)``
+    with ``what`` one of ``prompt``, ``axtree``, ``action`` (see the module doc)."""
+    from data.judgment import parse_prompt
+    from graph.axtree import AXTreeParseError, parse_axtree
+
+    parts = parse_prompt(prompt)
+    if parts is None:
+        return None, "prompt"
+    try:
+        tree = parse_axtree(parts.axtree)
+    except AXTreeParseError:
+        return None, "axtree"
+    a1, a2 = first_action(parts.response_1), first_action(parts.response_2)
+    if a1 is None or a2 is None:
+        return None, "action"
+    if a1.op not in ELEMENT_OPS or a2.op not in ELEMENT_OPS:
+        return "non_gmcp", "not a page-element action"
+    if a1.op != a2.op:
+        return "non_gmcp", "different ops"
+    bids, dups = tree.by_bid(), set(tree.duplicate_bids())
+    targets = _targets(a1) + _targets(a2)
+    if any(t not in bids for t in targets):
+        return "non_gmcp", "target not in the AXTree"
+    if any(t in dups for t in targets):
+        return "non_gmcp", "target not unique in the AXTree"
+    return "gmcp", "same op on page elements"
+
+
 def load_bench(path: str | Path, candidates: str | Path | None = None, limit_states: int | None = None) -> list[dict]:
     """Benchmark rows normalized to ``state, pair_idx, expected, prompt, source_name`` plus
-    ``pair_id, rule, axis, gmcp`` where known (see the module doc for the accepted formats)."""
+    ``pair_id, rule, axis, gmcp`` where known and ``bench_gmcp, bench_gmcp_why`` (the GMCP
+    partition read from the prompt). A state is ``(source_name, state)``; ``limit_states`` keeps
+    the first N states in file order."""
     path = Path(path)
     rows = pq.read_table(path).to_pylist()
     cand = {}
@@ -74,66 +162,127 @@ def load_bench(path: str | Path, candidates: str | Path | None = None, limit_sta
         expected = r["expected"] if "expected" in r else r["label"]
         site = r.get("site") or c.get("site")
         gmcp = r.get("gmcp", c.get("gmcp"))
+        prompt = _prompt(r["prompt"])
+        structure, why = pair_structure(prompt)
         out.append({"state": state, "pair_idx": r.get("pair_idx"), "expected": int(expected),
-                    "prompt": _prompt(r["prompt"]), "source_name": r.get("source_name") or
+                    "prompt": prompt, "source_name": r.get("source_name") or
                     (f"surfprm/{site}" if site else path.stem), "pair_id": r.get("pair_id"),
                     "rule": r.get("rule", c.get("rule")), "axis": r.get("axis", c.get("axis")),
-                    "gmcp": None if gmcp is None else ("gmcp" if gmcp else "non_gmcp")})
+                    "gmcp": None if gmcp is None else ("gmcp" if gmcp else "non_gmcp"),
+                    "bench_gmcp": structure, "bench_gmcp_why": why})
     if limit_states is not None:
-        keep = sorted({r["state"] for r in out})[:limit_states]
-        out = [r for r in out if r["state"] in set(keep)]
+        keep = set(list(dict.fromkeys(_state_key(r) for r in out))[:limit_states])
+        out = [r for r in out if _state_key(r) in keep]
     return out
 
 
-def _group(rows: list[dict], correct: list[bool], unparsed: list[bool]) -> dict:
+# -- metrics ---------------------------------------------------------------------------------------
+def _state_key(row: dict) -> tuple:
+    return (row.get("source_name"), row["state"])
+
+
+def excluded_by_default(source: str) -> bool:
+    return EXCLUDED_BY_DEFAULT in str(source).lower()
+
+
+def split_sources(sources, include: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """(sources in the macro, sources left out). Mind2Web sources are left out unless ``include``
+    is ``[]`` (all back) or names a substring of theirs (case-insensitive)."""
+    inside, left_out = [], []
+    for s in sources:
+        back = include is not None and (not include or any(i.lower() in str(s).lower() for i in include))
+        (left_out if excluded_by_default(s) and not back else inside).append(s)
+    return inside, left_out
+
+
+def _group(rows: list[dict], ix: list[int], correct: list[bool], unparsed: list[bool],
+           truncated: list[bool]) -> dict:
     states: dict = defaultdict(list)
-    for r, ok in zip(rows, correct):
-        states[r["state"]].append(ok)
-    n = len(rows)
-    return {"pairwise": sum(correct) / n if n else None, "bon": sum(all(v) for v in states.values()) / len(states)
-            if states else None, "pairs": n, "correct": sum(correct), "states": len(states),
-            "states_correct": sum(all(v) for v in states.values()), "unparsed": sum(unparsed)}
+    for i in ix:
+        states[_state_key(rows[i])].append(correct[i])
+    n = len(ix)
+    right = sum(correct[i] for i in ix)
+    states_right = sum(all(v) for v in states.values())
+    n_trunc = sum(truncated[i] for i in ix)
+    return {"pairwise": right / n if n else None, "bon": states_right / len(states) if states else None,
+            "pairs": n, "correct": right, "states": len(states), "states_correct": states_right,
+            "unparsed": sum(unparsed[i] for i in ix), "truncated": n_trunc,
+            "truncated_share": n_trunc / n if n else None}
 
 
-def score(rows: list[dict], correct: list[bool], unparsed: list[bool] | None = None) -> dict:
-    """The metrics of judged pairs (``correct[i]`` for ``rows[i]``): overall, per source, macro
-    over sources, and per rule / axis / GMCP where the rows carry them."""
+def _mean(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def score(rows: list[dict], correct: list[bool], unparsed: list[bool] | None = None,
+          truncated: list[bool] | None = None, include_sources: list[str] | None = None) -> dict:
+    """The metrics of judged pairs (``correct[i]`` for ``rows[i]``): per source (all of them),
+    macro over the sources in the macro (``split_sources``), pooled figures over those sources
+    (overall, per rule / axis / GMCP flag where the rows carry them, and the prompt-read GMCP
+    partition when the rows carry ``bench_gmcp``)."""
     unparsed = unparsed or [False] * len(rows)
+    truncated = truncated or [False] * len(rows)
+    sources = list(dict.fromkeys(r["source_name"] for r in rows))
+    inside, left_out = split_sources(sources, include_sources)
+    pooled = [i for i, r in enumerate(rows) if r["source_name"] in set(inside)]
 
-    def by(key: str) -> dict:
+    def by(key: str, ix: list[int]) -> dict:
         groups: dict = defaultdict(list)
-        for i, r in enumerate(rows):
-            if r.get(key) is not None:
-                groups[r[key]].append(i)
-        return {k: _group([rows[i] for i in ix], [correct[i] for i in ix], [unparsed[i] for i in ix])
-                for k, ix in sorted(groups.items())}
+        for i in ix:
+            if rows[i].get(key) is not None:
+                groups[rows[i][key]].append(i)
+        return {k: _group(rows, g, correct, unparsed, truncated) for k, g in sorted(groups.items())}
 
-    by_source = by("source_name")
-    macro = {m: (sum(s[m] for s in by_source.values()) / len(by_source) if by_source else None)
-             for m in ("pairwise", "bon")}
-    result = {"macro": macro, "overall": _group(rows, correct, unparsed), "by_source": by_source,
-              "unparsed": sum(unparsed)}
+    by_source = by("source_name", list(range(len(rows))))
+    for name, g in by_source.items():
+        g["in_macro"] = name in inside
+    macro = {m: _mean([by_source[s][m] for s in inside]) for m in ("pairwise", "bon", "truncated_share")}
+    result = {"macro": macro, "macro_sources": sorted(inside), "excluded_sources": sorted(left_out),
+              "overall": _group(rows, pooled, correct, unparsed, truncated), "by_source": by_source,
+              "unparsed": sum(unparsed), "truncated": sum(truncated)}
     for key, name in (("rule", "by_rule"), ("axis", "by_axis"), ("gmcp", "by_gmcp")):
-        groups = by(key)
+        groups = by(key, pooled)
         if groups:
             result[name] = groups
+    if rows and "bench_gmcp" in rows[0]:
+        result["gmcp_partition"] = gmcp_partition(rows, pooled, correct, unparsed, truncated)
     return result
 
 
-def evaluate(judge_, bench_rows: list[dict], both_orders: bool = False) -> tuple[dict, list[dict]]:
+def gmcp_partition(rows, pooled, correct, unparsed, truncated) -> dict:
+    """Pairwise/BoN on the GMCP and non-GMCP benchmark pairs pooled over ``pooled`` (a state's
+    BoN within a subset counts its pairs in that subset), with counts and unreadable prompts."""
+    sub = {k: [i for i in pooled if rows[i]["bench_gmcp"] == k] for k in ("gmcp", "non_gmcp")}
+    parsed = len(sub["gmcp"]) + len(sub["non_gmcp"])
+    return {"gmcp": _group(rows, sub["gmcp"], correct, unparsed, truncated),
+            "non_gmcp": _group(rows, sub["non_gmcp"], correct, unparsed, truncated),
+            "gmcp_share": len(sub["gmcp"]) / parsed if parsed else None,
+            "non_gmcp_why": dict(Counter(rows[i]["bench_gmcp_why"] for i in sub["non_gmcp"])),
+            "unparseable": dict(Counter(rows[i]["bench_gmcp_why"] for i in pooled if rows[i]["bench_gmcp"] is None)),
+            "pairs": len(pooled)}
+
+
+def evaluate(judge_, bench_rows: list[dict], both_orders: bool = False,
+             include_sources: list[str] | None = None) -> tuple[dict, list[dict]]:
     """Judge every benchmark pair; returns (metrics, per-pair records)."""
     t0 = time.perf_counter()
     outcomes = judge_expected(judge_, [r["prompt"] for r in bench_rows], [r["expected"] for r in bench_rows],
                               both_orders)
-    metrics = score(bench_rows, [o.correct for o in outcomes], [o.unparsed for o in outcomes])
+    truncated = [bool(getattr(o.first, "truncated", False) or
+                      (o.swapped is not None and getattr(o.swapped, "truncated", False))) for o in outcomes]
+    unparsed = [o.unparsed and not t for o, t in zip(outcomes, truncated)]
+    metrics = score(bench_rows, [o.correct for o in outcomes], unparsed, truncated, include_sources)
     metrics["infra_errors"] = sum(o.first.infra_error is not None or
                                   (o.swapped is not None and o.swapped.infra_error is not None) for o in outcomes)
     metrics["position"] = position_stats(outcomes)
     metrics["seconds"] = round(time.perf_counter() - t0, 2)
-    records = [{"state": r["state"], "pair_idx": r["pair_idx"], "pair_id": r["pair_id"], "expected": r["expected"],
-                "verdict": o.first.verdict, "swapped_verdict": o.swapped.verdict if o.swapped else None,
-                "correct": o.correct, "judgment": o.first.text, "infra_error": o.first.infra_error}
-               for r, o in zip(bench_rows, outcomes)]
+    records = [{"source_name": r["source_name"], "state": r["state"], "pair_idx": r["pair_idx"],
+                "pair_id": r["pair_id"], "expected": r["expected"], "verdict": o.first.verdict,
+                "swapped_verdict": o.swapped.verdict if o.swapped else None, "correct": o.correct,
+                "truncated": t, "unparsed": u, "bench_gmcp": r.get("bench_gmcp"),
+                "judgment": o.first.text, "infra_error": o.first.infra_error}
+               for r, o, t, u in zip(bench_rows, outcomes, truncated, unparsed)]
     return metrics, records
 
 
@@ -144,16 +293,35 @@ def _pct(x) -> str:
 def markdown(result: dict) -> str:
     """One model's results as a Markdown table (percentages)."""
     lines = [f"### {result.get('name') or result.get('model')} on `{result.get('bench', '')}`", "",
-             "| group | pairwise % | best-of-N % | pairs | states | unparsed |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    sections = [("", result["by_source"])] + [(f"{k[3:]}: ", result[k]) for k in ("by_rule", "by_axis", "by_gmcp")
-                                               if k in result]
-    for prefix, groups in sections:
-        for name, g in groups.items():
-            lines.append(f"| {prefix}{name} | {_pct(g['pairwise'])} | {_pct(g['bon'])} | {g['pairs']} | "
-                         f"{g['states']} | {g['unparsed']} |")
+             "| group | pairwise % | best-of-N % | pairs | states | unparsed | truncated |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+
+    def row(label, g):
+        lines.append(f"| {label} | {_pct(g['pairwise'])} | {_pct(g['bon'])} | {g['pairs']} | {g['states']} | "
+                     f"{g['unparsed']} | {g.get('truncated', 0)} |")
+
+    for name, g in result["by_source"].items():
+        row(name if g.get("in_macro", True) else f"{name} (not in macro)", g)
+    for k in ("by_rule", "by_axis", "by_gmcp"):
+        for name, g in result.get(k, {}).items():
+            row(f"{k[3:]}: {name}", g)
+    part = result.get("gmcp_partition")
+    if part:
+        for k in ("gmcp", "non_gmcp"):
+            row(f"pooled {'GMCP' if k == 'gmcp' else 'non-GMCP'} pairs", part[k])
     o = result["overall"]
     lines.append(f"| **macro (over sources)** | **{_pct(result['macro']['pairwise'])}** | "
-                 f"**{_pct(result['macro']['bon'])}** | {o['pairs']} | {o['states']} | {result['unparsed']} |")
+                 f"**{_pct(result['macro']['bon'])}** | {o['pairs']} | {o['states']} | {o['unparsed']} | "
+                 f"{o.get('truncated', 0)} |")
+    if result.get("excluded_sources"):
+        lines += ["", "Not in the macro (in-distribution for the SFT data, paper §5.1; `--include-sources` "
+                  "brings them back): " + ", ".join(f"`{s}`" for s in result["excluded_sources"]) + "."]
+    if part:
+        unreadable = ", ".join(f"{k} {v}" for k, v in sorted(part["unparseable"].items())) or "none"
+        why = ", ".join(f"{k}: {v}" for k, v in sorted(part["non_gmcp_why"].items())) or "-"
+        lines += ["", f"GMCP partition (read from the prompts, pooled over the macro sources): "
+                  f"{part['gmcp']['pairs']} GMCP, {part['non_gmcp']['pairs']} non-GMCP "
+                  f"({_pct(part['gmcp_share'])}% GMCP); non-GMCP because {why}; unreadable: {unreadable}."]
     pos = result.get("position") or {}
     if pos.get("chose_position_1") is not None:
         lines += ["", f"Position 1 chosen in {_pct(pos['chose_position_1'])}% of parsed verdicts "
@@ -168,13 +336,21 @@ def compare(results: list[dict]) -> str:
     head = "| group | " + " | ".join(f"{n} pairwise % | {n} best-of-N %" for n in names) + " |"
     lines = [head, "| --- |" + " ---: | ---: |" * len(results)]
     keys = []
-    for section in ("by_source", "by_rule", "by_axis", "by_gmcp"):
+    for section in ("by_source", "by_rule", "by_axis", "by_gmcp", "gmcp_partition"):
         for r in results:
             for name in r.get(section, {}):
+                if section == "gmcp_partition" and name not in ("gmcp", "non_gmcp"):
+                    continue
                 if (section, name) not in keys:
                     keys.append((section, name))
     for section, name in keys:
-        label = name if section == "by_source" else f"{section[3:]}: {name}"
+        if section == "by_source":
+            left_out = any(not r.get("by_source", {}).get(name, {}).get("in_macro", True) for r in results)
+            label = f"{name} (not in macro)" if left_out else name
+        elif section == "gmcp_partition":
+            label = f"pooled {'GMCP' if name == 'gmcp' else 'non-GMCP'} pairs"
+        else:
+            label = f"{section[3:]}: {name}"
         cells = []
         for r in results:
             g = r.get(section, {}).get(name)
@@ -185,18 +361,45 @@ def compare(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _explicit(args: argparse.Namespace, name: str, prefix: str = "") -> bool:
+    """Whether a setting was given, as a flag or in the ``--llm-config`` file."""
+    dest = prefix.replace("-", "_")
+    if getattr(args, dest + name, None) is not None:
+        return True
+    path = getattr(args, f"{dest}llm_config", None)
+    if not path:
+        return False
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    return name in data.get("llm", data)
+
+
+def judge_config(args: argparse.Namespace, prefix: str = "", config: LLMConfig | None = None) -> LLMConfig:
+    """The judge's ``LLMConfig`` from the flags: a judge behind an endpoint gets
+    ``max_tokens >= ENDPOINT_MAX_TOKENS`` unless ``max_tokens`` was given (flag or config file)."""
+    cfg = config if config is not None else LLMConfig.from_args(args, prefix=prefix)
+    if not cfg.is_local and not _explicit(args, "max_tokens", prefix):
+        cfg = replace(cfg, max_tokens=max(cfg.max_tokens, ENDPOINT_MAX_TOKENS))
+    return cfg
+
+
 def run(config: LLMConfig, bench: str, out: str | Path, both_orders: bool = False, batch_size: int = 8,
-        candidates: str | None = None, limit_states: int | None = None, name: str | None = None) -> dict:
+        candidates: str | None = None, limit_states: int | None = None, name: str | None = None,
+        include_sources: list[str] | None = None) -> dict:
     """Evaluate one model on one benchmark file and write ``out`` (JSON), its ``.md`` and ``.pairs.jsonl``."""
     rows = load_bench(bench, candidates, limit_states)
     if not rows:
         raise ValueError(f"{bench} has no pairs")
     judge_ = make_judge(config, batch_size)
-    metrics, records = evaluate(judge_, rows, both_orders)
+    metrics, records = evaluate(judge_, rows, both_orders, include_sources)
     result = {"name": name or Path(config.model or "embedded").name, "model": config.model or "embedded",
               "endpoint": config.endpoint, "bench": str(bench),
               "protocol": {"both_orders": both_orders, "max_tokens": config.max_tokens,
-                           "temperature": config.temperature, "unparsed_counts_as": "wrong"}, **metrics}
+                           "temperature": config.temperature, "unparsed_counts_as": "wrong",
+                           "truncated_counts_as": "wrong", "states": "(source_name, state_idx)",
+                           "excluded_by_default": EXCLUDED_BY_DEFAULT, "include_sources": include_sources},
+              **metrics}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
@@ -214,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
                                   "with --compare: an optional Markdown file")
     ap.add_argument("--both-orders", action="store_true",
                     help="judge each pair in both orders; correct only if both pick the expected action")
+    ap.add_argument("--include-sources", nargs="*", metavar="NAME", default=None,
+                    help="bring sources left out of the macro by default (Mind2Web: in-distribution for the "
+                         "SFT data, paper §5.1) back in: all of them, or those whose name contains a NAME")
     ap.add_argument("--batch-size", type=int, default=8, help="prompts per local generation batch")
     ap.add_argument("--candidates", help="candidates.parquet to join by pair_id (default: found above --bench)")
     ap.add_argument("--limit-states", type=int, default=None, help="only the first N states (quick checks)")
@@ -229,8 +435,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.bench or not args.out:
         ap.error("--bench and --out are required (or --compare)")
-    result = run(LLMConfig.from_args(args), args.bench, args.out, args.both_orders, args.batch_size,
-                 args.candidates, args.limit_states, args.name)
+    result = run(judge_config(args), args.bench, args.out, args.both_orders, args.batch_size,
+                 args.candidates, args.limit_states, args.name, args.include_sources)
     print(markdown(result))
     return 0 if not result["infra_errors"] else 3
 
