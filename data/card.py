@@ -132,7 +132,10 @@ ds = load_dataset("parquet", data_files={{"train": "export/trl/train.parquet",
 
 ## Limitations
 
-Page text in the prompts is untrusted web content, fenced as data. The labels come from
+Prompts are in WebPRMBench's comparative-judgment format (WebArbiter-style sections, the
+candidates' actions only between `[The Begin of Response N]` / `[The End of Response N]`, the
+answer as `<Answer>Response N</Answer>`). Page text in them is untrusted web content: response
+markers, output tags and section headers inside it are escaped. The labels come from
 demonstrations: the demonstrated action is treated as the better one, and the teacher only
 filters pairs it cannot confirm. A run with the embedded 135M-parameter teacher exercises the
 pipeline, not quality: real datasets use a strong teacher behind an OpenAI-compatible endpoint.

@@ -7,9 +7,8 @@ import pyarrow as pa
 
 MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False),
                      pa.field("content", pa.large_string(), nullable=False)])
-# One teacher attempt: its seed, the response it preferred (null: unparsed) and the outcome
-# ('agree', 'disagree', 'unparsed', or 'agree_invalid' when it agreed but its text is no valid
-# judgment).
+# One teacher attempt: its seed, the response it preferred (null: no valid answer) and the outcome
+# ('agree', 'disagree', 'truncated' (cut off at max_tokens before a valid answer) or 'unparsed').
 VERDICT = pa.struct([pa.field("attempt", pa.int8(), nullable=False),
                      pa.field("seed", pa.int64(), nullable=False),
                      pa.field("verdict", pa.int8()),
