@@ -351,8 +351,13 @@ def render_pair(state: State, a1: str, a2: str, budget: int | None = None,
         neutralized += n
     stats["neutralized"] = neutralized
     stats["history_omitted"] = omitted
+    return _layout(values, fmt), stats
+
+
+def _layout(values: dict[str, str], fmt: JudgmentFormat) -> list[dict]:
+    """The messages for ready field texts (already neutralized or fenced)."""
     if fmt.template is not None:
-        return fmt.template.render(values), stats
+        return fmt.template.render(values)
     parts = []
     for name, header, note in SECTIONS:
         parts.append(f"{header}\n{note}\n{values[name]}" if note else f"{header}\n{values[name]}")
@@ -360,7 +365,20 @@ def render_pair(state: State, a1: str, a2: str, budget: int | None = None,
         f"{BEGIN.format(k)}\nACTION:\n{values[f'response_{k}']}\n{END.format(k)}" for k in (1, 2)))
     parts.append(OUTPUT_INSTRUCTIONS)
     system = SYSTEM_PROMPT + (FENCE_NOTE if fmt.untrusted == "fence" else "")
-    return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}], stats
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def rerender_prompt(messages: list[dict] | str, fmt: JudgmentFormat) -> list[dict] | None:
+    """A prompt in the benchmark's structure (ours or WebPRMBench's) rendered again in ``fmt``
+    (e.g. a user's template), its fields as they were (escapes kept, no AXTree budget applied);
+    None when the prompt lacks the structure."""
+    parts = parse_prompt(messages)
+    if parts is None:
+        return None
+    values = {name: getattr(parts, name) for name in FIELDS}
+    if fmt.untrusted == "fence":
+        values = {name: fence(name.upper(), text)[0] for name, text in values.items()}
+    return _layout(values, fmt)
 
 
 # -- reading prompts back -------------------------------------------------------------------------

@@ -10,7 +10,8 @@ import pytest
 
 from data.actions import parse_action
 from data.judgment import (BEGIN, END, JudgmentFormat, PromptTemplate, State, budget_axtree, fence,
-                           judgment_sections, neutralize, parse_prompt, parse_verdict, render_pair, swap_responses)
+                           judgment_sections, neutralize, parse_prompt, parse_verdict, render_pair, rerender_prompt,
+                           swap_responses)
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "webprm_collection_samples"
 
@@ -212,3 +213,14 @@ def test_long_lines_are_shortened():
     tree = "RootWebArea 'x'\n\t[1] StaticText '" + "y" * 5000 + "'"
     text, cut = budget_axtree(tree, {"1"}, budget=100_000)
     assert cut["long_lines_shortened"] == 1 and len(text) < 600 and cut["chars_cut"] > 4000
+
+
+def test_rerender_keeps_fields_in_a_template():
+    msgs, _ = render_pair(_state(), "fill('102', 'red shoes')", "click('400')", budget=100_000)
+    t = PromptTemplate("{intent}|{current_url}|{response_1}|{response_2}", system="S")
+    again = rerender_prompt(msgs, JudgmentFormat(template=t))
+    assert again == [{"role": "system", "content": "S"},
+                     {"role": "user", "content": "Search for red shoes|http://shop.test/|fill('102', 'red shoes')|"
+                                                 "click('400')"}]
+    assert rerender_prompt(msgs, JudgmentFormat()) == msgs             # the default format is a fixed point
+    assert rerender_prompt("Which is better?", JudgmentFormat(template=t)) is None
