@@ -8,7 +8,8 @@ Two text forms are read:
   ``\\uf132``); unnamed ``generic`` nodes print the role alone; nodes without a bid have no
   ``[...]`` prefix.
 * ``flat``: the WebArena / WebPRM Collection form: no indentation, ``[bid] role 'name'
-  prop: value prop: value``, after a ``Tab N (current): title`` header.
+  prop: value prop: value``, after a ``Tab N (current): title`` header. Nesting is gone;
+  :func:`infer_structure` derives a parent structure from what the text still carries.
 
 Parsing is on the hot path of graph building (hundreds of nodes per observation), so a line
 is read with one regular expression and its properties are decoded only when asked for.
@@ -104,7 +105,8 @@ class AXNode:
     depth: int
     value: object = None
     rest: str = ""                # undecoded properties; see ``props``
-    parent: int | None = None     # index of the parent node (None at the root or in flat trees)
+    parent: int | None = None     # index of the parent node (None at the root, or in flat trees
+                                  # whose structure was not inferred)
     children: list[int] = field(default_factory=list)
 
     @property
@@ -119,6 +121,7 @@ class AXTree:
     obs_format: str
     tabs: list[dict] = field(default_factory=list)       # ``Tab N (current): title`` headers
     unparsed: list[str] = field(default_factory=list)    # lines that are not nodes
+    inferred: bool = False       # flat tree whose parents come from :func:`infer_structure`
     _by_bid: dict | None = None
 
     def by_bid(self) -> dict[str, AXNode]:
@@ -216,3 +219,133 @@ def parse_axtree(text: str, obs_format: str | None = None) -> AXTree:
     if not nodes:
         raise AXTreeParseError("no AXTree node found" + (f"; first line: {lines[0][:60]!r}" if lines else ""))
     return tree
+
+
+# -- Structure inference for flat AXTrees --------------------------------------------------------
+# A flat AXTree keeps document order, roles, names and bids but not the nesting. What it still
+# tells: frame roots (RootWebArea after an Iframe; BrowserGym's bids carry the frame's letter
+# prefix), landmarks and headings that open sections, composite widgets followed by runs of
+# their items, and items followed by their content.
+LANDMARK_ROLES = frozenset({"banner", "navigation", "main", "contentinfo", "complementary", "search", "form",
+                            "region", "dialog", "alertdialog", "application"})
+# Item role -> the composite roles that hold it.
+ITEM_PARENTS = {
+    "listitem": frozenset({"list"}), "option": frozenset({"listbox", "combobox", "group"}),
+    "menuitem": frozenset({"menu", "menubar"}), "menuitemcheckbox": frozenset({"menu", "menubar"}),
+    "menuitemradio": frozenset({"menu", "menubar"}), "tab": frozenset({"tablist"}),
+    "treeitem": frozenset({"tree", "group"}), "radio": frozenset({"radiogroup"}),
+    "row": frozenset({"table", "grid", "treegrid", "rowgroup"}),
+    "cell": frozenset({"row"}), "gridcell": frozenset({"row"}), "columnheader": frozenset({"row"}),
+    "rowheader": frozenset({"row"}),
+}
+# Composites that hold nothing but their items (and their items nothing interactive): any other
+# node closes them. Lists and tables hold arbitrary content in their items.
+CLOSED_COMPOSITES = frozenset({"combobox", "listbox", "menu", "menubar", "tablist", "radiogroup", "tree"})
+OPEN_COMPOSITES = frozenset({"list", "table", "grid", "treegrid", "rowgroup"})
+_CLOSED_ITEMS = frozenset(r for r, ps in ITEM_PARENTS.items() if ps & CLOSED_COMPOSITES)
+# Landmarks that hold form controls only (a search box, its scope select, its button): any
+# other node (a link, list, table, heading...) is after them.
+_SEARCH_CONTENT = frozenset({"searchbox", "textbox", "combobox", "listbox", "option", "button", "StaticText",
+                             "generic", "group", "LabelText", "image", "img", "none", "presentation"})
+_DIALOGS = frozenset({"dialog", "alertdialog"})
+_REGIONS = frozenset({"main", "banner", "contentinfo", "complementary"}) | _DIALOGS
+_FRAME_ROLES = frozenset({"RootWebArea", "Iframe"})
+_CONTENT_ROLES = frozenset({"StaticText", "generic", "image", "img", "ListMarker", "LineBreak", "InlineTextBox",
+                            "none", "presentation"})
+_LETTERS = re.compile(r"[A-Za-z]*")
+
+
+def infer_structure(tree: AXTree) -> AXTree:
+    """Give a flat tree inferred parents, children and depths, in place (idempotent).
+
+    One pass in document order keeps, per frame, a stack of open scopes (frame root, landmarks,
+    headings, composites, items). A landmark or heading closes the sections, lists and items
+    opened since the enclosing landmark; an item closes the items after its composite; a node
+    that is not an item of an open single-purpose composite (combobox, listbox, menu, tablist,
+    radiogroup), or of a search landmark's form controls, closes it. Frames: a RootWebArea after an Iframe is the frame's root, and when the
+    bids carry BrowserGym's frame prefix (``a35`` inside frame ``a``) a node returns to its own
+    frame's scopes. Everything else hangs under the innermost open scope. Indented trees are
+    returned unchanged.
+    """
+    if tree.obs_format != "flat" or tree.inferred:
+        return tree
+    nodes = tree.nodes
+    lettered = any(n.role == "Iframe" and n.bid and n.bid.isalpha() for n in nodes)
+    stacks: dict[str, list[int]] = {"": []}
+    stack = stacks[""]
+    after_iframe: AXNode | None = None
+    for n in nodes:
+        role = n.role
+        if lettered and n.bid and role != "Iframe":
+            key = _LETTERS.match(n.bid).group(0)
+            if key in stacks and stacks[key] is not stack:
+                stack = stacks[key]
+        if role == "RootWebArea" and after_iframe is not None:
+            _attach(nodes, n, after_iframe.index)
+            if lettered and after_iframe.bid in stacks:
+                stack = stacks[after_iframe.bid]
+            stack.append(n.index)
+            after_iframe = None
+            continue
+        after_iframe = None
+        if not stack:
+            stack.append(n.index)
+            continue
+        _close_scopes(nodes, stack, n)
+        _attach(nodes, n, stack[-1])
+        if role == "Iframe":
+            after_iframe = n
+            if lettered and n.bid and n.bid.isalpha():
+                stacks[n.bid] = []
+        elif role in LANDMARK_ROLES or role == "heading" or role in ITEM_PARENTS \
+                or role in CLOSED_COMPOSITES or role in OPEN_COMPOSITES:
+            stack.append(n.index)
+    tree.inferred = True
+    return tree
+
+
+def _attach(nodes: list[AXNode], node: AXNode, parent: int) -> None:
+    node.parent = parent
+    node.depth = nodes[parent].depth + 1
+    nodes[parent].children.append(node.index)
+
+
+def _is_section(role: str) -> bool:
+    return role in LANDMARK_ROLES or role in _FRAME_ROLES
+
+
+def _close_scopes(nodes: list[AXNode], stack: list[int], node: AXNode) -> None:
+    """Pop the scopes that ``node`` ends (see :func:`infer_structure`); the frame root stays."""
+    role = node.role
+    # Items of single-purpose composites hold text only; composites hold their items only.
+    while len(stack) > 1:
+        top = nodes[stack[-1]].role
+        if top in _CLOSED_ITEMS and role not in _CONTENT_ROLES:
+            stack.pop()
+        elif top in CLOSED_COMPOSITES and not (role in ITEM_PARENTS and top in ITEM_PARENTS[role]) \
+                and role != "group":
+            stack.pop()
+        elif top == "search" and role not in _SEARCH_CONTENT:
+            stack.pop()
+        else:
+            break
+    if role in ITEM_PARENTS:
+        holders = ITEM_PARENTS[role]
+        for depth in range(len(stack) - 1, 0, -1):
+            r = nodes[stack[depth]].role
+            if r in holders:
+                del stack[depth + 1:]
+                return
+            if _is_section(r):
+                break
+        while len(stack) > 1 and nodes[stack[-1]].role == role:   # a run of items without their composite
+            stack.pop()
+    elif role in LANDMARK_ROLES:
+        # Landmarks are siblings, except inside the page regions that hold others (main,
+        # banner, contentinfo, complementary) and dialogs; those pop to a dialog or the root.
+        holders = _DIALOGS if role in _REGIONS else _REGIONS
+        while len(stack) > 1 and nodes[stack[-1]].role not in holders and nodes[stack[-1]].role not in _FRAME_ROLES:
+            stack.pop()
+    elif role == "heading":
+        while len(stack) > 1 and not _is_section(nodes[stack[-1]].role):
+            stack.pop()

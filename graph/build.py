@@ -279,7 +279,7 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
 def _interactive_ancestor(res, node) -> tuple[str | None, int]:
     """Nearest interactive ancestor (bid) of an element, and the depth gap to it."""
     tree = res.tree
-    if tree.obs_format == "indented":
+    if res.page.context in ("axtree", "flat"):
         # Interactive roles are never inert, so the walk can hop from anchor to anchor.
         i = res.page.anchor(node.index)
         while i is not None:

@@ -16,8 +16,10 @@ the same node id, two different elements of one page get different ids. ``elem_c
 * its subtree signature: the (role, name) of its direct children.
 
 On a flat AXTree (no indentation) the ancestors come from the step's HTML (bid attributes)
-when it is there, and otherwise there are none; ``context`` records which ('axtree', 'html',
-'none') so a consumer knows how much to trust the identity.
+when it is there, and otherwise from the structure inferred from the flat text
+(:func:`graph.axtree.infer_structure`: frames, landmarks and headings as section anchors,
+composites and runs of their items); ``context`` records which ('axtree', 'html', 'flat', or
+'none' for a flat tree given neither) so a consumer knows how much to trust the identity.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ INERT_ROLES = frozenset({
     "figure", "Legend", "InlineTextBox", "LineBreak", "caption", "Canvas", "Pre", "sectionheader",
     "sectionfooter", "ruby", "Ruby",
 })
+# Frame roots: in an inferred (flat) structure, no anchor (see ``PageContext``).
+FLAT_UNLINKED_ROLES = frozenset({"RootWebArea", "Iframe"})
 COMPOSITE_ROLES = frozenset({"listbox", "menu", "menubar", "tablist", "radiogroup", "tree", "grid", "treegrid",
                              "toolbar", "combobox"})
 # Elements an agent acts on. Composite widgets (listbox, menu, tablist, ...) are included so
@@ -90,7 +94,7 @@ class ElementContext:
     ancestors: tuple[tuple[str, str], ...]   # (role, name) of non-inert ancestors, root first
     ordinal: int                             # among logical siblings with the same role and name
     signature: tuple[tuple[str, str], ...]   # (role, name) of direct children
-    context: str                             # 'axtree' | 'html' | 'none'
+    context: str                             # 'axtree' | 'html' | 'flat' | 'none'
     # Ancestor ordinals, set only for elements that collide on their page without them
     # (repeated widgets): positions are the least stable part of a page, so they are used
     # only where nothing else tells two elements apart.
@@ -126,12 +130,15 @@ class PageContext:
         nodes = tree.nodes
         self.html_ancestors = html_ancestors or {}
         anchor: list[int | None] = [None] * len(nodes)
-        if tree.obs_format == "indented":
-            self.context = "axtree"
+        if tree.obs_format == "indented" or tree.inferred:
+            self.context = "axtree" if tree.obs_format == "indented" else "flat"
+            # In an inferred structure the sections under a frame root are not linked through
+            # it: the flat text tells which section an element is in, not how near two sections are.
+            roots = FLAT_UNLINKED_ROLES if tree.inferred else frozenset()
             # Parents precede children in document order, so one forward pass suffices.
             for node in nodes:
                 p = node.parent
-                if p is not None:
+                if p is not None and nodes[p].role not in roots:
                     anchor[node.index] = p if nodes[p].role not in INERT_ROLES else anchor[p]
         elif html_ancestors:
             self.context = "html"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from data.sites import normalize_url_path
-from graph.axtree import AXNode, AXTree, parse_axtree
+from graph.axtree import AXNode, AXTree, infer_structure, parse_axtree
 from graph.identity import ElementContext, PageContext, ambiguous, html_bid_ancestors, is_interactive
 
 
@@ -58,6 +58,8 @@ def resolve_observation(observation: str | AXTree, obs_format: str, site: str, u
     observation to its persistent node id. Raises AXTreeParseError on unparseable text."""
     tree = observation if isinstance(observation, AXTree) else parse_axtree(observation, obs_format)
     html_anc = html_bid_ancestors(html) if (html and tree.obs_format == "flat") else None
+    if tree.obs_format == "flat" and not html_anc:
+        infer_structure(tree)     # no HTML to take ancestors from: infer them from the flat text
     page = PageContext(tree, html_anc)
     url_path = normalize_url_path(url)
     extra = set(extra_bids)

@@ -1,0 +1,197 @@
+"""Flat AXTrees against the indented truth: identity partition agreement, structurally_near precision.
+
+    .venv/bin/python bench/flat_axtree.py [--shared ../shared/data] [--near-hops 4] [--no-mine]
+
+Ingests the shared AgentLab traces (indented AXTrees), flattens their successful trajectories
+into WebPRM Collection rows (``data.flatten``: indentation and HTML dropped), ingests those with
+the WebPRM reader, and builds the graphs of both runs. The same observation has the same bids
+in both, so an element occurrence is (trajectory, step, bid), and then:
+
+* **partition agreement**: over pairs of occurrences, the share on which flat mode merges the
+  two into one node exactly when indented mode does (the Rand index), computed exactly from the
+  contingency counts, over all pairs of the site and over pairs within one page (the
+  observation's normalized URL). Almost every pair is of two different elements, which both
+  modes keep apart, so this share is near 1 for any sane identity; the pairs that either mode
+  merges are also reported: ``merge precision`` (pairs flat merges that indented merges too),
+  ``merge recall`` (the converse) and their Jaccard.
+* **structurally_near precision**: for every demonstrated step on an element, every other element
+  that resolves to one bid (the candidates of ``proposals.rules.structurally_near`` before its
+  cap): among the pairs that flat mode puts within ``near_hops`` in its page structure, the share
+  that are within ``near_hops`` containment hops in the indented page structure; recall the
+  converse. Also over the structurally_near candidates that ``proposals.mine`` keeps.
+
+Then mines the flat run (fill values from a scripted OpenAI-protocol server: the rules are
+measured here, not the model's wording) and prints candidates per rule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import pyarrow.parquet as pq  # noqa: E402
+
+from data.actions import ELEMENT_OPS, parse_action  # noqa: E402
+from data.flatten import flatten_run  # noqa: E402
+from data.ingest import ingest  # noqa: E402
+from graph.build import build_graphs  # noqa: E402
+from graph.resolve import resolve_observation  # noqa: E402
+from proposals.rules import StepContext  # noqa: E402
+
+
+def _pairs(n: int) -> int:
+    return n * (n - 1) // 2
+
+
+def partition_agreement(occurrences: list[tuple[str, str, str]]) -> dict:
+    """(bucket, indented node, flat node) per occurrence -> agreement over pairs within a bucket."""
+    by_bucket: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for bucket, a, b in occurrences:
+        by_bucket[bucket].append((a, b))
+    total = both = ind = flat = 0
+    for items in by_bucket.values():
+        total += _pairs(len(items))
+        both += sum(_pairs(c) for c in Counter(items).values())
+        ind += sum(_pairs(c) for c in Counter(a for a, _ in items).values())
+        flat += sum(_pairs(c) for c in Counter(b for _, b in items).values())
+    agree = total - ind - flat + 2 * both
+    return {"occurrences": len(occurrences), "pairs": total, "agreement": agree / total if total else 1.0,
+            "merged_indented": ind, "merged_flat": flat, "merged_both": both,
+            "merge_precision": both / flat if flat else 1.0, "merge_recall": both / ind if ind else 1.0,
+            "merge_jaccard": both / (ind + flat - both) if ind + flat - both else 1.0}
+
+
+def _context(res, bid: str | None) -> StepContext:
+    return StepContext(res, None, "", "element", bid, [], 0, None, None)
+
+
+def compare(ind_run: Path, flat_run: Path, near_hops: int) -> dict:
+    """Resolve every observation of the flat run and its indented original; occurrences and near pairs."""
+    ind_rows = {(r["traj_id"], r["step_idx"]): r for r in pq.read_table(ind_run / "trajectories.parquet").to_pylist()}
+    occ_site, occ_page = [], []
+    near = Counter()                  # (flat near, indented near) over candidate pairs
+    near_of: dict[tuple, bool] = {}   # (traj, step, pos bid, neg bid) -> indented near
+    modes = Counter()
+    for fr in pq.read_table(flat_run / "trajectories.parquet").to_pylist():
+        traj = fr["traj_id"].removeprefix("webprm:")
+        ir = ind_rows[(traj, fr["step_idx"])]
+        action = parse_action(fr["action"])
+        extra = (action.bid,) if action.bid else ()
+        ires = resolve_observation(ir["observation"], "indented", ir["site"], ir["url"], None, extra)
+        fres = resolve_observation(fr["observation"], "flat", fr["site"], fr["url"], None, extra)
+        if ires.tree.duplicate_bids():
+            continue
+        modes[fres.page.context] += 1
+        for bid, fnode in fres.bid_to_node.items():
+            inode = ires.bid_to_node[bid]
+            occ_site.append((fr["site"], inode, fnode))
+            occ_page.append((fr["site"] + " " + ires.url, inode, fnode))
+        if action.op not in ELEMENT_OPS or fres.unique_bid(fres.bid_to_node.get(action.bid, "")) is None \
+                or ires.unique_bid(ires.bid_to_node[action.bid]) is None:
+            continue
+        fctx, ictx = _context(fres, action.bid), _context(ires, action.bid)
+        src = fres.tree.by_bid()[action.bid].index
+        for _, bid, idx in fctx.elements():
+            if bid == action.bid or ires.unique_bid(ires.bid_to_node[bid]) is None:
+                continue
+            f_near = fctx.structural_distance(src, idx) <= near_hops
+            i_near = ictx.structural_distance(src, idx) <= near_hops
+            near[(f_near, i_near)] += 1
+            near_of[(fr["traj_id"], fr["step_idx"], action.bid, bid)] = i_near
+    flat_near = near[(True, True)] + near[(True, False)]
+    ind_near = near[(True, True)] + near[(False, True)]
+    return {"modes": dict(modes), "site": partition_agreement(occ_site), "page": partition_agreement(occ_page),
+            "near": {"pairs": sum(near.values()), "flat_near": flat_near, "indented_near": ind_near,
+                     "both": near[(True, True)],
+                     "precision": near[(True, True)] / flat_near if flat_near else None,
+                     "recall": near[(True, True)] / ind_near if ind_near else None},
+            "_near_of": near_of}
+
+
+def mine_flat(flat_run: Path, cache: Path) -> tuple[dict, list[dict]]:
+    """proposals.mine on the flat run with scripted fill values; (stats, candidates)."""
+    from proposals.mine import MineConfig, mine
+    from teacher.llm import LLMConfig
+    from teacher.serve import serve_in_thread
+
+    def complete(request):
+        return {"id": "x", "object": "chat.completion", "model": "scripted",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Zoom"},
+                             "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
+    server = serve_in_thread(complete, "scripted")
+    try:
+        stats = mine(flat_run, MineConfig(budget=10000, seed=42),
+                     LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(cache)), workers=2)
+    finally:
+        server.shutdown()
+    return stats.extra, pq.read_table(flat_run / "candidates.parquet").to_pylist()
+
+
+def _fmt(p: dict) -> str:
+    return (f"agreement {p['agreement']:.4%} over {p['pairs']:,} pairs of {p['occurrences']:,} occurrences; "
+            f"merged pairs: indented {p['merged_indented']:,}, flat {p['merged_flat']:,}, both {p['merged_both']:,} "
+            f"(merge precision {p['merge_precision']:.2%}, recall {p['merge_recall']:.2%}, "
+            f"Jaccard {p['merge_jaccard']:.2%})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--near-hops", type=int, default=4)
+    ap.add_argument("--no-mine", action="store_true", help="skip proposals.mine on the flat run")
+    args = ap.parse_args(argv)
+    if not (args.shared / "agentlab_workarena").is_dir():
+        print(f"skip: shared traces not found at {args.shared}")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        t = time.perf_counter()
+        ingest("agentlab", [args.shared / "agentlab_workarena"], tmp / "indented")
+        n_rows = flatten_run(tmp / "indented" / "trajectories.parquet", tmp / "rows" / "rows.jsonl")
+        ingest("webprm", [tmp / "rows"], tmp / "flat")
+        build_graphs(tmp / "indented", workers=2)
+        build_graphs(tmp / "flat", workers=2)
+        print(f"{n_rows} WebPRM rows written and ingested, both graphs built in {time.perf_counter() - t:.1f} s")
+        for name in ("indented", "flat"):
+            m = json.loads((tmp / name / "graphs" / "manifest.json").read_text())
+            for site, s in m["sites"].items():
+                print(f"{name:8s} {site}: {s['element_nodes']} element nodes, {s['containment_edges']} containment "
+                      f"edges, {s['interaction_edges']} interaction edges, ambiguity {s['ambiguity_rate']:.2%}, "
+                      f"structure {s.get('structure', {})}")
+        t = time.perf_counter()
+        r = compare(tmp / "indented", tmp / "flat", args.near_hops)
+        print(f"compared in {time.perf_counter() - t:.1f} s; flat observations by structure mode: {r['modes']}")
+        print("partition, pairs within the site:", _fmt(r["site"]))
+        print("partition, pairs within a page:  ", _fmt(r["page"]))
+        n = r["near"]
+        print(f"structurally_near (<= {args.near_hops} hops) over {n['pairs']:,} (positive, other element) pairs: "
+              f"flat near {n['flat_near']:,}, indented near {n['indented_near']:,}, both {n['both']:,}; "
+              f"precision {n['precision'] if n['precision'] is None else format(n['precision'], '.2%')}, "
+              f"recall {n['recall'] if n['recall'] is None else format(n['recall'], '.2%')}")
+        if args.no_mine:
+            return 0
+        t = time.perf_counter()
+        stats, cands = mine_flat(tmp / "flat", tmp / "llm-cache")
+        by_rule = Counter(c["rule"] for c in cands)
+        print(f"proposals.mine on the flat run in {time.perf_counter() - t:.1f} s: {len(cands)} candidates; "
+              + ", ".join(f"{k} {v}" for k, v in sorted(by_rule.items())))
+        sn = [c for c in cands if c["rule"] == "structurally_near"]
+        hits = [r["_near_of"].get((c["traj_id"], c["step_idx"], c["pos_bid"], c["neg_bid"])) for c in sn]
+        known = [h for h in hits if h is not None]
+        if known:
+            print(f"mined structurally_near candidates within {args.near_hops} indented hops: "
+                  f"{sum(known)}/{len(known)} ({sum(known) / len(known):.2%})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
