@@ -1,4 +1,5 @@
-"""The six rules on hand-checked steps of the real WorkArena traces, and the audit."""
+"""The six rules on hand-checked steps of real WorkArena traces (the bundled sample, so that
+they run without ../shared), and the audit of what they mine."""
 
 import hashlib
 import json
@@ -6,7 +7,10 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import BUNDLED
+from data.ingest import ingest
 from graph.build import build_graphs
+from proposals.audit import audit_table
 from proposals.mine import MineConfig, mine
 from proposals.schema import CANDIDATE_SCHEMA, RULES
 
@@ -22,7 +26,8 @@ def scripted_llm(tmp_path_factory):
 
     def complete(request):
         return {"id": "x", "object": "chat.completion", "model": "scripted",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Zoom"}, "finish_reason": "stop"}],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": '{"value": "Zoom"}'},
+                             "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
     server = serve_in_thread(complete, "scripted")
     yield LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(tmp_path_factory.mktemp("llm")))
@@ -30,13 +35,21 @@ def scripted_llm(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def mined(agentlab_run, scripted_llm):
-    build_graphs(agentlab_run, workers=2)
-    stats = mine(agentlab_run, MineConfig(budget=300, seed=42), scripted_llm)
-    digest = hashlib.sha256((agentlab_run / "candidates.parquet").read_bytes()).hexdigest()
-    again = mine(agentlab_run, MineConfig(budget=300, seed=42), scripted_llm)
-    digest2 = hashlib.sha256((agentlab_run / "candidates.parquet").read_bytes()).hexdigest()
-    rows = pq.read_table(agentlab_run / "candidates.parquet").to_pylist()
+def bundled_run(tmp_path_factory):
+    """The bundled sample (11 successful WorkArena runs) ingested, with its graphs."""
+    run = tmp_path_factory.mktemp("bundled_run")
+    ingest("canonical", [BUNDLED / "agentlab_workarena.parquet"], run)
+    build_graphs(run, workers=1)
+    return run
+
+
+@pytest.fixture(scope="module")
+def mined(bundled_run, scripted_llm):
+    stats = mine(bundled_run, MineConfig(budget=200, seed=42), scripted_llm, workers=1)
+    digest = hashlib.sha256((bundled_run / "candidates.parquet").read_bytes()).hexdigest()
+    again = mine(bundled_run, MineConfig(budget=200, seed=42), scripted_llm, workers=1)
+    digest2 = hashlib.sha256((bundled_run / "candidates.parquet").read_bytes()).hexdigest()
+    rows = pq.read_table(bundled_run / "candidates.parquet").to_pylist()
     return stats, again, rows, digest, digest2
 
 
@@ -44,15 +57,18 @@ def _at(rows, step, rule):
     return [c for c in rows if c["traj_id"] == TRAJ and c["step_idx"] == step and c["rule"] == rule]
 
 
-def test_all_six_rules_fire_and_nothing_is_hallucinated(mined, agentlab_run):
+def test_all_six_rules_fire_and_nothing_is_hallucinated(mined, bundled_run):
     stats, _, rows, _, _ = mined
     audit = stats.extra["audit"]
-    assert all(audit["pool"]["by_rule"].get(r, 0) > 0 for r in RULES)
-    assert audit["hallucinated_targets"] == 0
+    assert all(audit["by_rule"][r]["pairs"] > 0 for r in RULES)
+    assert audit["pairs"] == len(rows)
+    assert audit["hallucinated_targets"] == 0 and audit["other"] == 0 and audit["stored_gmcp_disagrees"] == 0
+    # The stage record holds the audit of the file as written (the same bytes, re-derived).
+    assert audit == audit_table(bundled_run, "candidates")
     assert stats.n_in == stats.n_out + sum(stats.rejected.values())
-    assert pq.read_schema(agentlab_run / "candidates.parquet").equals(CANDIDATE_SCHEMA)
-    assert sum(c["sampled"] for c in rows) == 300 == audit["sample"]["pairs"]
-    s = json.loads((agentlab_run / "stats.json").read_text())["proposals.mine"]
+    assert pq.read_schema(bundled_run / "candidates.parquet").equals(CANDIDATE_SCHEMA)
+    assert sum(c["sampled"] for c in rows) == 200 == audit["sample"]["pairs"]
+    s = json.loads((bundled_run / "stats.json").read_text())["proposals.mine"]
     assert s["in"] == s["out"] + sum(s["rejected"].values())
 
 
@@ -67,8 +83,10 @@ def test_gmcp_and_residual_are_consistent(mined):
         assert c["gmcp"] == (c["pos_kind"] == "element" and c["op_pos"] == c["op_neg"])
         assert c["action_neg"] != c["action_pos"]
         assert not c["neg_node"].startswith("v-")          # never a virtual negative
-    s = stats.extra["audit"]["sample"]
-    assert s["gmcp"] + s["virtual_positive"] + s["affordance_mismatch"] == s["pairs"]
+    for s in (stats.extra["audit"], stats.extra["audit"]["sample"]):
+        assert s["gmcp"] + s["virtual_positive"] + s["affordance_mismatch"] + s["other"] == s["pairs"]
+        assert s["gmcp"] == sum(g["gmcp"] for g in s["by_rule"].values()) == sum(g["gmcp"] for g in s["by_axis"].values())
+    assert stats.extra["audit"]["gmcp"] == sum(c["gmcp"] for c in rows)
 
 
 def test_structurally_near_on_the_software_checkboxes(mined):
@@ -104,16 +122,17 @@ def test_create_a_cycle_goes_back_to_a_visited_page(mined):
     rows = mined[2]
     got = _at(rows, 1, "create_a_cycle")
     assert [c["action_neg"] for c in got] == ["click('a78')"]
-    assert json.loads(got[0]["evidence"])["returns_to"].endswith("catalog_home.do")
+    ev = json.loads(got[0]["evidence"])
+    assert ev["returns_to"].endswith("catalog_home.do") and ev["loop_steps"] == 1
 
 
-def test_away_from_goal_is_strictly_farther(mined):
+def test_away_from_goal_is_strictly_and_finitely_farther(mined):
     rows = mined[2]
-    got = _at(rows, 9, "away_from_goal")
-    assert got
+    assert _at(rows, 9, "away_from_goal")
+    got = [c for c in rows if c["rule"] == "away_from_goal"]
     for c in got:
         ev = json.loads(c["evidence"])
-        assert ev["neg_hops"] is None or ev["neg_hops"] > ev["pos_hops"]
+        assert ev["neg_hops"] is not None and ev["neg_hops"] > ev["pos_hops"]
 
 
 def test_no_select_option_is_clicked(mined):
@@ -123,12 +142,12 @@ def test_no_select_option_is_clicked(mined):
                 and "option" in c["evidence"] and "'option'" in c["evidence"]]
 
 
-def test_no_graph_ablation(agentlab_run, tmp_path, scripted_llm):
+def test_no_graph_ablation(bundled_run, tmp_path, scripted_llm):
     import shutil
 
     run = tmp_path / "run"
     run.mkdir()
-    shutil.copy(agentlab_run / "trajectories.parquet", run / "trajectories.parquet")   # no graphs at all
+    shutil.copy(bundled_run / "trajectories.parquet", run / "trajectories.parquet")   # no graphs at all
     stats = mine(run, MineConfig(budget=50, seed=1, no_graph=True), scripted_llm)
     rows = pq.read_table(run / "candidates.parquet").to_pylist()
     assert rows and {c["mode"] for c in rows} == {"no_graph"}
@@ -138,11 +157,21 @@ def test_no_graph_ablation(agentlab_run, tmp_path, scripted_llm):
         mine(run, MineConfig(budget=5))
 
 
-def test_single_axis_variant(agentlab_run, tmp_path, mined, scripted_llm):
+def test_single_axis_variant(bundled_run, tmp_path, mined, scripted_llm):
     import shutil
 
     run = tmp_path / "run"
-    shutil.copytree(agentlab_run, run)
+    shutil.copytree(bundled_run, run)
     mine(run, MineConfig(budget=50, axes=("temporal",)), scripted_llm)
     rules = {c["rule"] for c in pq.read_table(run / "candidates.parquet").to_pylist()}
     assert rules == {"repeat_past", "act_too_early"}
+
+
+def test_all_six_rules_fire_on_the_shared_traces(agentlab_run, scripted_llm):
+    """All 53 shared AgentLab runs (skipped without ../shared): every rule fires, and the audit
+    re-derives every pair as grounded."""
+    build_graphs(agentlab_run, workers=2)
+    stats = mine(agentlab_run, MineConfig(budget=300, seed=42), scripted_llm)
+    audit = stats.extra["audit"]
+    assert all(audit["by_rule"][r]["pairs"] > 0 for r in RULES)
+    assert audit["hallucinated_targets"] == 0 and audit["other"] == 0

@@ -1,0 +1,125 @@
+"""The rules as the paper states them, on small hand-made trajectories: each rule ranks by its
+own criterion (``--prefer-same-op`` is an option, off by default), an element takes its most
+frequently demonstrated op, away_from_goal never calls an unreachable element "farther", and
+create_a_cycle keeps the tightest loop."""
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from data.rundir import atomic_write_parquet
+from data.schema import StepRecord, steps_to_table
+from graph.axtree import parse_axtree
+from graph.build import build_graphs
+from proposals.affordance import choose_op
+from proposals.graphindex import INF, GraphIndex
+from proposals.mine import MineConfig, main, mine
+from proposals.rules import Params
+from teacher.llm import LLMConfig
+
+SHOP = ("RootWebArea 'Shop'\n\t[2] form 'Order'\n\t\t[3] textbox 'Quantity'\n\t\t[4] button 'Add'\n"
+        "\t\t[5] button 'Buy'\n\t[8] link 'Help'")
+# Every value the rules need is demonstrated: no LLM is ever asked (a dead URL proves it).
+NO_LLM = LLMConfig(base_url="http://127.0.0.1:9/v1", model="none", max_retries=0, connect_timeout_s=0.2)
+
+
+def _step(i, action, obs=SHOP, url="https://shop.example.com/order"):
+    return StepRecord(source="agentlab", site="shop.example.com", task_id="t", traj_id="a", step_idx=i,
+                      intent="Buy one", url=url, observation=obs, obs_format="indented", html=None, action=action,
+                      action_error=None, thought=None, success=True, source_path=f"a/{i}", meta="{}")
+
+
+@pytest.fixture
+def shop_run(tmp_path):
+    """Type a quantity, press Enter twice in it, Add, Buy. The quantity box is demonstrated
+    with press twice and fill once; 'Help' is never used (unreachable in the graph)."""
+    steps = [_step(0, "fill('3', '1')"), _step(1, "press('3', 'Enter')"), _step(2, "press('3', 'Enter')"),
+             _step(3, "click('4')"), _step(4, "click('5')"), _step(5, None)]
+    atomic_write_parquet(tmp_path / "trajectories.parquet", steps_to_table(steps))
+    build_graphs(tmp_path, workers=1)
+    return tmp_path
+
+
+def _mine(run, axes=("spatial", "temporal", "spatiotemporal"), **params):
+    stats = mine(run, MineConfig(budget=50, axes=axes, params=Params(**params)), NO_LLM, workers=1)
+    return stats, pq.read_table(run / "candidates.parquet").to_pylist()
+
+
+def _negs(rows, step, rule):
+    return [c["action_neg"] for c in rows if c["step_idx"] == step and c["rule"] == rule]
+
+
+def test_choose_op_takes_the_most_frequent_demonstrated_op():
+    tree = parse_axtree("RootWebArea 'x'\n\t[3] textbox 'Quantity'")
+    box = tree.nodes[1]
+    assert choose_op(tree, box, ["press", "fill"], "click") == ("press", "graph")
+    assert choose_op(tree, box, ["press", "fill"], "fill") == ("press", "graph")
+    assert choose_op(tree, box, ["press", "fill"], "fill", prefer_same_op=True) == ("fill", "graph")
+    assert choose_op(tree, box, ["drag_and_drop"], "click") == ("fill", "role")     # no usable op: the role's
+
+
+def test_an_element_takes_its_most_frequent_op(shop_run):
+    # Step 3 clicks 'Add'; its nearest neighbour is the quantity box, demonstrated with press
+    # twice and fill once: the negative presses (alphabetical order would have filled).
+    _, rows = _mine(shop_run)
+    assert "press('3', 'Enter')" in _negs(rows, 3, "structurally_near")
+    # No rule gives the box another op (only replays of the demonstrated fill keep theirs).
+    assert not [c for c in rows if c["action_neg"].startswith("fill('3'") and c["value_source"] != "action"]
+
+
+def test_rules_rank_by_their_own_criterion_unless_prefer_same_op(shop_run):
+    # One negative per rule: structurally_near keeps the nearest element (document order breaks
+    # the tie), whatever its op; --prefer-same-op keeps the nearest one taking the positive's op.
+    stats, rows = _mine(shop_run, max_per_rule=1)
+    assert _negs(rows, 3, "structurally_near") == ["press('3', 'Enter')"]
+    assert stats.extra["config"]["params"]["prefer_same_op"] is False
+    assert main(["--run", str(shop_run), "--max-per-rule", "1", "--prefer-same-op", "--workers", "1",
+                 "--fill-base-url", NO_LLM.base_url, "--fill-model", "none"]) == 0
+    rows = pq.read_table(shop_run / "candidates.parquet").to_pylist()
+    assert _negs(rows, 3, "structurally_near") == ["click('5')"]
+    stats = json.loads((shop_run / "stats.json").read_text())["proposals.mine"]
+    assert stats["config"]["params"]["prefer_same_op"] is True
+
+
+def test_away_from_goal_never_proposes_unreachable_elements(shop_run):
+    _, rows = _mine(shop_run, axes=("spatiotemporal",), max_per_rule=10)
+    site = shop_run / "graphs" / "shop.example.com"
+    graph = GraphIndex(site)
+    node = {r["name"]: r["node_id"] for r in pq.read_table(site / "nodes.parquet", columns=["node_id", "name"]).to_pylist()}
+    goal, help_link = node["Buy"], node["Help"]
+    # The link is on every page (so the old rule, which counted infinity as farther, proposed
+    # it), but no path joins it to the goal.
+    assert graph.distance(goal, help_link) == INF and graph.distance(goal, node["Add"]) == 1
+    away = [c for c in rows if c["rule"] == "away_from_goal"]
+    # Step 3 (Add, 1 hop from Buy): the quantity box is 2 hops away, strictly and finitely farther.
+    assert "press('3', 'Enter')" in _negs(rows, 3, "away_from_goal")
+    assert all(c["action_neg"] != "click('8')" for c in away)
+    for c in away:
+        ev = json.loads(c["evidence"])
+        assert ev["neg_hops"] is not None and ev["pos_hops"] < ev["neg_hops"] < INF
+
+
+def _page(letter, links):
+    lines = [f"RootWebArea 'Page {letter}'"] + [f"\t[{bid}] {role} '{name}'" + (f", url='{url}'" if url else "")
+                                                for bid, role, name, url in links]
+    return "\n".join(lines)
+
+
+def test_create_a_cycle_keeps_the_tightest_loop(tmp_path):
+    base = "https://shop.example.com"
+    steps = [
+        _step(0, "click('10')", _page("A", [("10", "link", "To B", f"{base}/b")]), f"{base}/a"),
+        _step(1, "click('20')", _page("B", [("20", "link", "To C", f"{base}/c")]), f"{base}/b"),
+        _step(2, "click('33')", _page("C", [("31", "link", "Back to A", f"{base}/a"),
+                                           ("32", "link", "Back to B", f"{base}/b"),
+                                           ("33", "button", "Done", None)]), f"{base}/c"),
+        _step(3, None, _page("D", [("40", "link", "Home", None)]), f"{base}/d"),
+    ]
+    atomic_write_parquet(tmp_path / "trajectories.parquet", steps_to_table(steps))
+    build_graphs(tmp_path, workers=1)
+    _, rows = _mine(tmp_path, max_per_rule=1)
+    # 'Back to A' comes first on the page, but B was left one step ago, A two.
+    got = [c for c in rows if c["step_idx"] == 2 and c["rule"] == "create_a_cycle"]
+    assert [c["action_neg"] for c in got] == ["click('32')"]
+    assert json.loads(got[0]["evidence"])["loop_steps"] == 1
