@@ -249,9 +249,10 @@ _SEARCH_CONTENT = frozenset({"searchbox", "textbox", "combobox", "listbox", "opt
                              "generic", "group", "LabelText", "image", "img", "none", "presentation"})
 _DIALOGS = frozenset({"dialog", "alertdialog"})
 _REGIONS = frozenset({"main", "banner", "contentinfo", "complementary"}) | _DIALOGS
+_TABLE_PARTS = frozenset({"table", "grid", "treegrid", "rowgroup", "row", "cell", "gridcell"})
 _FRAME_ROLES = frozenset({"RootWebArea", "Iframe"})
 _CONTENT_ROLES = frozenset({"StaticText", "generic", "image", "img", "ListMarker", "LineBreak", "InlineTextBox",
-                            "none", "presentation"})
+                            "none", "presentation", "LabelText", "Legend", "paragraph", "strong"})
 _LETTERS = re.compile(r"[A-Za-z]*")
 
 
@@ -323,7 +324,7 @@ def _close_scopes(nodes: list[AXNode], stack: list[int], node: AXNode) -> None:
         if top in _CLOSED_ITEMS and role not in _CONTENT_ROLES:
             stack.pop()
         elif top in CLOSED_COMPOSITES and not (role in ITEM_PARENTS and top in ITEM_PARENTS[role]) \
-                and role != "group":
+                and role != "group" and role not in _CONTENT_ROLES:
             stack.pop()
         elif top == "search" and role not in _SEARCH_CONTENT:
             stack.pop()
@@ -342,10 +343,18 @@ def _close_scopes(nodes: list[AXNode], stack: list[int], node: AXNode) -> None:
             stack.pop()
     elif role in LANDMARK_ROLES:
         # Landmarks are siblings, except inside the page regions that hold others (main,
-        # banner, contentinfo, complementary) and dialogs; those pop to a dialog or the root.
-        holders = _DIALOGS if role in _REGIONS else _REGIONS
-        while len(stack) > 1 and nodes[stack[-1]].role not in holders and nodes[stack[-1]].role not in _FRAME_ROLES:
+        # banner, contentinfo, complementary, dialogs, named regions); those pop to a dialog
+        # or the frame root.
+        outer = role in _REGIONS
+        while len(stack) > 1:
+            top = nodes[stack[-1]]
+            if top.role in _FRAME_ROLES or top.role in _DIALOGS or not outer and (
+                    top.role in _REGIONS or top.role == "region" and top.name):
+                break
             stack.pop()
     elif role == "heading":
-        while len(stack) > 1 and not _is_section(nodes[stack[-1]].role):
+        # A heading ends the previous heading's section and the lists in it, not the table
+        # cell it sits in (layout tables hold headings).
+        while len(stack) > 1 and not _is_section(nodes[stack[-1]].role) \
+                and nodes[stack[-1]].role not in _TABLE_PARTS:
             stack.pop()

@@ -99,6 +99,7 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
     n_obs_out = n_steps_in = n_steps_out = 0
     elements_seen = ambiguous_seen = positional = 0
     collisions = Counter()
+    structure = Counter()      # observations by where their structure came from (PageContext.context)
     mapped: dict[tuple[str, int], tuple[str, str]] = {}     # (traj, step) -> (node, op)
     breaks: set[tuple[str, int]] = set()                     # unusable observations: the chain stops
     content_pages: dict[tuple[str, int], str] = {}           # (traj, step) -> page it shows
@@ -129,6 +130,7 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
             rejects.append(Reject(STAGE, "duplicate_bids", src, f"bids repeated: {dups[:5]}", key))
             continue
         n_obs_out += 1
+        structure[res.page.context] += 1
         content_pages[(row["traj_id"], row["step_idx"])] = res.content_page
         urls.add(res.content_page)
         by_bid = res.tree.by_bid()
@@ -256,6 +258,9 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
         "containment_edges": len(contain), "interaction_edges": len(interact),
         "trajectories": len({r["traj_id"] for r in rows}), "observations": n_obs_out,
         "url_paths": len(urls), "elements_seen": elements_seen,
+        # Observations by structure mode: 'axtree' (indented), 'html' (flat, ancestors from the
+        # step's HTML), 'flat' (flat, structure inferred from the text).
+        "structure": dict(sorted(structure.items())),
         # Sightings whose context (role, name, chain, ordinal, signature) matched another element
         # of the same page, so that ancestor positions had to tell them apart (repeated widgets).
         "positional_elements": positional,
@@ -397,6 +402,10 @@ def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject]]], plan_re
               ("element_nodes", "virtual_nodes", "containment_edges", "interaction_edges", "trajectories",
                "observations", "url_paths", "elements_seen", "positional_elements", "ambiguous_elements",
                "cross_site_transitions")}
+    structure = Counter()
+    for s in sites.values():
+        structure.update(s["structure"])
+    totals["structure"] = dict(sorted(structure.items()))
     totals["positional_rate"] = round(totals["positional_elements"] / totals["elements_seen"], 6) if totals["elements_seen"] else 0.0
     totals["ambiguity_rate"] = round(totals["ambiguous_elements"] / totals["elements_seen"], 6) if totals["elements_seen"] else 0.0
     # Folders of sites that this build did not produce (an earlier build's) would be loaded as

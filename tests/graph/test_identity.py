@@ -67,7 +67,7 @@ def test_true_duplicates_are_reported_ambiguous():
     assert not r.ambiguous
     flat = "[1] button 'Go'\n[2] button 'Go'"
     rf = resolve_observation(flat, "flat", "s", "http://s/x")
-    assert not rf.ambiguous and rf.page.context == "none"
+    assert not rf.ambiguous and rf.page.context == "flat"
 
 
 def test_flat_tree_takes_ancestors_from_html():
@@ -78,6 +78,8 @@ def test_flat_tree_takes_ancestors_from_html():
     assert r.page.context == "html"
     assert r.bid_to_node["7"] != r.bid_to_node["11"]
     assert r.contexts[r.bid_to_node["7"]].ancestors[-1] == ("navigation", "Top")
-    plain = resolve_observation(flat, "flat", "s", "http://s/")
-    assert plain.contexts[plain.bid_to_node["7"]].ancestors == ()
+    plain = resolve_observation(flat, "flat", "s", "http://s/")   # no HTML: landmarks as section anchors
+    assert plain.page.context == "flat"
+    assert plain.contexts[plain.bid_to_node["7"]].ancestors == (("navigation", "Top"),)
+    assert plain.bid_to_node["7"] != plain.bid_to_node["11"]
     assert parse_axtree(flat).obs_format == "flat"
