@@ -32,10 +32,9 @@ from prm.judge import LocalJudge  # noqa: E402
 from search import som  # noqa: E402
 from search.env import BrowserHarness, host_of  # noqa: E402
 from search.mag_loop import MagPolicy, run_mag_episode  # noqa: E402
-from search.tournament import prm_pair_judge  # noqa: E402
+from search.tournament import prm_pair_judge, prm_state  # noqa: E402
 from teacher.embedded import default_model_dir  # noqa: E402
 from teacher.llm import LLMConfig  # noqa: E402
-from data.judgment import State  # noqa: E402
 
 
 def _ms(xs):
@@ -73,7 +72,7 @@ def episode(steps: int, n: int, max_tokens: int) -> None:
     policy = MagPolicy(LLMConfig(temperature=1.0, max_tokens=max_tokens, cache_dir=cache))
     judge = LocalJudge.from_pretrained(str(default_model_dir()), max_tokens=48, batch_size=8)
     def judge_for(obs, history):
-        return prm_pair_judge(judge, State(intent=obs.goal, axtree=obs.axtree, url=obs.url, history=list(history)),
+        return prm_pair_judge(judge, prm_state(obs, history),
                               budget=1500)
 
     def propose(obs, guides, n_, step):

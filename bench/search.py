@@ -29,7 +29,7 @@ from prm.judge import LocalJudge, judge_pairs  # noqa: E402
 from search.agent import Policy  # noqa: E402
 from search.env import BrowserHarness, host_of  # noqa: E402
 from search.loop import run_episode  # noqa: E402
-from search.tournament import prm_pair_judge  # noqa: E402
+from search.tournament import prm_pair_judge, prm_state  # noqa: E402
 from teacher.embedded import default_model_dir  # noqa: E402
 from teacher.llm import LLMConfig  # noqa: E402
 from data.judgment import State  # noqa: E402
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     judge = LocalJudge.from_pretrained(str(default_model_dir()), max_tokens=args.max_tokens, batch_size=8)
 
     def judge_for(obs, history):
-        return prm_pair_judge(judge, State(intent=obs.goal, axtree=obs.axtree, url=obs.url, history=list(history)),
+        return prm_pair_judge(judge, prm_state(obs, history),
                               budget=args.budget)
 
     with Shop() as shop, BrowserHarness(make_task(shop), allowed_hosts={host_of(shop.url)}) as h:

@@ -15,6 +15,9 @@ Why the wrapping (see ``../shared/docs/ENVIRONMENT.md``):
   episode and the real validator runs once, in ``evaluate()``, at the end.
 - WebArena tasks ask for ``slow_mo=1000``; we run with ``slow_mo=0`` and a short observation delay.
 - ``goto`` outside the configured hosts is refused before it reaches the browser.
+- ``start_url`` is the task's own start URL (``task_start_url``: a WebArena config's
+  ``start_url`` as BrowserGym resolved it, or the task's ``start_url`` attribute), which the PRM's
+  prompt shows; only a task that declares none falls back to the first page observed.
 Everything here is synchronous Playwright: never call it from inside an asyncio loop.
 Nothing is imported from BrowserGym at module import.
 """
@@ -152,6 +155,18 @@ class Observation:
     last_action_error: str = ""
     scroll: tuple[float, float] = (0.0, 0.0)
     focused_bid: str | None = None
+    start_url: str = ""           # the task's start URL (see ``task_start_url``)
+
+
+def task_start_url(task) -> str | None:
+    """The start URL a task declares: ``config["start_url"]`` of a WebArena(-Lite) task after
+    setup (placeholders resolved by BrowserGym; several start pages stay joined by WebArena's
+    `` |AND| ``), else a ``start_url`` attribute; None when it declares none."""
+    config = getattr(task, "config", None)
+    if isinstance(config, dict) and config.get("start_url"):
+        return str(config["start_url"])
+    url = getattr(task, "start_url", None)
+    return str(url) if isinstance(url, str) and url else None
 
 
 class BrowserHarness:
@@ -171,6 +186,7 @@ class BrowserHarness:
         self.env = None
         self.last_obs: dict | None = None        # BrowserGym's raw observation of the last reset/step
         self.last_axtree = ""
+        self.start_url = ""         # the task's start URL, known after reset (``task_start_url``)
         self.browser_s = 0.0        # time spent in the browser (reset, steps, evaluation)
 
     def _make(self):
@@ -202,7 +218,7 @@ class BrowserHarness:
                            url=obs["url"], open_urls=list(obs["open_pages_urls"]),
                            active_tab=int(obs["active_page_index"][0]), last_action=obs["last_action"],
                            last_action_error=obs["last_action_error"], scroll=scroll,
-                           focused_bid=obs.get("focused_element_bid") or None)
+                           focused_bid=obs.get("focused_element_bid") or None, start_url=self.start_url)
 
     def reset(self, seed: int = 0) -> Observation:
         """Start the browser and the task; ``SiteUnreachable`` when the start page did not load."""
@@ -214,6 +230,7 @@ class BrowserHarness:
             url = obs["url"]
             if url.startswith("chrome-error://") or url == "about:blank":
                 raise SiteUnreachable(f"start page did not load (at {url})")
+            self.start_url = task_start_url(getattr(self.env.task, "inner", self.env.task)) or url
             return self._observe(obs)
         except SiteUnreachable:
             raise

@@ -19,6 +19,11 @@ agent failure:
 - ``policy_error``: the policy model gave no answer (an outage).
 The task's validator runs once, at the end, for the first three (``evaluated=True``); the others
 have ``reward=None``.
+
+Every step records what happened before and in its tournament: ``proposed`` candidates,
+``screened_invalid`` / ``screened_duplicate`` (dropped before the bracket), ``judge_calls`` and
+the judgments without a verdict, ``judge_unparsed`` and ``judge_truncated`` (cut at the length
+limit); ``EpisodeResult.totals`` sums them over the episode (``STEP_COUNTS``).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from search.env import SiteUnreachable
 from search.tournament import knockout
 
 AGENT_ENDINGS = ("answered", "step_budget", "format_errors")
+STEP_COUNTS = ("proposed", "screened_invalid", "screened_duplicate", "judge_calls", "judge_unparsed",
+               "judge_truncated")
 
 
 @dataclass(slots=True)
@@ -47,6 +54,28 @@ class Step:
     policy_s: float = 0.0
     judge_s: float = 0.0
     browser_s: float = 0.0
+    proposed: int = 0                  # candidates the policy gave (before screening)
+    screened_invalid: int = 0          # dropped before the bracket: unparseable, bid not in the AXTree, ...
+    screened_duplicate: int = 0        # merged into an earlier candidate
+    judge_calls: int = 0
+    judge_unparsed: int = 0            # judgments without a valid answer (or an outage)
+    judge_truncated: int = 0           # judgments cut at the length limit before an answer
+
+
+def record_bracket(step, bracket) -> None:
+    """Copy a tournament's screening and judgment counts onto a step record (``STEP_COUNTS``)."""
+    screened, judged = bracket.screened, bracket.judgments
+    step.proposed = len(bracket.candidates)
+    step.screened_invalid, step.screened_duplicate = screened["invalid"], screened["duplicate"]
+    step.judge_calls, step.judge_unparsed, step.judge_truncated = (judged["calls"], judged["unparsed"],
+                                                                   judged["truncated"])
+
+
+def sum_counts(records) -> dict:
+    """``STEP_COUNTS`` summed over step records or over dicts holding them (result rows' ``totals``)."""
+    def get(r, k):
+        return (r.get(k) or 0) if isinstance(r, dict) else getattr(r, k, 0)
+    return {k: sum(get(r, k) for r in records) for k in STEP_COUNTS}
 
 
 @dataclass(slots=True)
@@ -63,9 +92,15 @@ class EpisodeResult:
     def success(self) -> bool:
         return bool(self.reward and self.reward > 0)
 
+    @property
+    def totals(self) -> dict:
+        """The steps' screening and judgment counts summed over the episode."""
+        return sum_counts(self.steps)
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["success"] = self.success
+        d["totals"] = self.totals
         d["eval_info"] = {k: v for k, v in self.eval_info.items() if isinstance(v, (str, int, float, bool, type(None)))}
         return d
 
@@ -112,6 +147,7 @@ def run_episode(harness, propose, judge_for=None, n: int = 5, max_steps: int = 3
             bracket = knockout(step.candidates, judge, axtree=obs.axtree, seed=seed * 100_003 + t,
                                both_orders=both_orders)
             step.judge_s, step.bracket, step.chosen = judge_clock[0], bracket.to_dict(), bracket.winner
+            record_bracket(step, bracket)
             if bracket.winner is None:
                 bad_in_a_row += 1
                 step.error = "no valid candidate: " + "; ".join(c.dropped or "" for c in bracket.candidates)

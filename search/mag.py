@@ -27,7 +27,11 @@ Output in ``--out``: ``tasks/<task_id>.jsonl`` (one line per step: the N outputs
 the executed action and guide, the compliance reason, the browser's error, timings; then one
 ``result`` line with the task's metrics), ``summary.json`` (MAG Table 1 columns: SR, OFCR, BLEU-1,
 BLEU-2, ROUGE-1, ROUGE-L, G, GGS, tax; OFCR over all sampled outputs as ``OFCR_outputs``;
-terminations; episodes that ended in an environment failure are counted apart, not in SR),
+terminations; every task run counts in SR and the other columns, an episode that ended in an
+environment failure as not solved, scored on the steps it made; the failures are listed beside
+them as ``env_failures`` and ``env_failed_tasks``; ``sites`` and ``macro.success_rate`` give
+success per site and its macro-average; ``totals`` the outputs screened out before the bracket
+and the PRM's unparsed and truncated judgments),
 ``table.md`` (the same as a Markdown row, with ``--baseline``'s row above it), ``versions.json``,
 ``run.json`` (the settings), and with ``--save-screenshots`` ``shots/<task_id>/<step>.png``.
 ``--resume`` skips the tasks the agent finished (environment failures run again), refuses a
@@ -46,7 +50,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from search.mag_metrics import load_gold_guides, score_task, summarize
-from search.webarena import SetupError, _model_config, preflight, run_tasks, site_key, start_run
+from search.webarena import (SetupError, _model_config, env_failure_list, preflight, prm_config, run_tasks,
+                             site_key, site_success, start_run)
 
 RUN_SETTINGS = ("prm", "policy", "grounding", "n", "max_steps", "seed", "both_orders", "demo")
 TABLE_COLUMNS = ("SR", "OFCR", "bleu1", "bleu2", "rouge1", "rougeL", "G", "GGS", "tax")
@@ -75,16 +80,24 @@ def load_task_configs(task_ids) -> list[dict]:
 
 
 def summarize_run(results: list[dict], gold: dict | None) -> dict:
-    """MAG Table 1 over the evaluated tasks (each scored from its stored guides and compliance
-    reasons against ``gold``), terminations over all, env failures apart."""
+    """MAG Table 1 over every task run (each scored from its stored guides and compliance reasons
+    against ``gold``; an environment failure as not solved), env failures listed beside."""
+    from search.loop import sum_counts
+
     evaluated = [r for r in results if r["evaluated"]]
-    scores = [score_task(r["task_id"], r["reward"] or 0.0, r["reasons"], r["guides"],
-                         gold.get(str(r["task_id"])) if gold is not None else None) for r in evaluated]
+    scores = [score_task(r["task_id"], (r["reward"] or 0.0) if r["evaluated"] else 0.0, r.get("reasons") or [],
+                         r.get("guides") or [], gold.get(str(r["task_id"])) if gold is not None else None)
+              for r in results]
     out = summarize(scores)
-    outputs = sum(r["n_outputs"] for r in evaluated)
-    out["OFCR_outputs"] = sum(r["n_outputs_compliant"] for r in evaluated) / outputs if outputs else None
+    outputs = sum(r.get("n_outputs", 0) for r in results)
+    out["OFCR_outputs"] = sum(r.get("n_outputs_compliant", 0) for r in results) / outputs if outputs else None
     out["tasks"] = len(results)
     out["env_failures"] = len(results) - len(evaluated)
+    out["env_failed_tasks"] = env_failure_list(results)
+    out["sites"], macro = site_success([{**r, "success": bool(r["evaluated"] and (r["reward"] or 0) > 0)}
+                                        for r in results])
+    out["macro"] = {"success_rate": macro}
+    out["totals"] = sum_counts([r.get("totals") or {} for r in results])
     out["terminations"] = {}
     for r in results:
         out["terminations"][r["termination"]] = out["terminations"].get(r["termination"], 0) + 1
@@ -134,8 +147,7 @@ def load_models(args):
     """(propose, judge_for); models load here, after the preflight."""
     from prm.judge import make_judge
     from search.mag_loop import MagPolicy
-    from search.tournament import prm_pair_judge
-    from data.judgment import State
+    from search.tournament import prm_pair_judge, prm_state
 
     guided = args.prm.lower() != "none"
     cfg = _model_config(args, "policy-", args.policy, 1.0 if guided else 0.0)
@@ -143,10 +155,10 @@ def load_models(args):
     policy = MagPolicy(cfg, grounding=args.grounding, screenshot=screenshot)
     judge_for = None
     if guided:
-        judge = make_judge(_model_config(args, "prm-", args.prm))
+        judge = make_judge(prm_config(args))
 
         def judge_for(obs, history):
-            return prm_pair_judge(judge, State(intent=obs.goal, axtree=obs.axtree, url=obs.url, history=list(history)))
+            return prm_pair_judge(judge, prm_state(obs, history))
     return policy.propose, judge_for
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from search.agent import PolicyError, sample_texts
 from search.env import SiteUnreachable
 from search.mag_metrics import check_step
-from search.loop import EpisodeResult, _timed_judge, evaluate_episode, never_judge
+from search.loop import EpisodeResult, _timed_judge, evaluate_episode, never_judge, record_bracket
 from search.som import UnexecutableStep, observe, to_code
 from search.tournament import Candidate, knockout
 from teacher.llm import LLMClient, LLMConfig
@@ -122,6 +122,12 @@ class MagStep:
     judge_s: float = 0.0
     browser_s: float = 0.0
     observe_s: float = 0.0              # the Set-of-Mark observation after the action
+    proposed: int = 0                   # outputs before screening (see search.loop.STEP_COUNTS)
+    screened_invalid: int = 0           # invalid or unexecutable outputs, dropped before the bracket
+    screened_duplicate: int = 0         # outputs merged into another with the same page action
+    judge_calls: int = 0
+    judge_unparsed: int = 0
+    judge_truncated: int = 0            # judgments cut at the length limit before an answer
 
 
 @dataclass(slots=True)
@@ -209,6 +215,7 @@ def run_mag_episode(harness, propose, judge_for=None, n: int = 5, grounding: str
             judge = _timed_judge(judge_for(obs, history), judge_clock) if judge_for else never_judge
             bracket = knockout(cands, judge, seed=seed * 100_003 + t, both_orders=both_orders)
             step.judge_s, step.bracket = judge_clock[0], bracket.to_dict()
+            record_bracket(step, bracket)
             if bracket.winner is None:        # nothing to execute; the step still counts
                 step.reason = ((checked[0][1] or cands[0].dropped) if checked
                                else "no_output: the policy returned nothing")

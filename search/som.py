@@ -192,6 +192,7 @@ class SomObservation:
     last_action_error: str = ""
     settle_retries: int = 0       # re-observations because the page navigated after BrowserGym's
     by_id: dict[int, Mark] = field(default_factory=dict)
+    start_url: str = ""           # the task's start URL (``search.env.task_start_url``)
 
     def __post_init__(self):
         self.by_id = {m.id: m for m in self.marks}
@@ -350,7 +351,7 @@ def observe(harness, grounding: str = "som", max_lines: int = MAX_LINES) -> SomO
     return SomObservation(goal=raw.get("goal") or "", url=page.url, marks=marks,
                           menu=render_menu(marks, grounding), screenshot_png=png,
                           axtree=harness.last_axtree, n_interactive=found, settle_retries=retry,
-                          last_action_error=action_error)
+                          last_action_error=action_error, start_url=getattr(harness, "start_url", "") or "")
 
 
 class UnexecutableStep(ValueError):

@@ -16,7 +16,13 @@ The judge is any callable ``judge(pairs) -> verdicts`` where ``pairs`` is a list
 (1, 2 or None) and ``text`` (``prm.judge.Judgment``), a ``(verdict, text)`` tuple, or a bare int.
 With ``both_orders`` every match is also judged swapped (same batch); a match goes to the action
 with more votes. A tie, or no parsed verdict at all, goes to the action drawn first in the bracket
-(a seeded, unbiased coin) and is marked ``tie``.
+(a seeded, unbiased coin) and is marked ``tie``. A judgment cut at the length limit before a
+valid answer (``Judgment.truncated``) is handled like an unparsed one but marked ``truncated``.
+
+Accounting (``TournamentResult.screened`` / ``.judgments``, both in ``to_dict``): candidates
+screened out before the bracket (``invalid``: unparseable, a bid not in the AXTree, or a caller's
+reason; ``duplicate``: merged into an earlier one) and the judge's prompts by outcome (``calls``,
+``verdicts``, ``unparsed``: no valid answer or an outage, ``truncated``).
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ class Match:
     verdict_swapped: int | None = None     # both orders: the verdict on (a2, a1)
     judgment_swapped: str | None = None
     tie: bool = False
+    truncated: bool = False                # the first-order judgment hit the length limit
+    truncated_swapped: bool = False
 
 
 @dataclass(slots=True)
@@ -79,10 +87,34 @@ class TournamentResult:
         """Judge prompts issued (2 per match when judged in both orders)."""
         return sum(1 + (m.verdict_swapped is not None or m.judgment_swapped is not None) for m in self.matches)
 
+    @property
+    def screened(self) -> dict:
+        """Candidates screened out before the bracket: ``invalid`` and ``duplicate``."""
+        return screen_counts(self.candidates)
+
+    @property
+    def judgments(self) -> dict:
+        """The judge's prompts by outcome: ``calls``, ``verdicts``, ``unparsed``, ``truncated``."""
+        first = [(m.verdict, m.truncated) for m in self.matches]
+        swapped = [(m.verdict_swapped, m.truncated_swapped) for m in self.matches
+                   if m.verdict_swapped is not None or m.judgment_swapped is not None]
+        every = first + swapped
+        return {"calls": len(every), "verdicts": sum(v is not None for v, _ in every),
+                "unparsed": sum(v is None and not t for v, t in every),
+                "truncated": sum(v is None and t for v, t in every)}
+
     def to_dict(self) -> dict:
         return {"winner": self.winner, "rounds": self.rounds, "seed": self.seed,
                 "candidates": [asdict(c) for c in self.candidates],
-                "matches": [asdict(m) for m in self.matches], "byes": [asdict(b) for b in self.byes]}
+                "matches": [asdict(m) for m in self.matches], "byes": [asdict(b) for b in self.byes],
+                "screened": self.screened, "judgments": self.judgments}
+
+
+def screen_counts(candidates: Sequence[Candidate]) -> dict:
+    """How many candidates were dropped before the bracket, as ``invalid`` (any reason but a
+    merge) and ``duplicate`` (merged into an earlier candidate)."""
+    dup = sum(bool(c.dropped) and c.dropped.startswith("duplicate of") for c in candidates)
+    return {"invalid": sum(c.dropped is not None for c in candidates) - dup, "duplicate": dup}
 
 
 def _bids(axtree) -> set[str] | None:
@@ -131,14 +163,18 @@ def screen(candidates: Sequence[str], axtree=None) -> list[Candidate]:
     return out
 
 
-def _verdict(v) -> tuple[int | None, str]:
+def _verdict(v) -> tuple[int | None, str, bool]:
+    """(verdict 1|2|None, text, truncated) of whatever the judge returned for one prompt."""
+    truncated = False
     if isinstance(v, tuple):
         verdict, text = v
     elif isinstance(v, int) or v is None:
         verdict, text = v, ""
     else:
         verdict, text = v.verdict, getattr(v, "text", "") or getattr(v, "infra_error", "") or ""
-    return (verdict if verdict in (1, 2) else None), str(text)
+        truncated = bool(getattr(v, "truncated", False))
+    verdict = verdict if verdict in (1, 2) else None
+    return verdict, str(text), truncated and verdict is None
 
 
 def knockout(candidates: Sequence[str] | Sequence[Candidate], judge: PairJudge, axtree=None,
@@ -165,13 +201,13 @@ def knockout(candidates: Sequence[str] | Sequence[Candidate], judge: PairJudge, 
             raise ValueError(f"judge returned {len(verdicts)} verdicts for {len(prompts)} pairs")
         nxt = []
         for k, (a1, a2) in enumerate(pairs):
-            v1, j1 = _verdict(verdicts[k])
+            v1, j1, t1 = _verdict(verdicts[k])
             votes = {1: 0, 2: 0}
             if v1:
                 votes[v1] += 1
-            m = Match(rnd, a1, a2, a1, v1, j1)
+            m = Match(rnd, a1, a2, a1, v1, j1, truncated=t1)
             if both_orders:
-                v2, j2 = _verdict(verdicts[len(pairs) + k])
+                v2, j2, m.truncated_swapped = _verdict(verdicts[len(pairs) + k])
                 m.verdict_swapped, m.judgment_swapped = v2, j2
                 if v2:
                     votes[3 - v2] += 1      # swapped: verdict 1 names a2
@@ -200,3 +236,13 @@ def prm_pair_judge(judge_, state, budget: int | None = None) -> PairJudge:
         return judge_pairs(judge_, [(state, a1, a2) for a1, a2 in pairs], budget=budget)
 
     return call
+
+
+def prm_state(obs, history):
+    """The PRM's state for a search step (``data.judgment.State``): the goal, the AXTree, the
+    current URL, the task's real start URL (``obs.start_url``, set by the harness from the task:
+    not the current page, nor the first page observed when they differ) and the executed actions."""
+    from data.judgment import State
+
+    return State(intent=obs.goal, axtree=obs.axtree, url=obs.url, start_url=getattr(obs, "start_url", "") or "",
+                 history=list(history))

@@ -18,10 +18,17 @@ set (``WA_SHOPPING, WA_SHOPPING_ADMIN, WA_REDDIT, WA_GITLAB, WA_WIKIPEDIA, WA_MA
 and that the sites of the selected tasks answer; otherwise it names what is missing and exits 2.
 
 Output in ``--out``: ``tasks/<task_id>.jsonl`` (one line per step: candidates, bracket, chosen
-action, feedback, errors, timings; then one ``result`` line), ``summary.json`` (success per site
-and macro-average over sites; episodes that ended in an environment failure are counted apart,
-not as failures) and ``versions.json``. ``--resume`` skips tasks the agent finished (evaluated);
-environment failures run again.
+action, feedback, errors, timings, the candidates screened out before the bracket and the
+judgments without a verdict, unparsed or truncated; then one ``result`` line with their
+``totals``), ``summary.json`` and ``versions.json``. ``summary.json``: success per site over
+every task run and the macro-average over sites (``macro_success``, ``macro.success_rate``); an
+episode that ended in an environment failure (``site_unreachable``, ``env_error``,
+``policy_error``) counts as a task not solved, and the failures are listed beside the rates
+(``env_failures`` per site and overall, ``env_failed_tasks``), never dropped from the
+denominator; ``totals`` sums the step counts over the run. ``--resume`` skips tasks the agent
+finished (evaluated); environment failures run again.
+The PRM's prompt holds the task's own start URL (``search.env.task_start_url``).
+The PRM behind an endpoint gets ``--prm-max-tokens`` 1024 unless given (a full judgment fits).
 Tasks with ``require_reset`` are preceded by a full reset of the sites when ``WA_FULL_RESET`` is
 set (else they run as they are, flagged ``reset_skipped``).
 """
@@ -111,22 +118,40 @@ def preflight(configs: list[dict], environ=os.environ, timeout: float = 5.0, che
     return urls
 
 
-def summarize(results: list[dict], baseline: dict | None = None) -> dict:
-    """Success per site and macro-average; env failures counted apart (not agent failures)."""
+def site_success(results: list[dict]) -> tuple[dict, float | None]:
+    """(per site: tasks, evaluated, success, env_failures, success_rate; the macro-average of the
+    sites' rates). A rate counts every task run: an environment failure is a task not solved."""
     per: dict[str, dict] = {}
     for r in results:
         s = per.setdefault(r["site"], {"tasks": 0, "evaluated": 0, "success": 0, "env_failures": 0})
         s["tasks"] += 1
         if r["evaluated"]:
             s["evaluated"] += 1
-            s["success"] += int(r["success"])
+            s["success"] += int(bool(r["success"]))
         else:
             s["env_failures"] += 1
     for s in per.values():
-        s["success_rate"] = s["success"] / s["evaluated"] if s["evaluated"] else None
-    rates = [s["success_rate"] for s in per.values() if s["success_rate"] is not None]
-    out = {"sites": per, "macro_success": sum(rates) / len(rates) if rates else None,
-           "tasks": len(results), "terminations": {}}
+        s["success_rate"] = s["success"] / s["tasks"]
+    rates = [s["success_rate"] for s in per.values()]
+    return per, (sum(rates) / len(rates) if rates else None)
+
+
+def env_failure_list(results: list[dict]) -> list[dict]:
+    """The tasks that ended in an environment failure, with why."""
+    return [{"task_id": r.get("task_id"), "site": r.get("site"), "termination": r["termination"],
+             "error": str(r.get("error") or "")[:300]} for r in results if not r["evaluated"]]
+
+
+def summarize(results: list[dict], baseline: dict | None = None) -> dict:
+    """Success per site and macro-average over every task run; environment failures listed beside
+    the rates (per site and overall), not dropped from them; step counts summed (``totals``)."""
+    from search.loop import sum_counts
+
+    per, macro = site_success(results)
+    out = {"sites": per, "macro_success": macro, "macro": {"success_rate": macro},
+           "tasks": len(results), "env_failures": sum(not r["evaluated"] for r in results),
+           "env_failed_tasks": env_failure_list(results), "terminations": {},
+           "totals": sum_counts([r.get("totals") or {} for r in results])}
     for r in results:
         out["terminations"][r["termination"]] = out["terminations"].get(r["termination"], 0) + 1
     if baseline:
@@ -230,18 +255,25 @@ def _load_models(args):
     """(propose, judge_for); models load here, after the preflight."""
     from prm.judge import make_judge
     from search.agent import Policy
-    from search.tournament import prm_pair_judge
-    from data.judgment import State
+    from search.tournament import prm_pair_judge, prm_state
 
     guided = args.prm.lower() != "none"
     policy = Policy(_model_config(args, "policy-", args.policy, 1.0 if guided else 0.0))
     judge_for = None
     if guided:
-        judge = make_judge(_model_config(args, "prm-", args.prm))
+        judge = make_judge(prm_config(args))
 
         def judge_for(obs, history):
-            return prm_pair_judge(judge, State(intent=obs.goal, axtree=obs.axtree, url=obs.url, history=list(history)))
+            return prm_pair_judge(judge, prm_state(obs, history))
     return policy.propose, judge_for
+
+
+def prm_config(args):
+    """The PRM's ``LLMConfig``: as ``_model_config``, and behind an endpoint ``max_tokens`` >= 1024
+    unless ``--prm-max-tokens`` (or ``--prm-llm-config``) sets it (``prm.evaluate.judge_config``)."""
+    from prm.evaluate import judge_config
+
+    return judge_config(args, "prm-", _model_config(args, "prm-", args.prm))
 
 
 def webarena_lite_harness(urls: dict):

@@ -72,16 +72,18 @@ def test_summary_and_table_in_the_papers_layout():
     # task 1 succeeds with no guide (G 0, GGS 0.4); task 2 fails with the gold guides (G 1, GGS 0)
     rows = [_result(1, 1), _result(2, 0, GOLD["2"]), _result(3, 1, evaluated=False)]
     s = mag.summarize_run(rows, gold=GOLD)
-    assert s["tasks"] == 3 and s["env_failures"] == 1 and s["n_tasks"] == 2
-    assert s["SR"] == 0.5 and s["OFCR"] == 6 / 8 and s["OFCR_outputs"] == 24 / 40
+    # every task counts (task 3's environment failure is a task not solved), failures listed beside
+    assert s["tasks"] == 3 and s["env_failures"] == 1 and s["n_tasks"] == 3
+    assert s["SR"] == pytest.approx(1 / 3) and s["OFCR"] == 9 / 12 and s["OFCR_outputs"] == 36 / 60
+    assert [f["task_id"] for f in s["env_failed_tasks"]] == [3] and s["macro"]["success_rate"] == pytest.approx(1 / 3)
     assert s["G"] == pytest.approx(0.5) and s["GGS"] == pytest.approx(0.2) and s["tax"] == pytest.approx(0.3)
-    assert s["terminations"] == {"answered": 2, "env_error": 1} and s["reasons"] == {"no_json": 2}
+    assert s["terminations"] == {"answered": 2, "env_error": 1} and s["reasons"] == {"no_json": 3}
     assert "G" not in mag.summarize_run(rows, gold=None)
     md = mag.table([("base", {"SR": 0.25, "OFCR": 0.9}), ("prm", s)])
     lines = md.splitlines()
     assert lines[0] == "| run | SR | OFCR | BLEU-1 | BLEU-2 | ROUGE-1 | ROUGE-L | G | GGS | Tax |"
     assert lines[2] == "| base | 25.0 | 90.0 | - | - | - | - | - | - | - |"
-    assert lines[3] == "| prm | 50.0 | 75.0 | 50.0 | 50.0 | 50.0 | 50.0 | 50.0 | 20.0 | 30.0 |"
+    assert lines[3] == "| prm | 33.3 | 75.0 | 50.0 | 50.0 | 50.0 | 50.0 | 50.0 | 20.0 | 30.0 |"
 
 
 def _resume(out, *extra, prm="my-prm"):

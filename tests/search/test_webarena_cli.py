@@ -61,12 +61,16 @@ def test_summary_per_site_macro_and_baseline_difference():
             {"site": "gitlab", "evaluated": True, "success": True, "termination": "answered"},
             {"site": "gitlab", "evaluated": False, "success": False, "termination": "site_unreachable"}]
     s = wa.summarize(rows)
-    assert s["sites"]["shopping"]["success_rate"] == 0.5 and s["sites"]["gitlab"]["success_rate"] == 1.0
-    assert s["sites"]["gitlab"]["env_failures"] == 1 and s["macro_success"] == 0.75
+    # every task counts: gitlab's unreachable site is a task not solved, listed beside the rate
+    assert s["sites"]["shopping"]["success_rate"] == 0.5 and s["sites"]["gitlab"]["success_rate"] == 0.5
+    assert s["sites"]["gitlab"]["env_failures"] == 1 and s["macro_success"] == 0.5
+    assert s["macro"]["success_rate"] == 0.5 and s["env_failures"] == 1
+    assert [f["termination"] for f in s["env_failed_tasks"]] == ["site_unreachable"]
     assert s["terminations"] == {"answered": 2, "step_budget": 1, "site_unreachable": 1}
     base = wa.summarize(rows[1:2] + rows[3:])
     d = wa.summarize(rows, base)
-    assert d["macro_difference"] == pytest.approx(0.75 - 0.0) and d["site_difference"] == {"shopping": 0.5}
+    assert d["macro_difference"] == pytest.approx(0.5 - 0.0) and d["site_difference"] == {"shopping": 0.5,
+                                                                                          "gitlab": 0.5}
 
 
 def test_main_writes_jsonl_summary_and_resumes(tmp_path, monkeypatch):
