@@ -20,7 +20,7 @@ in both, so an element occurrence is (trajectory, step, bid), and then:
   that are within ``near_hops`` containment hops in the indented page structure; recall the
   converse. Also over the structurally_near candidates that ``proposals.mine`` keeps.
 
-Then mines the flat run (fill values from a scripted OpenAI-protocol server: the rules are
+Then mines both runs (fill values from a scripted OpenAI-protocol server: the rules are
 measured here, not the model's wording) and prints candidates per rule.
 """
 
@@ -45,6 +45,7 @@ from data.ingest import ingest  # noqa: E402
 from graph.build import build_graphs  # noqa: E402
 from graph.resolve import resolve_observation  # noqa: E402
 from proposals.rules import StepContext  # noqa: E402
+from proposals.schema import RULES  # noqa: E402
 
 
 def _pairs(n: int) -> int:
@@ -116,8 +117,8 @@ def compare(ind_run: Path, flat_run: Path, near_hops: int) -> dict:
             "_near_of": near_of}
 
 
-def mine_flat(flat_run: Path, cache: Path) -> tuple[dict, list[dict]]:
-    """proposals.mine on the flat run with scripted fill values; (stats, candidates)."""
+def mine_run(run: Path, cache: Path) -> tuple[dict, list[dict]]:
+    """proposals.mine on a run with scripted fill values; (stats, candidates)."""
     from proposals.mine import MineConfig, mine
     from teacher.llm import LLMConfig
     from teacher.serve import serve_in_thread
@@ -129,11 +130,11 @@ def mine_flat(flat_run: Path, cache: Path) -> tuple[dict, list[dict]]:
                 "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
     server = serve_in_thread(complete, "scripted")
     try:
-        stats = mine(flat_run, MineConfig(budget=10000, seed=42),
+        stats = mine(run, MineConfig(budget=10000, seed=42),
                      LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(cache)), workers=2)
     finally:
         server.shutdown()
-    return stats.extra, pq.read_table(flat_run / "candidates.parquet").to_pylist()
+    return stats.extra, pq.read_table(run / "candidates.parquet").to_pylist()
 
 
 def _fmt(p: dict) -> str:
@@ -179,12 +180,14 @@ def main(argv: list[str] | None = None) -> int:
               f"recall {n['recall'] if n['recall'] is None else format(n['recall'], '.2%')}")
         if args.no_mine:
             return 0
-        t = time.perf_counter()
-        stats, cands = mine_flat(tmp / "flat", tmp / "llm-cache")
-        by_rule = Counter(c["rule"] for c in cands)
-        print(f"proposals.mine on the flat run in {time.perf_counter() - t:.1f} s: {len(cands)} candidates; "
-              + ", ".join(f"{k} {v}" for k, v in sorted(by_rule.items())))
-        sn = [c for c in cands if c["rule"] == "structurally_near"]
+        mined = {}
+        for name in ("indented", "flat"):
+            t = time.perf_counter()
+            _, mined[name] = mine_run(tmp / name, tmp / "llm-cache")
+            by_rule = Counter(c["rule"] for c in mined[name])
+            print(f"proposals.mine on the {name} run in {time.perf_counter() - t:.1f} s: {len(mined[name])} "
+                  "candidates; " + ", ".join(f"{k} {by_rule[k]}" for k in RULES))
+        sn = [c for c in mined["flat"] if c["rule"] == "structurally_near"]
         hits = [r["_near_of"].get((c["traj_id"], c["step_idx"], c["pos_bid"], c["neg_bid"])) for c in sn]
         known = [h for h in hits if h is not None]
         if known:

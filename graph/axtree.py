@@ -263,7 +263,7 @@ def infer_structure(tree: AXTree) -> AXTree:
     headings, composites, items). A landmark or heading closes the sections, lists and items
     opened since the enclosing landmark; an item closes the items after its composite; a node
     that is not an item of an open single-purpose composite (combobox, listbox, menu, tablist,
-    radiogroup), or of a search landmark's form controls, closes it. Frames: a RootWebArea after an Iframe is the frame's root, and when the
+    radiogroup), or of a search landmark's form controls, or text of a live region, closes it. Frames: a RootWebArea after an Iframe is the frame's root, and when the
     bids carry BrowserGym's frame prefix (``a35`` inside frame ``a``) a node returns to its own
     frame's scopes. Everything else hangs under the innermost open scope. Indented trees are
     returned unchanged.
@@ -315,6 +315,11 @@ def _is_section(role: str) -> bool:
     return role in LANDMARK_ROLES or role in _FRAME_ROLES
 
 
+def _is_live_region(node: AXNode) -> bool:
+    """A region that announces status (``live: polite``): it holds text, not the page after it."""
+    return node.role == "region" and "live" in node.props
+
+
 def _close_scopes(nodes: list[AXNode], stack: list[int], node: AXNode) -> None:
     """Pop the scopes that ``node`` ends (see :func:`infer_structure`); the frame root stays."""
     role = node.role
@@ -327,6 +332,8 @@ def _close_scopes(nodes: list[AXNode], stack: list[int], node: AXNode) -> None:
                 and role != "group" and role not in _CONTENT_ROLES:
             stack.pop()
         elif top == "search" and role not in _SEARCH_CONTENT:
+            stack.pop()
+        elif role not in _CONTENT_ROLES and _is_live_region(nodes[stack[-1]]):
             stack.pop()
         else:
             break
