@@ -13,7 +13,7 @@ from data.export import MESSAGE
 from prm.evaluate import compare, load_bench, main, score
 from prm.judge import EndpointJudge, Judgment, LocalJudge, PairOutcome, judge, judge_expected, swap_responses
 from teacher.llm import LLMConfig
-from teacher.prompts import State, render_pair
+from data.judgment import State, parse_prompt, render_pair
 from teacher.serve import serve_in_thread
 
 STATE = State(intent="Order an iPad", axtree="[1] RootWebArea 'Shop'\n\t[12] button 'Order'\n\t[40] link 'Home'",
@@ -26,14 +26,16 @@ REALISTIC = {
     "phrase": "After weighing both, Response 1 is better because it advances the task.",
     "undecided": "Both responses have merits; it depends on the user.",
     "restates": "The evaluation criteria are:\n\n1. Task progress: which action moves the agent",
+    "cut": "<think>Response 1 goes home, while Response 2",          # stopped at the length limit
 }
 
 
 def _complete(answer_for):
     def complete(payload):
         text = answer_for(payload["messages"][-1]["content"])
+        text, reason = text if isinstance(text, tuple) else (text, "stop")
         return {"id": "x", "object": "chat.completion", "created": 0, "model": "scripted",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason}],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
     return complete
 
@@ -45,27 +47,33 @@ def _llm(server, tmp_path) -> LLMConfig:
 
 def _picks_order(user: str) -> str:
     """A judge that knows click('12') is right, whatever its position."""
-    first = user.index("<<<BEGIN RESPONSE_1>>>")
-    pos = 1 if "click('12')" in user[first:user.index("<<<END RESPONSE_1>>>")] else 2
+    pos = 1 if parse_prompt(user).response_1 == "click('12')" else 2
     return f"Response 1 and Response 2 differ.\n<Answer>Response {pos}</Answer>"
 
 
 def test_endpoint_judge_parses_realistic_outputs(tmp_path):
     keys = list(REALISTIC)
-    server = serve_in_thread(_complete(lambda user: REALISTIC[keys[int(user.split("case=")[1][0])]]), "scripted")
+    def answer(user):
+        key = keys[int(user.split("case=")[1][0])]
+        return (REALISTIC[key], "length") if key == "cut" else REALISTIC[key]
+    server = serve_in_thread(_complete(answer), "scripted")
     try:
         j = EndpointJudge(_llm(server, tmp_path))
         got = j.judge_prompts([[{"role": "user", "content": f"case={i}"}] for i in range(len(keys))])
     finally:
         server.shutdown()
-    assert [g.verdict for g in got] == [2, 1, 1, None, None]
+    # valid = ends in exactly one answer tag (data.judgment.parse_verdict): an echoed template with
+    # two tags, a phrase without a tag and a restatement are unparsed; the cut one is truncated
+    assert [g.verdict for g in got] == [2, None, None, None, None, None]
+    assert [g.truncated for g in got] == [False] * 5 + [True]
     assert got[0].text == REALISTIC["analysis"] and all(g.infra_error is None for g in got)
 
 
 def test_swap_and_the_both_orders_rule(tmp_path):
     msgs, _ = render_pair(STATE, "click('40')", "click('12')")
     swapped = swap_responses(msgs)
-    assert swapped[0] == msgs[0] and "<<<BEGIN RESPONSE_1>>>\nclick('12')\n" in swapped[1]["content"]
+    assert swapped[0] == msgs[0] and parse_prompt(swapped).response_1 == "click('12')"
+    assert parse_prompt(swapped).response_2 == "click('40')"
     assert swap_responses(swapped) == msgs and swap_responses([{"role": "user", "content": "A or B?"}]) is None
     # a judge that always says "1" is position-biased: wrong under the both-order rule
     assert not PairOutcome(1, Judgment("", 1), Judgment("", 1)).correct
@@ -107,7 +115,7 @@ def test_metrics_on_hand_made_fixtures():
     m = score(rows, correct, [False, False, False, True, False])
     assert m["by_source"]["a"]["pairwise"] == 0.75 and m["by_source"]["a"]["bon"] == 0.5   # state 1 has a wrong pair
     assert m["by_source"]["b"]["pairwise"] == 1.0 and m["by_source"]["b"]["bon"] == 1.0
-    assert m["macro"] == {"pairwise": pytest.approx(0.875), "bon": pytest.approx(0.75)}
+    assert (m["macro"]["pairwise"], m["macro"]["bon"]) == (pytest.approx(0.875), pytest.approx(0.75))
     assert m["overall"]["pairwise"] == 0.8 and m["overall"]["states_correct"] == 2 and m["unparsed"] == 1
     assert m["by_rule"]["repeat_past"]["pairwise"] == pytest.approx(2 / 3)
     assert m["by_gmcp"]["non_gmcp"]["pairwise"] == 1.0 and m["by_gmcp"]["gmcp"]["pairwise"] == 0.75
@@ -132,7 +140,7 @@ def test_evaluate_cli_against_a_scripted_endpoint(tmp_path, capsys):
                    (1, 0, "click('12')", "scroll(0, 200)", "gitlab"), (2, 0, "click('40')", "click('12')", "gitlab")])
     # the scripted judge is right except on the last pair (it answers without a tag there)
     def answer(user):
-        return "no idea" if "<<<BEGIN RESPONSE_1>>>\nclick('40')" in user else _picks_order(user)
+        return "no idea" if parse_prompt(user).response_1 == "click('40')" else _picks_order(user)
     server = serve_in_thread(_complete(answer), "scripted-prm")
     try:
         common = ["--base-url", server.base_url, "--cache-dir", str(tmp_path / "cache"), "--max-retries", "0",
@@ -145,7 +153,8 @@ def test_evaluate_cli_against_a_scripted_endpoint(tmp_path, capsys):
     a = json.loads((tmp_path / "a.json").read_text())
     assert a["by_source"]["shopping"]["pairwise"] == 1.0 and a["by_source"]["shopping"]["bon"] == 1.0
     assert a["by_source"]["gitlab"]["pairwise"] == 0.5 and a["by_source"]["gitlab"]["bon"] == 0.5
-    assert a["macro"] == {"pairwise": 0.75, "bon": 0.75} and a["unparsed"] == 1 and a["overall"]["pairs"] == 4
+    assert (a["macro"]["pairwise"], a["macro"]["bon"]) == (0.75, 0.75) and a["unparsed"] == 1
+    assert a["overall"]["pairs"] == 4 and a["truncated"] == 0 and a["excluded_sources"] == []
     assert "| **macro (over sources)** | **75.00** | **75.00** |" in (tmp_path / "a.md").read_text()
     assert len((tmp_path / "a.pairs.jsonl").read_text().splitlines()) == 4
     b = json.loads((tmp_path / "b.json").read_text())
