@@ -1,16 +1,24 @@
-"""Benchmark proposals.mine on the replicated corpus of the graph benchmark.
+"""Benchmark proposals.mine on the replicated corpus of the graph benchmark, and its GMCP.
 
     .venv/bin/python bench/proposals.py [--shared ../shared/data] [--scale 32] [--workers N]
+    .venv/bin/python bench/proposals.py --gmcp [--shared ../shared/data]
 
 Ingests the shared AgentLab traces, replicates the successful trajectories ``--scale`` times
 (>= 10,000 observations at 32x, as in bench/graphs.py), builds the graphs, warms the LLM cache
 with one mining run (fill values completed by the embedded model), then times a second run in a
 fresh process: the full pool with every fill completion cached. Prints candidates/s and peak RSS.
+
+``--gmcp`` runs the pipeline's own commands on the shared traces as they are (ingest, graph
+build, mining with and without ``--prefer-same-op``, fills by the embedded model) and prints
+what ``python -m proposals.audit --json`` re-derives from each run's files: GMCP is an outcome
+of the rules, so it is reported both ways, per rule too.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,14 +46,57 @@ print(json.dumps({"seconds": dt, "candidates": stats.n_out, "proposed": stats.n_
 """
 
 
+def _cli(*args: str) -> str:
+    """Run ``python -m ...`` in the project and return its stdout (the audit exits 1 on bad pairs)."""
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout
+
+
+def gmcp_both_ways(shared: Path) -> None:
+    """GMCP of the shared traces mined with and without --prefer-same-op, as the audit re-derives it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        base, cache = Path(tmp) / "base", Path(tmp) / "llm-cache"
+        _cli("data.ingest", "--source", "agentlab", "--input", str(shared / "agentlab_workarena"), "--out", str(base))
+        _cli("graph.build", "--run", str(base))
+        rows = {}
+        for name, flags in (("default", []), ("--prefer-same-op", ["--prefer-same-op"])):
+            run = Path(tmp) / name.strip("-")
+            subprocess.run(["cp", "-r", str(base), str(run)], check=True)
+            t = time.perf_counter()
+            _cli("proposals.mine", "--run", str(run), "--fill-cache-dir", str(cache), *flags)
+            seconds = time.perf_counter() - t
+            audit = json.loads(_cli("proposals.audit", "--run", str(run), "--json"))
+            stats = json.loads((run / "stats.json").read_text())["proposals.mine"]
+            rows[name] = (audit, stats, seconds)
+        print("| mining | pairs | GMCP | virtual positives | affordance mismatches | other | hallucinated | "
+              "fill fields (valid / rejected) | seconds |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+        for name, (a, st, sec) in rows.items():
+            fill = st["fill"]
+            rejected = sum(v for k, v in st["rejected"].items() if k.startswith("fill_"))
+            print(f"| `{name}` | {a['pairs']} | {a['gmcp_ratio']:.2%} | {a['virtual_positive_ratio']:.2%} | "
+                  f"{a['affordance_mismatch_ratio']:.2%} | {a['other']} | {a['hallucinated_targets']} | "
+                  f"{fill['fields']} ({sum(fill['valid_at_attempt'].values())} / {rejected}: "
+                  f"{fill['invalid_answers']}) | {sec:.0f} |")
+        rules = sorted(set().union(*(a["by_rule"] for a, _, _ in rows.values())))
+        print("\n| rule | " + " | ".join(f"`{n}` pairs, GMCP" for n in rows) + " |")
+        print("| --- | " + " | ".join("---:" for _ in rows) + " |")
+        for rule in rules:
+            cells = [a["by_rule"].get(rule, {"pairs": 0, "gmcp_ratio": 0.0}) for a, _, _ in rows.values()]
+            print(f"| {rule} | " + " | ".join(f"{c['pairs']}, {c['gmcp_ratio']:.2%}" for c in cells) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--scale", type=int, default=32)
     ap.add_argument("--workers", type=int, default=0, help="0: one per core")
+    ap.add_argument("--gmcp", action="store_true", help="GMCP with and without --prefer-same-op on the shared traces")
     args = ap.parse_args(argv)
     if not (args.shared / "agentlab_workarena").is_dir():
         print(f"skip: shared traces not found at {args.shared}")
+        return 0
+    if args.gmcp:
+        gmcp_both_ways(args.shared)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         base, run, cache = Path(tmp) / "base", Path(tmp) / "run", Path(tmp) / "llm-cache"
