@@ -85,14 +85,23 @@ _OP_CALL = re.compile(r"\b(" + "|".join(sorted(SIGNATURES, key=len, reverse=True
 _MAX_CALL_CHARS = 4000
 
 
+_ACTION_LABEL = re.compile(r"\bACTION\s*:", re.I)
+
+
 def first_action(text: str) -> Action | None:
     """The first well-formed BrowserGym action call in ``text`` (a response may hold other text
-    around it: a thought, a code fence, a comment); None when there is none."""
+    around it: a thought, a code fence, a comment), looked for after the last ``ACTION:`` label
+    first when the text has one inside a line; None when there is none."""
     text = text or ""
     try:
         return parse_action(text)
     except ActionParseError:
         pass
+    labels = list(_ACTION_LABEL.finditer(text))
+    if labels and labels[-1].end() < len(text):
+        found = first_action(text[labels[-1].end():])
+        if found is not None:
+            return found
     for m in _OP_CALL.finditer(text):
         close = text.find(")", m.end() - 1)
         while close != -1 and close - m.start() < _MAX_CALL_CHARS:

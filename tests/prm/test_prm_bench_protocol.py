@@ -176,6 +176,7 @@ def test_first_action_tolerates_text_around_the_call():
     assert str(first_action("```\nfill('41', 'a (b)')\n```")) == "fill('41', 'a (b)')"
     assert str(first_action("I will dblclick('5') then stop")) == "dblclick('5')"
     assert first_action("I would rather wait") is None and first_action("") is None
+    assert str(first_action("THOUGHT: not click('40') yet. ACTION: click('12')")) == "click('12')"
     assert pair_structure([{"role": "user", "content": "A or B?"}]) == (None, "prompt")
 
 
