@@ -251,6 +251,8 @@ _DIALOGS = frozenset({"dialog", "alertdialog"})
 _REGIONS = frozenset({"main", "banner", "contentinfo", "complementary"}) | _DIALOGS
 _TABLE_PARTS = frozenset({"table", "grid", "treegrid", "rowgroup", "row", "cell", "gridcell"})
 _FRAME_ROLES = frozenset({"RootWebArea", "Iframe"})
+# Roles that open a scope for the nodes after them (items do too, see ITEM_PARENTS).
+_SCOPE_ROLES = LANDMARK_ROLES | CLOSED_COMPOSITES | OPEN_COMPOSITES | {"heading", "RootWebArea"}
 _CONTENT_ROLES = frozenset({"StaticText", "generic", "image", "img", "ListMarker", "LineBreak", "InlineTextBox",
                             "none", "presentation", "LabelText", "Legend", "paragraph", "strong"})
 _LETTERS = re.compile(r"[A-Za-z]*")
@@ -260,13 +262,22 @@ def infer_structure(tree: AXTree) -> AXTree:
     """Give a flat tree inferred parents, children and depths, in place (idempotent).
 
     One pass in document order keeps, per frame, a stack of open scopes (frame root, landmarks,
-    headings, composites, items). A landmark or heading closes the sections, lists and items
-    opened since the enclosing landmark; an item closes the items after its composite; a node
-    that is not an item of an open single-purpose composite (combobox, listbox, menu, tablist,
-    radiogroup), or of a search landmark's form controls, or text of a live region, closes it. Frames: a RootWebArea after an Iframe is the frame's root, and when the
-    bids carry BrowserGym's frame prefix (``a35`` inside frame ``a``) a node returns to its own
-    frame's scopes. Everything else hangs under the innermost open scope. Indented trees are
-    returned unchanged.
+    headings, composites, items); each node hangs under the innermost scope left open once the
+    node has closed the scopes it ends:
+
+    * a landmark closes everything up to the frame root, a dialog, or a page region that holds
+      other landmarks (main, banner, contentinfo, complementary, a named region);
+    * a heading closes the previous heading's section and the lists in it, not the table cell
+      it sits in;
+    * an item (listitem, option, menuitem, tab, radio, row, cell...) closes what follows its
+      nearest open composite, or the previous item of a run without one;
+    * single-purpose composites (combobox, listbox, menu, tablist, radiogroup, tree) hold only
+      their items and text, their items only text, a search landmark only form controls, and a
+      live region only text: any other node closes them.
+
+    Frames: a RootWebArea after an Iframe is the frame's root; when the bids carry BrowserGym's
+    frame prefix (``a35`` inside frame ``a``) a node returns to its own frame's scopes. Indented
+    trees are returned unchanged.
     """
     if tree.obs_format != "flat" or tree.inferred:
         return tree
@@ -289,17 +300,14 @@ def infer_structure(tree: AXTree) -> AXTree:
             after_iframe = None
             continue
         after_iframe = None
-        if not stack:
-            stack.append(n.index)
-            continue
         _close_scopes(nodes, stack, n)
-        _attach(nodes, n, stack[-1])
+        if stack:
+            _attach(nodes, n, stack[-1])
         if role == "Iframe":
             after_iframe = n
             if lettered and n.bid and n.bid.isalpha():
                 stacks[n.bid] = []
-        elif role in LANDMARK_ROLES or role == "heading" or role in ITEM_PARENTS \
-                or role in CLOSED_COMPOSITES or role in OPEN_COMPOSITES:
+        elif role in _SCOPE_ROLES or role in ITEM_PARENTS:
             stack.append(n.index)
     tree.inferred = True
     return tree
@@ -321,47 +329,42 @@ def _is_live_region(node: AXNode) -> bool:
 
 
 def _close_scopes(nodes: list[AXNode], stack: list[int], node: AXNode) -> None:
-    """Pop the scopes that ``node`` ends (see :func:`infer_structure`); the frame root stays."""
+    """Pop the scopes that ``node`` ends (see :func:`infer_structure`); a frame root stays."""
     role = node.role
-    # Items of single-purpose composites hold text only; composites hold their items only.
-    while len(stack) > 1:
-        top = nodes[stack[-1]].role
-        if top in _CLOSED_ITEMS and role not in _CONTENT_ROLES:
+    floor = 1 if stack and nodes[stack[0]].role in _FRAME_ROLES else 0
+    while len(stack) > floor:
+        top = nodes[stack[-1]]
+        if top.role in _CLOSED_ITEMS and role not in _CONTENT_ROLES:
             stack.pop()
-        elif top in CLOSED_COMPOSITES and not (role in ITEM_PARENTS and top in ITEM_PARENTS[role]) \
+        elif top.role in CLOSED_COMPOSITES and not (role in ITEM_PARENTS and top.role in ITEM_PARENTS[role]) \
                 and role != "group" and role not in _CONTENT_ROLES:
             stack.pop()
-        elif top == "search" and role not in _SEARCH_CONTENT:
+        elif top.role == "search" and role not in _SEARCH_CONTENT:
             stack.pop()
-        elif role not in _CONTENT_ROLES and _is_live_region(nodes[stack[-1]]):
+        elif role not in _CONTENT_ROLES and _is_live_region(top):
             stack.pop()
         else:
             break
     if role in ITEM_PARENTS:
         holders = ITEM_PARENTS[role]
-        for depth in range(len(stack) - 1, 0, -1):
+        for depth in range(len(stack) - 1, floor - 1, -1):
             r = nodes[stack[depth]].role
             if r in holders:
                 del stack[depth + 1:]
                 return
             if _is_section(r):
                 break
-        while len(stack) > 1 and nodes[stack[-1]].role == role:   # a run of items without their composite
+        while len(stack) > floor and nodes[stack[-1]].role == role:   # a run of items without their composite
             stack.pop()
     elif role in LANDMARK_ROLES:
-        # Landmarks are siblings, except inside the page regions that hold others (main,
-        # banner, contentinfo, complementary, dialogs, named regions); those pop to a dialog
-        # or the frame root.
         outer = role in _REGIONS
-        while len(stack) > 1:
+        while len(stack) > floor:
             top = nodes[stack[-1]]
             if top.role in _FRAME_ROLES or top.role in _DIALOGS or not outer and (
                     top.role in _REGIONS or top.role == "region" and top.name):
                 break
             stack.pop()
     elif role == "heading":
-        # A heading ends the previous heading's section and the lists in it, not the table
-        # cell it sits in (layout tables hold headings).
-        while len(stack) > 1 and not _is_section(nodes[stack[-1]].role) \
+        while len(stack) > floor and not _is_section(nodes[stack[-1]].role) \
                 and nodes[stack[-1]].role not in _TABLE_PARTS:
             stack.pop()

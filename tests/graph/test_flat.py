@@ -68,6 +68,14 @@ def test_inferred_structure_from_flat_text():
     assert infer_structure(indented) is indented and not indented.inferred
 
 
+def test_flat_text_without_a_root():
+    """Without a RootWebArea nothing is the floor of the stack: widgets do not nest in each other."""
+    tree = infer_structure(parse_axtree("[1] button 'Go'\n[2] button 'Go'\n[3] heading 'h'\n[4] link 'a'", "flat"))
+    assert [n.parent for n in tree.nodes] == [None, None, None, 2]
+    r = resolve_observation("[1] button 'Go'\n[2] button 'Go'", "flat", "s", "http://s/x")
+    assert len(r.node_to_bids) == 2 and not r.ambiguous      # told apart by their ordinal
+
+
 @pytest.mark.parametrize("text, child, expected_parent", [
     # a search landmark holds its form controls; a link after it is not inside
     ("[1] RootWebArea 'x'\n[2] search ''\n[3] searchbox 'q'\n[4] button 'Go'\n[5] link 'Help'", "5", "1"),
