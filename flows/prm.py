@@ -36,9 +36,12 @@ def train_task(config: str, overrides: dict) -> dict:
 
 @task(name="evaluate-prm-model", retries=2, retry_delay_seconds=30)
 def evaluate_task(llm: dict, bench: str, out: str, both_orders: bool, name: str | None) -> dict:
-    from prm.evaluate import run
+    from prm.evaluate import ENDPOINT_MAX_TOKENS, run
 
-    result = run(LLMConfig(**llm), bench, out, both_orders=both_orders, name=name)
+    config = LLMConfig(**llm)
+    if "max_tokens" not in llm and not config.is_local:     # a full judgment fits (as prm.evaluate's CLI)
+        config = replace(config, max_tokens=max(config.max_tokens, ENDPOINT_MAX_TOKENS))
+    result = run(config, bench, out, both_orders=both_orders, name=name)
     if result["infra_errors"]:
         from teacher.llm import InfraError
 
@@ -56,9 +59,11 @@ def train_prm_flow(config: str = "configs/prm/cpu-demo.yaml", overrides: dict | 
 
 @flow(name="evaluate-prm", log_prints=True)
 def evaluate_prm_flow(bench: str, out: str, model: str | None = None, llm: dict | None = None,
-                      both_orders: bool = False, name: str | None = None, max_tokens: int = 256) -> dict:
-    """Pairwise and best-of-N accuracy of a model (local folder or endpoint) on a benchmark file."""
-    llm = {"max_tokens": max_tokens, **(llm or {}), **({"model": model} if model else {})}
+                      both_orders: bool = False, name: str | None = None, max_tokens: int | None = None) -> dict:
+    """Pairwise and best-of-N accuracy of a model (local folder or endpoint) on a benchmark file;
+    ``max_tokens`` defaults to LLMConfig's for a local folder and to a full judgment's (1024) for
+    an endpoint."""
+    llm = {**({"max_tokens": max_tokens} if max_tokens else {}), **(llm or {}), **({"model": model} if model else {})}
     result = evaluate_task(llm, bench, out, both_orders, name)
     print(f"macro pairwise {result['macro']['pairwise']:.4f}, best-of-N {result['macro']['bon']:.4f} -> {out}")
     return result
@@ -75,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--bench", required=True)
     e.add_argument("--out", required=True)
     e.add_argument("--both-orders", action="store_true")
-    e.add_argument("--max-tokens", type=int, default=256)
+    e.add_argument("--max-tokens", type=int, default=None)
     args = ap.parse_args(argv)
     if args.cmd == "train":
         train_prm_flow(config=args.config)

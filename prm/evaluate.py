@@ -59,6 +59,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from data.actions import ELEMENT_OPS, SIGNATURES, Action, ActionParseError, parse_action
+from data.judgment import JudgmentFormat, parse_prompt, rerender_prompt
 from prm.judge import judge_expected, make_judge, position_stats
 from teacher.llm import LLMConfig
 
@@ -122,7 +123,6 @@ def _targets(action: Action) -> list[str]:
 def pair_structure(prompt: list[dict] | str) -> tuple[str | None, str]:
     """``("gmcp" | "non_gmcp", why)`` for a benchmark prompt, or ``(None, what could not be read)``
     with ``what`` one of ``prompt``, ``axtree``, ``action`` (see the module doc)."""
-    from data.judgment import parse_prompt
     from graph.axtree import AXTreeParseError, parse_axtree
 
     parts = parse_prompt(prompt)
@@ -393,13 +393,28 @@ def judge_config(args: argparse.Namespace, prefix: str = "", config: LLMConfig |
     return cfg
 
 
+def rerender(rows: list[dict], fmt: JudgmentFormat) -> int:
+    """Render every row's prompt again in ``fmt`` (a user's template); rows whose prompt lacks the
+    benchmark's structure keep theirs. Returns how many kept theirs."""
+    kept = 0
+    for r in rows:
+        again = rerender_prompt(r["prompt"], fmt)
+        if again is None:
+            kept += 1
+        else:
+            r["prompt"] = again
+    return kept
+
+
 def run(config: LLMConfig, bench: str, out: str | Path, both_orders: bool = False, batch_size: int = 8,
         candidates: str | None = None, limit_states: int | None = None, name: str | None = None,
-        include_sources: list[str] | None = None) -> dict:
-    """Evaluate one model on one benchmark file and write ``out`` (JSON), its ``.md`` and ``.pairs.jsonl``."""
+        include_sources: list[str] | None = None, fmt: JudgmentFormat | None = None) -> dict:
+    """Evaluate one model on one benchmark file and write ``out`` (JSON), its ``.md`` and ``.pairs.jsonl``.
+    ``fmt`` re-renders the benchmark's prompts (``--prompt-template``)."""
     rows = load_bench(bench, candidates, limit_states)
     if not rows:
         raise ValueError(f"{bench} has no pairs")
+    not_rerendered = rerender(rows, fmt) if fmt is not None else 0
     judge_ = make_judge(config, batch_size)
     metrics, records = evaluate(judge_, rows, both_orders, include_sources)
     result = {"name": name or Path(config.model or "embedded").name, "model": config.model or "embedded",
@@ -407,7 +422,9 @@ def run(config: LLMConfig, bench: str, out: str | Path, both_orders: bool = Fals
               "protocol": {"both_orders": both_orders, "max_tokens": config.max_tokens,
                            "temperature": config.temperature, "unparsed_counts_as": "wrong",
                            "truncated_counts_as": "wrong", "states": "(source_name, state_idx)",
-                           "excluded_by_default": EXCLUDED_BY_DEFAULT, "include_sources": include_sources},
+                           "excluded_by_default": EXCLUDED_BY_DEFAULT, "include_sources": include_sources,
+                           "prompt_format": fmt.describe() if fmt is not None else "as given",
+                           "prompts_not_rerendered": not_rerendered},
               **metrics}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -434,8 +451,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit-states", type=int, default=None, help="only the first N states (quick checks)")
     ap.add_argument("--name", help="label in tables (default: the model folder's name)")
     ap.add_argument("--compare", nargs="+", metavar="RESULT_JSON", help="print several results in one table")
+    ap.add_argument("--prompt-template", metavar="FILE",
+                    help="re-render the benchmark's prompts with a YAML template (user, optional system)")
     LLMConfig.add_args(ap)
     args = ap.parse_args(argv)
+    try:
+        fmt = JudgmentFormat.from_options(args.prompt_template) if args.prompt_template else None
+    except ValueError as e:
+        ap.error(str(e))
     if args.compare:
         table = compare([json.loads(Path(p).read_text()) for p in args.compare])
         if args.out:
@@ -445,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.bench or not args.out:
         ap.error("--bench and --out are required (or --compare)")
     result = run(judge_config(args), args.bench, args.out, args.both_orders, args.batch_size,
-                 args.candidates, args.limit_states, args.name, args.include_sources)
+                 args.candidates, args.limit_states, args.name, args.include_sources, fmt)
     print(markdown(result))
     return 0 if not result["infra_errors"] else 3
 

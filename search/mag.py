@@ -50,6 +50,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from search.mag_metrics import load_gold_guides, score_task, summarize
+from search.tournament import prm_format
 from search.webarena import (SetupError, _model_config, env_failure_list, preflight, prm_config, run_tasks,
                              site_key, site_success, start_run)
 
@@ -117,6 +118,7 @@ def table(rows: list[tuple[str, dict]]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from search.mag_loop import MAX_STEPS
+    from search.tournament import add_prm_format_args
     from teacher.llm import LLMConfig
 
     ap = argparse.ArgumentParser(prog="python -m search.mag", description=__doc__.split("\n\n")[0])
@@ -138,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--demo", action="store_true",
                     help="run the built-in demo task (a small shop on 127.0.0.1, gold guides included) instead "
                          "of WebArena: no sites needed")
+    add_prm_format_args(ap)
     LLMConfig.add_args(ap, prefix="prm-")
     LLMConfig.add_args(ap, prefix="policy-")
     return ap
@@ -147,7 +150,7 @@ def load_models(args):
     """(propose, judge_for); models load here, after the preflight."""
     from prm.judge import make_judge
     from search.mag_loop import MagPolicy
-    from search.tournament import prm_pair_judge, prm_state
+    from search.tournament import prm_format, prm_pair_judge, prm_state
 
     guided = args.prm.lower() != "none"
     cfg = _model_config(args, "policy-", args.policy, 1.0 if guided else 0.0)
@@ -156,9 +159,10 @@ def load_models(args):
     judge_for = None
     if guided:
         judge = make_judge(prm_config(args))
+        fmt = prm_format(args)
 
         def judge_for(obs, history):
-            return prm_pair_judge(judge, prm_state(obs, history))
+            return prm_pair_judge(judge, prm_state(obs, history), fmt=fmt)
     return policy.propose, judge_for
 
 
@@ -222,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.n < 1 or args.max_steps < 1:
         ap.error("--n and --max-steps must be at least 1")
+    try:
+        prm_format(args)
+    except ValueError as e:
+        ap.error(str(e))
     out = Path(args.out)
     settings = {k: getattr(args, k) for k in RUN_SETTINGS}
     try:

@@ -227,15 +227,31 @@ def expected_rounds(n: int) -> int:
     return math.ceil(math.log2(n)) if n > 1 else 0
 
 
-def prm_pair_judge(judge_, state, budget: int | None = None) -> PairJudge:
+def prm_pair_judge(judge_, state, budget: int | None = None, fmt=None) -> PairJudge:
     """Adapt a ``prm.judge`` judge (local or endpoint) and a ``data.judgment.State`` to the
-    tournament's pair judge: one batched ``judge_pairs`` call per round."""
+    tournament's pair judge: one batched ``judge_pairs`` call per round, in the comparative-judgment
+    format (or ``fmt``, a ``data.judgment.JudgmentFormat``: ``--prm-prompt-template``)."""
+    from data.judgment import DEFAULT_FORMAT
     from prm.judge import judge_pairs
 
     def call(pairs: list[tuple[str, str]]):
-        return judge_pairs(judge_, [(state, a1, a2) for a1, a2 in pairs], budget=budget)
+        return judge_pairs(judge_, [(state, a1, a2) for a1, a2 in pairs], budget=budget, fmt=fmt or DEFAULT_FORMAT)
 
     return call
+
+
+def add_prm_format_args(ap) -> None:
+    """``--prm-prompt-template FILE``: the PRM's prompts in a user's exact text."""
+    ap.add_argument("--prm-prompt-template", metavar="FILE", default=None,
+                    help="render the PRM's prompts with a YAML template (user, optional system; data.judgment)")
+
+
+def prm_format(args):
+    """The PRM's ``JudgmentFormat`` from ``--prm-prompt-template`` (ValueError on a bad template)."""
+    from data.judgment import DEFAULT_FORMAT, JudgmentFormat
+
+    path = getattr(args, "prm_prompt_template", None)
+    return JudgmentFormat.from_options(path) if path else DEFAULT_FORMAT
 
 
 def prm_state(obs, history):

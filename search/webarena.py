@@ -218,6 +218,7 @@ def _versions() -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from search.tournament import add_prm_format_args
     from teacher.llm import LLMConfig
 
     ap = argparse.ArgumentParser(prog="python -m search.webarena", description=__doc__.split("\n\n")[0])
@@ -235,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--baseline", help="a baseline run's folder: the summary adds the differences")
     ap.add_argument("--demo", action="store_true",
                     help="run the built-in demo task (a small shop on 127.0.0.1) instead of WebArena-Lite: no sites needed")
+    add_prm_format_args(ap)
     LLMConfig.add_args(ap, prefix="prm-")
     LLMConfig.add_args(ap, prefix="policy-")
     return ap
@@ -255,16 +257,17 @@ def _load_models(args):
     """(propose, judge_for); models load here, after the preflight."""
     from prm.judge import make_judge
     from search.agent import Policy
-    from search.tournament import prm_pair_judge, prm_state
+    from search.tournament import prm_format, prm_pair_judge, prm_state
 
     guided = args.prm.lower() != "none"
     policy = Policy(_model_config(args, "policy-", args.policy, 1.0 if guided else 0.0))
     judge_for = None
     if guided:
         judge = make_judge(prm_config(args))
+        fmt = prm_format(args)
 
         def judge_for(obs, history):
-            return prm_pair_judge(judge, prm_state(obs, history))
+            return prm_pair_judge(judge, prm_state(obs, history), fmt=fmt)
     return policy.propose, judge_for
 
 
@@ -320,8 +323,15 @@ def _step(s) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    args = ap.parse_args(argv)
     out = Path(args.out)
+    try:
+        from search.tournament import prm_format
+
+        prm_format(args)
+    except ValueError as e:
+        ap.error(str(e))
     try:
         if args.demo:
             from search.demo_site import demo_config

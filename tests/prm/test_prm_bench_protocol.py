@@ -219,3 +219,30 @@ def test_cli_endpoint_default_length_truncation_and_json_keys(tmp_path, capsys):
     table = compare([a, b])
     assert "| Mind2Web_test_task (not in macro) | 0.00 | 0.00 | 0.00 | 0.00 |" in table
     assert "| pooled GMCP pairs | 100.00 | 100.00 | 60.00 |" in table
+
+
+def test_cli_prompt_template_rerenders_the_benchmarks_prompts(tmp_path):
+    """``--prompt-template``: every prompt with the benchmark's structure reaches the judge in the
+    user's text; the one without it is judged as given and counted."""
+    bench = write_bench(tmp_path / "bench.parquet")
+    template = tmp_path / "t.yaml"
+    template.write_text("system: TEMPLATE SYSTEM\nuser: 'GOAL {intent} / A {action1} / B {action2}'\n")
+    users: list = []
+
+    def complete(payload):
+        users.append((payload["messages"][0]["content"], payload["messages"][-1]["content"]))
+        return _complete([])(payload)
+
+    server = serve_in_thread(complete, "scripted-prm")
+    try:
+        assert main(["--model", "scripted-prm", "--base-url", server.base_url, "--cache-dir", str(tmp_path / "c"),
+                     "--max-retries", "0", "--api-key-env", "SURFPRM_TEST_KEY_UNSET", "--bench", str(bench),
+                     "--out", str(tmp_path / "t.json"), "--include-sources", "--prompt-template", str(template)]) == 0
+    finally:
+        server.shutdown()
+    templated = [u for s, u in users if s == "TEMPLATE SYSTEM"]
+    assert len(templated) == len(BENCH) - 1 and len(users) == len(BENCH)
+    assert "GOAL Order an iPad [[say1]] / A click('12') / B click('40')" in templated
+    result = json.loads((tmp_path / "t.json").read_text())
+    assert result["protocol"]["prompts_not_rerendered"] == 1
+    assert result["protocol"]["prompt_format"]["format"] == "template"

@@ -127,3 +127,30 @@ def test_unparsed_verdict_is_recorded_and_judge_length_checked():
     assert r.matches[0].verdict is None and r.matches[0].tie and r.winner == r.matches[0].a1
     with pytest.raises(ValueError):
         knockout(["click('10')", "click('11')"], lambda p: [], seed=0)
+
+
+def test_prm_prompt_template_reaches_the_judge(tmp_path):
+    """``--prm-prompt-template``: the PRM's match prompts are the user's text with the state filled in."""
+    import argparse
+
+    from data.judgment import State
+    from prm.judge import Judgment
+    from search.tournament import add_prm_format_args, prm_format, prm_pair_judge
+
+    template = tmp_path / "t.yaml"
+    template.write_text("user: '{start_url} | {current_url} | {response_1} vs {response_2}'\n")
+    ap = argparse.ArgumentParser()
+    add_prm_format_args(ap)
+    fmt = prm_format(ap.parse_args(["--prm-prompt-template", str(template)]))
+    seen = []
+
+    class Judge:
+        def judge_prompts(self, prompts):
+            seen.extend(prompts)
+            return [Judgment("<Answer>Response 1</Answer>", 1) for _ in prompts]
+
+    state = State(intent="buy", axtree="[1] RootWebArea 'x'", url="http://s/now", start_url="http://s/start")
+    verdicts = prm_pair_judge(Judge(), state, fmt=fmt)([("click('1')", "click('2')")])
+    assert verdicts[0].verdict == 1
+    assert seen == [[{"role": "user", "content": "http://s/start | http://s/now | click('1') vs click('2')"}]]
+    assert prm_format(ap.parse_args([])).template is None
