@@ -48,6 +48,7 @@ run: setup
 	$(PY) -m graph.build --run $(RUN)
 	$(PY) -m proposals.mine --run $(RUN) --budget $(BUDGET)
 	$(PY) -m teacher.verify --run $(RUN) $(VERIFY_ARGS) $(TEACHER)
+	$(PY) -m proposals.audit --run $(RUN) --table preferences
 	$(PY) -m data.export --run $(RUN) --format trl --format webprmbench
 	@echo "run directory: $(RUN)"
 	@echo "  dataset: $(RUN)/preferences.parquet  card: $(RUN)/README.md  report: $(RUN)/report/README.md"

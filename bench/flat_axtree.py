@@ -125,7 +125,7 @@ def mine_run(run: Path, cache: Path) -> tuple[dict, list[dict]]:
 
     def complete(request):
         return {"id": "x", "object": "chat.completion", "model": "scripted",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Zoom"},
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": '{"value": "Zoom"}'},
                              "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
     server = serve_in_thread(complete, "scripted")
@@ -193,7 +193,31 @@ def main(argv: list[str] | None = None) -> int:
         if known:
             print(f"mined structurally_near candidates within {args.near_hops} indented hops: "
                   f"{sum(known)}/{len(known)} ({sum(known) / len(known):.2%})")
+        paper_format_check(tmp / "flat")
     return 0
+
+
+def paper_format_check(run: Path) -> None:
+    """On the flat run: the audit re-derived from the files, and a TRL export (label-only targets:
+    no teacher here) checked to be in the benchmark's format and Action-Only."""
+    from data.export import export_trl_labels
+    from data.judgment import parse_prompt
+    from proposals.audit import write_audit
+
+    audit = write_audit(run, "candidates")
+    print(f"proposals.audit on the flat run: {audit['pairs']} pairs, GMCP {audit['gmcp_ratio']:.2%}, "
+          f"hallucinated targets {audit['hallucinated_targets']}, sample GMCP {audit['sample']['gmcp_ratio']:.2%}")
+    paths = export_trl_labels(run, test_fraction=0.0)
+    rows = pq.read_table(paths["train"]).to_pylist()
+    cands = {c["pair_id"]: c for c in pq.read_table(run / "candidates.parquet").to_pylist()}
+    ok = 0
+    for r in rows:
+        parts = parse_prompt(r["prompt"])
+        c = cands[r["pair_id"]]
+        pos, neg = (parts.response_1, parts.response_2) if r["label"] == 1 else (parts.response_2, parts.response_1)
+        ok += (pos, neg) == (c["action_pos"], c["action_neg"]) and "THOUGHT" not in r["prompt"][1]["content"]
+    print(f"TRL export of the flat run: {len(rows)} rows; {ok} read back with parse_prompt to exactly "
+          f"(action_pos, action_neg), Action-Only")
 
 
 if __name__ == "__main__":

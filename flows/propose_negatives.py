@@ -1,6 +1,7 @@
 """The ``propose-negatives`` Prefect flow: mine grounded negatives for a run.
 
-    python -m flows.propose_negatives --run RUN [--budget 10000 --seed 42 --axes spatial,temporal --no-graph]
+    python -m flows.propose_negatives --run RUN [--budget 10000 --seed 42 --axes spatial,temporal --no-graph \
+        --prefer-same-op]
 
 One task (the rules run per step, then fill values are completed in one batch through the LLM
 layer, whose cache makes a retried or resumed run free). The logic lives in ``proposals.mine``.
@@ -14,21 +15,25 @@ import sys
 from prefect import flow, task
 
 from proposals.mine import MineConfig, format_audit, mine
+from proposals.rules import Params
 from proposals.schema import AXES
 
 
 @task(name="mine-candidates", retries=1, retry_delay_seconds=2)
-def mine_candidates(run: str, budget: int, seed: int, axes: list[str], no_graph: bool) -> dict:
-    stats = mine(run, MineConfig(budget=budget, seed=seed, axes=tuple(axes), no_graph=no_graph))
+def mine_candidates(run: str, budget: int, seed: int, axes: list[str], no_graph: bool,
+                    prefer_same_op: bool = False) -> dict:
+    stats = mine(run, MineConfig(budget=budget, seed=seed, axes=tuple(axes), no_graph=no_graph,
+                                 params=Params(prefer_same_op=prefer_same_op)))
     print(format_audit(stats))
     return stats.as_dict()
 
 
 @flow(name="propose-negatives", log_prints=True)
 def propose_negatives_flow(run: str, budget: int = 10000, seed: int = 42, axes: list[str] | None = None,
-                           no_graph: bool = False) -> dict:
-    """Mine the candidate pool and the seeded sample of a run directory."""
-    return mine_candidates(run, budget, seed, list(axes or AXES), no_graph)
+                           no_graph: bool = False, prefer_same_op: bool = False) -> dict:
+    """Mine the candidate pool and the seeded sample of a run directory (``prefer_same_op``: rank
+    candidates taking the positive's op first; off as in the paper)."""
+    return mine_candidates(run, budget, seed, list(axes or AXES), no_graph, prefer_same_op)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,9 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--axes", default=",".join(AXES))
     ap.add_argument("--no-graph", action="store_true")
+    ap.add_argument("--prefer-same-op", action="store_true")
     args = ap.parse_args(argv)
     propose_negatives_flow(run=args.run, budget=args.budget, seed=args.seed,
-                           axes=[a for a in args.axes.split(",") if a], no_graph=args.no_graph)
+                           axes=[a for a in args.axes.split(",") if a], no_graph=args.no_graph,
+                           prefer_same_op=args.prefer_same_op)
     return 0
 
 
