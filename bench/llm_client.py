@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/llm_client.py [--requests 1000] [--concurrency 16] [--delay-s 0.2]
 
-A local OpenAI-protocol server (``teacher.serve.ChatServer``, in its own process so it does not
+A local OpenAI-protocol server (``llm.serve.ChatServer``, in its own process so it does not
 share the client's interpreter) answers every chat completion after ``--delay-s``. The client
 sends ``--requests`` distinct requests at ``--concurrency``; the ideal is
 concurrency / delay requests/s (80 for 16 and 200 ms). Then a new client (a resumed run) sends
@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from teacher.llm import LLMClient, LLMConfig  # noqa: E402
+from llm import LLMClient, LLMConfig  # noqa: E402
 
 
 def _serve(delay_s: float, port, counter, ready) -> None:
-    from teacher.serve import ChatServer
+    from llm.serve import ChatServer
 
     def complete(request: dict) -> dict:
         with counter.get_lock():

@@ -33,8 +33,8 @@ from search import som  # noqa: E402
 from search.env import BrowserHarness, host_of  # noqa: E402
 from search.mag_loop import MagPolicy, run_mag_episode  # noqa: E402
 from search.tournament import prm_pair_judge, prm_state  # noqa: E402
-from teacher.embedded import default_model_dir  # noqa: E402
-from teacher.llm import LLMConfig  # noqa: E402
+from llm.embedded import default_model_dir  # noqa: E402
+from llm import LLMConfig  # noqa: E402
 
 
 def _ms(xs):

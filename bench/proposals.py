@@ -36,7 +36,7 @@ from graph.build import build_graphs  # noqa: E402
 _MINE = """
 t = time.perf_counter()
 from proposals.mine import MineConfig, mine
-from teacher.llm import LLMConfig
+from llm import LLMConfig
 stats = mine(sys.argv[1], MineConfig(budget=10000, seed=42), LLMConfig(cache_dir=sys.argv[2]),
              workers=int(sys.argv[3]) or None)
 dt = time.perf_counter() - t

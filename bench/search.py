@@ -30,8 +30,8 @@ from search.agent import Policy  # noqa: E402
 from search.env import BrowserHarness, host_of  # noqa: E402
 from search.loop import run_episode  # noqa: E402
 from search.tournament import prm_pair_judge, prm_state  # noqa: E402
-from teacher.embedded import default_model_dir  # noqa: E402
-from teacher.llm import LLMConfig  # noqa: E402
+from llm.embedded import default_model_dir  # noqa: E402
+from llm import LLMConfig  # noqa: E402
 from data.judgment import State  # noqa: E402
 
 

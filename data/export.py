@@ -21,7 +21,7 @@ axis and task for analysis.
 
 ``trl-labels`` (an ablation WITHOUT teacher rationales): ``RUN/export/trl-labels/{train,test}.parquet``
 built from the sampled candidates, not from the teacher's kept pairs. The prompt is the same
-Action-Only prompt (``teacher.verify.load_pairs``: same seeded order coin, same AXTree budget
+Action-Only prompt (``data.pairs.load_pairs``: same seeded order coin, same AXTree budget
 ``--prompt-budget``); the completion is only the answer tag (``<Answer>Response 2</Answer>``),
 the position of the demonstrated action. It needs no teacher, so it gives training data when the
 teacher kept nothing (the embedded 135M teacher keeps 0 pairs); a PRM trained on it learns to
@@ -48,7 +48,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data.judgment import DEFAULT_BUDGET, UNTRUSTED_MODES, JudgmentFormat, answer_text, render_pair
+from data.judgment import UNTRUSTED_MODES, JudgmentFormat, answer_text, render_pair
+from data.pairs import load_pairs
 from data.rundir import RunDir, StageStats, atomic_write_parquet
 
 MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False),
@@ -152,14 +153,11 @@ def export_trl_labels(run_dir: str | Path, seed: int = 42, test_fraction: float 
                       fmt: JudgmentFormat | None = None) -> dict[str, Path]:
     """Write the label-only TRL files (an ablation without rationales: see the module doc) from
     the sampled candidates; returns their paths by split."""
-    from teacher.verify import VerifyConfig, load_pairs
-
     run = RunDir(run_dir)
     fmt = fmt or JudgmentFormat()
     if prompt_budget:
         fmt = JudgmentFormat(fmt.untrusted, fmt.template, prompt_budget)
-    config = VerifyConfig(seed=coin_seed, budget=fmt.budget, untrusted=fmt.untrusted)
-    pairs = load_pairs(run, config, fmt)
+    pairs = load_pairs(run, coin_seed, fmt)
     test_tasks = split_tasks((p.row["task_id"] for p in pairs), seed, test_fraction)
     splits = {"train": [], "test": []}
     for p in pairs:
@@ -176,7 +174,7 @@ def export_trl_labels(run_dir: str | Path, seed: int = 42, test_fraction: float 
         atomic_write_parquet(paths[name], pa.Table.from_pylist(split_rows, schema=TRL_LABELS_SCHEMA))
     stats = StageStats("data.export.trl_labels", n_in=len(pairs), n_out=len(pairs))
     stats.extra = {"train": len(splits["train"]), "test": len(splits["test"]), "seed": seed,
-                   "coin_seed": coin_seed, "test_fraction": test_fraction, "prompt_budget": config.budget,
+                   "coin_seed": coin_seed, "test_fraction": test_fraction, "prompt_budget": fmt.budget,
                    "targets": "answer tag only (no teacher rationale)",
                    "files": {k: str(v.relative_to(run.root)) for k, v in paths.items()}}
     run.write_stage(stats, [])

@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from data.rundir import RunDir, atomic_write_bytes, atomic_write_text
-from proposals.schema import AXES, AXIS_OF, RULES
+from data.schema import AXES, AXIS_OF, RULES
 
 GMCP_WEBARBITER, GMCP_PAPER = 0.2419, 0.7460
 # Table 4 of the paper (surfPRM-data verification).

@@ -8,15 +8,30 @@ in ``stats.json``, so ``in = out + rejected`` can be checked per stage.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from data.judgment import State
+
+
+def site_dirname(site: str) -> str:
+    """A file-system-safe folder name for a site: the name itself when it is safe, else a
+    sanitized name with a short hash (so 'a b' and 'a_b' stay apart and '..' cannot escape)."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in site)
+    if safe == site and safe and not safe.startswith("."):
+        return safe
+    digest = hashlib.blake2b(site.encode("utf-8", "surrogatepass"), digest_size=3).hexdigest()
+    return f"{safe.lstrip('.') or 'site'}-{digest}"
 
 
 @dataclass(slots=True)
@@ -103,7 +118,19 @@ class RunDir:
     def trajectories(self) -> Path:
         return self.root / "trajectories.parquet"
 
-    def states(self, keys) -> dict[tuple[str, int], "State"]:
+    @property
+    def graphs(self) -> Path:
+        return self.root / "graphs"
+
+    @property
+    def graph_manifest(self) -> Path:
+        return self.graphs / "manifest.json"
+
+    def graph_dir(self, site: str) -> Path:
+        """``graphs/<site>/``: one site's Interaction Element Graph (``nodes``, ``edges``, ``steps``)."""
+        return self.graphs / site_dirname(site)
+
+    def states(self, keys) -> dict[tuple[str, int], State]:
         """The judged states ``s_t`` of ``(traj_id, step_idx)`` keys from ``trajectories.parquet``:
         intent, observation, URL, start URL (the row's own ``meta.start_url`` when it has one, as
         WebPRM Collection rows do, else the trajectory's first URL) and the actions of the

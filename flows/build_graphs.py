@@ -20,7 +20,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from data.rundir import Reject, RunDir
 import data
 import graph
-from graph.build import build_and_write_site, finalize, load_plan_rows, plan, site_dirname
+from graph.build import build_and_write_site, finalize, load_plan_rows, plan
 
 # The code a site's graph depends on: a change to any of these files invalidates cached builds.
 _CODE = [Path(graph.__file__).parent / name for name in ("axtree.py", "identity.py", "resolve.py", "build.py",
@@ -40,7 +40,7 @@ def _code_version() -> str:
 
 def outputs_fingerprint(run: str | Path, site: str) -> str | None:
     """Size and mtime of a site's written files (None if any is missing)."""
-    out = Path(run) / "graphs" / site_dirname(site)
+    out = RunDir(run).graph_dir(site)
     paths = [out / name for name in OUTPUTS]
     return "|".join(_fingerprint(p) for p in paths) if all(p.exists() for p in paths) else None
 

@@ -20,7 +20,7 @@ from dataclasses import replace
 from prefect import flow, task
 
 from prm.config import PRMTrainConfig
-from teacher.llm import LLMConfig
+from llm import LLMConfig
 
 
 @task(name="train-prm-model")
@@ -43,7 +43,7 @@ def evaluate_task(llm: dict, bench: str, out: str, both_orders: bool, name: str 
         config = replace(config, max_tokens=max(config.max_tokens, ENDPOINT_MAX_TOKENS))
     result = run(config, bench, out, both_orders=both_orders, name=name)
     if result["infra_errors"]:
-        from teacher.llm import InfraError
+        from llm import InfraError
 
         raise InfraError(f"{result['infra_errors']} judgments failed (outage); a retry resumes from the cache")
     return {"macro": result["macro"], "overall": result["overall"], "out": out}

@@ -16,7 +16,7 @@ from prefect import flow, task
 
 from proposals.mine import MineConfig, format_audit, mine
 from proposals.rules import Params
-from proposals.schema import AXES
+from data.schema import AXES
 
 
 @task(name="mine-candidates", retries=1, retry_delay_seconds=2)

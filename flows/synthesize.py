@@ -24,7 +24,7 @@ from prefect import flow, task
 from data.export import FORMATS, export
 from flows.build_graphs import build_graphs_flow
 from flows.propose_negatives import propose_negatives_flow
-from teacher.llm import InfraError, LLMConfig
+from llm import InfraError, LLMConfig
 from teacher.verify import VerifyConfig, format_summary, verify
 
 BUNDLED = str(Path(__file__).resolve().parents[1] / "data" / "bundled" / "agentlab_workarena.parquet")

@@ -13,7 +13,6 @@ observation or step left out is written to ``rejects.jsonl`` with its reason.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import os
@@ -39,16 +38,6 @@ PLAN_COLUMNS = ["traj_id", "step_idx", "site", "url", "success", "source_path"]
 COLUMNS = ["traj_id", "task_id", "step_idx", "site", "url", "observation", "obs_format", "html", "action",
            "action_error", "success"]
 MAX_BIDS = 8
-
-
-def site_dirname(site: str) -> str:
-    """A file-system-safe folder name for a site: the name itself when it is safe, else a
-    sanitized name with a short hash (so 'a b' and 'a_b' stay apart and '..' cannot escape)."""
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in site)
-    if safe == site and safe and not safe.startswith("."):
-        return safe
-    digest = hashlib.blake2b(site.encode("utf-8", "surrogatepass"), digest_size=3).hexdigest()
-    return f"{safe.lstrip('.') or 'site'}-{digest}"
 
 
 @dataclass(slots=True)
@@ -361,7 +350,7 @@ def load_site_rows(run: RunDir, site: str, steps: list[list]) -> list[dict]:
 
 
 def write_site(run: RunDir, graph: SiteGraph) -> Path:
-    out = run.root / "graphs" / site_dirname(graph.site)
+    out = run.graph_dir(graph.site)
     atomic_write_parquet(out / "nodes.parquet", graph.nodes)
     atomic_write_parquet(out / "edges.parquet", graph.edges)
     atomic_write_parquet(out / "steps.parquet", graph.steps)
@@ -391,7 +380,7 @@ def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject]]], plan_re
     step_rej = Counter()
     sites = {}
     for site, s, rej in sorted(results):
-        sites[site] = {**s, "dir": f"graphs/{site_dirname(site)}"}
+        sites[site] = {**s, "dir": str(run.graph_dir(site).relative_to(run.root))}
         stats.n_out += s["observations"]
         stats.rejected.update(s["observations_rejected"])
         step_in += s["steps_in"]
@@ -410,13 +399,13 @@ def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject]]], plan_re
     totals["ambiguity_rate"] = round(totals["ambiguous_elements"] / totals["elements_seen"], 6) if totals["elements_seen"] else 0.0
     # Folders of sites that this build did not produce (an earlier build's) would be loaded as
     # if current: remove them.
-    graphs_dir = run.root / "graphs"
-    keep = {site_dirname(s) for s in sites}
+    graphs_dir = run.graphs
+    keep = {run.graph_dir(s).name for s in sites}
     for d in graphs_dir.iterdir() if graphs_dir.exists() else ():
         if d.is_dir() and d.name not in keep and (d / "nodes.parquet").exists():
             shutil.rmtree(d)
     manifest = {"stage": STAGE, "include_failed": include_failed, "sites": sites, "totals": totals}
-    atomic_write_text(run.root / "graphs" / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(run.graph_manifest, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     stats.extra = {"sites": len(sites), **totals,
                    "steps": {"in": step_in, "out": step_out, "rejected": dict(sorted(step_rej.items()))}}
     assert step_in == step_out + sum(step_rej.values())

@@ -14,15 +14,14 @@ from pathlib import Path
 import networkx as nx
 import pyarrow.parquet as pq
 
+from data.rundir import RunDir
 from data.sites import normalize_url_path
 
 
 def _site_dir(run: str | Path, site: str) -> Path:
-    from graph.build import site_dirname
-
-    d = Path(run) / "graphs" / site_dirname(site)
+    d = RunDir(run).graph_dir(site)
     if not (d / "nodes.parquet").exists():
-        manifest = Path(run) / "graphs" / "manifest.json"
+        manifest = RunDir(run).graph_manifest
         known = sorted(json.loads(manifest.read_text())["sites"]) if manifest.exists() else []
         raise FileNotFoundError(f"no graph for site {site!r} in {run}; sites: {known or 'none (run graph.build)'}")
     return d
@@ -41,7 +40,7 @@ def load_graph(run: str | Path, site: str) -> nx.MultiDiGraph:
 
 
 def list_sites(run: str | Path) -> list[str]:
-    return sorted(json.loads((Path(run) / "graphs" / "manifest.json").read_text())["sites"])
+    return sorted(json.loads(RunDir(run).graph_manifest.read_text())["sites"])
 
 
 def elements_on_page(G: nx.MultiDiGraph, url: str) -> list[str]:

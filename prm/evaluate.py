@@ -40,7 +40,7 @@ Protocol (paper §5.1, §5.3):
   (``by_gmcp``), pooled over the macro sources.
 Judges behind an endpoint get ``max_tokens`` = 1024 unless ``--max-tokens`` (or an
 ``--llm-config`` file) says otherwise, so a full judgment (think, criteria, analysis, answer)
-fits; local judges keep ``teacher.llm``'s default.
+fits; local judges keep ``llm.client``'s default.
 ``--out FILE.json`` gets the metrics, ``FILE.md`` a Markdown table, ``FILE.pairs.jsonl`` every
 judgment. ``--compare`` puts several result files in one table.
 """
@@ -61,7 +61,7 @@ import pyarrow.parquet as pq
 from data.actions import ELEMENT_OPS, SIGNATURES, Action, ActionParseError, parse_action
 from data.judgment import JudgmentFormat, parse_prompt, rerender_prompt
 from prm.judge import judge_expected, make_judge, position_stats
-from teacher.llm import LLMConfig
+from llm import LLMConfig
 
 BENCH_COLUMNS = ("state_idx", "pair_idx", "expected", "prompt", "source_name")
 EXCLUDED_BY_DEFAULT = "mind2web"        # left out of the macro unless --include-sources (paper §5.1)

@@ -11,7 +11,7 @@ state and two raw actions (``judge``/``judge_pairs``: rendered in the comparativ
 a judgment is valid when it ends in exactly one ``<Answer>Response N</Answer>``; an invalid one
 is ``truncated`` when the generation hit the length limit, else unparsed. A local
 transformers folder is judged in batches of left-padded prompts with greedy decoding; an endpoint
-goes through ``teacher.llm`` (cached, retried, ``concurrency`` requests in flight). An outage is
+goes through ``llm.client`` (cached, retried, ``concurrency`` requests in flight). An outage is
 not a verdict: it is kept apart as ``infra_error``.
 
 **Both orders** (``both_orders=True``): each pair is judged as given and with Response 1 and
@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from data.judgment import DEFAULT_FORMAT, JudgmentFormat, State, parse_verdict, render_pair, swap_responses
-from teacher.llm import LLMClient, LLMConfig
+from llm import LLMClient, LLMConfig
 
 
 @dataclass(slots=True)
@@ -105,7 +105,7 @@ class LocalJudge:
 
 
 class EndpointJudge:
-    """Any OpenAI-compatible endpoint through ``teacher.llm`` (cached, retried, concurrent)."""
+    """Any OpenAI-compatible endpoint through ``llm.client`` (cached, retried, concurrent)."""
 
     def __init__(self, config: LLMConfig):
         self.client = LLMClient(config)

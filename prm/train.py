@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 def resolve_model_path(name_or_path: str) -> str:
     """``embedded`` is the bundled SmolLM2-135M-Instruct folder; anything else is used as given."""
     if name_or_path == "embedded":
-        from teacher.embedded import default_model_dir
+        from llm.embedded import default_model_dir
 
         return str(default_model_dir())
     return name_or_path

@@ -32,7 +32,6 @@ import pyarrow.parquet as pq
 from data.actions import ELEMENT_OPS, VALUE_OPS, Action, ActionParseError, parse_action
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from graph.axtree import AXTreeParseError
-from graph.build import site_dirname
 from graph.identity import virtual_node
 from graph.resolve import Resolution, resolve_observation
 from graph.schema import table
@@ -42,7 +41,7 @@ from proposals.audit import audit_webprm_rejected, write_audit
 from proposals.audit import format_audit as format_table_audit
 from proposals.graphindex import GraphIndex
 from proposals.rules import RULE_FUNCS, Params, Proposal, StepContext, TrajStep
-from proposals.schema import AXES, AXIS_OF, CANDIDATE_SCHEMA, RULES
+from data.schema import AXES, AXIS_OF, CANDIDATE_SCHEMA, RULES
 
 STAGE = "proposals.mine"
 COLUMNS = ["source", "site", "task_id", "traj_id", "step_idx", "intent", "url", "observation", "obs_format",
@@ -126,7 +125,7 @@ class Miner:
         if self.config.no_graph:
             return None
         if site not in self._graphs:
-            d = self.run.root / "graphs" / site_dirname(site)
+            d = self.run.graph_dir(site)
             self._graphs[site] = GraphIndex(d) if (d / "nodes.parquet").exists() else None
         return self._graphs[site]
 
@@ -307,7 +306,7 @@ class Miner:
         counts = {"fields": len(need), "valid_at_attempt": Counter(), "invalid_answers": Counter()}
         if not need:
             return {}, counts
-        from teacher.llm import LLMClient
+        from llm import LLMClient
 
         client = LLMClient(llm_config)
         todo = need
@@ -358,7 +357,7 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     run = RunDir(run_dir)
     if not run.trajectories.exists():
         raise FileNotFoundError(f"{run.trajectories} not found: run `python -m data.ingest` first")
-    if not config.no_graph and not (run.root / "graphs" / "manifest.json").exists():
+    if not config.no_graph and not run.graph_manifest.exists():
         raise FileNotFoundError(f"{run.root / 'graphs'} not found: run `python -m graph.build` first "
                                 f"(or mine with --no-graph)")
     t0 = time.perf_counter()
@@ -397,7 +396,7 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
         for traj in trajs:
             pending += miner.trajectory(by_traj[traj])
     if llm_config is None:
-        from teacher.llm import LLMConfig
+        from llm import LLMConfig
         llm_config = LLMConfig()
     usage, fill_counts = miner.complete_fills(pending, llm_config)
 
@@ -472,7 +471,7 @@ def format_audit(stats: StageStats) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from teacher.llm import LLMConfig
+    from llm import LLMConfig
 
     ap = argparse.ArgumentParser(prog="python -m proposals.mine", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from data.actions import ActionParseError, parse_action, split_agent_output
-from teacher.llm import LLMClient, LLMConfig
+from llm import LLMClient, LLMConfig
 from data.judgment import budget_axtree
 
 SYSTEM = """You are a web agent operating a browser through BrowserGym actions. Each turn you see the \
@@ -68,7 +68,7 @@ def extract_action(text: str) -> str:
 
 
 class Policy:
-    """N candidate actions per step from an LLM through ``teacher.llm``."""
+    """N candidate actions per step from an LLM through ``llm.client``."""
 
     def __init__(self, config: LLMConfig, budget: int = AXTREE_BUDGET):
         self.config, self.budget = config, budget

@@ -8,7 +8,7 @@
 
 Models as in ``search.webarena``: a local transformers folder, ``embedded``, or a name served at
 ``--prm-base-url`` / ``--policy-base-url`` (the other ``--prm-*`` / ``--policy-*`` flags are
-``teacher.llm.LLMConfig``'s); ``--prm none`` runs one greedy policy output per step, no judge.
+``llm.client.LLMConfig``'s); ``--prm none`` runs one greedy policy output per step, no judge.
 ``--grounding som`` (default) asks for a menu id, ``coord`` for a pixel pair. ``--screenshot auto``
 attaches the marked screenshot when the policy is an endpoint (a vision model) and not for a local
 model (text only); ``on``/``off`` force it.
@@ -119,7 +119,7 @@ def table(rows: list[tuple[str, dict]]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from search.mag_loop import MAX_STEPS
     from search.tournament import add_prm_format_args
-    from teacher.llm import LLMConfig
+    from llm import LLMConfig
 
     ap = argparse.ArgumentParser(prog="python -m search.mag", description=__doc__.split("\n\n")[0])
     ap.add_argument("--prm", required=True, help="PRM: a folder, 'embedded', a model name at --prm-base-url, or 'none'")

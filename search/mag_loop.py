@@ -40,7 +40,7 @@ from search.mag_metrics import check_step
 from search.loop import EpisodeResult, _timed_judge, evaluate_episode, never_judge, record_bracket
 from search.som import UnexecutableStep, observe, to_code
 from search.tournament import Candidate, knockout
-from teacher.llm import LLMClient, LLMConfig
+from llm import LLMClient, LLMConfig
 from data.judgment import fence
 
 MAX_STEPS = 25
@@ -91,7 +91,7 @@ def build_messages(obs, guides: list[str], grounding: str = "som", screenshot: b
 
 
 class MagPolicy:
-    """N JSON step proposals per step from an LLM through ``teacher.llm``. ``screenshot``: attach
+    """N JSON step proposals per step from an LLM through ``llm.client``. ``screenshot``: attach
     the (marked) screenshot as an image part (a vision model behind an endpoint; local models
     read text only)."""
 

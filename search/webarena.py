@@ -7,7 +7,7 @@
 
 A model is a local transformers folder, ``embedded`` (the small local SmolLM2), or a model name
 served at ``--prm-base-url`` / ``--policy-base-url`` (any OpenAI-compatible endpoint); the other
-``--prm-*`` / ``--policy-*`` flags are ``teacher.llm.LLMConfig``'s. ``--prm none`` runs the
+``--prm-*`` / ``--policy-*`` flags are ``llm.client.LLMConfig``'s. ``--prm none`` runs the
 baseline: one greedy policy sample per step, no judge.
 
 ``--demo`` runs one built-in task on a small shop served on 127.0.0.1 (``search.demo_site``)
@@ -219,7 +219,7 @@ def _versions() -> dict:
 
 def build_parser() -> argparse.ArgumentParser:
     from search.tournament import add_prm_format_args
-    from teacher.llm import LLMConfig
+    from llm import LLMConfig
 
     ap = argparse.ArgumentParser(prog="python -m search.webarena", description=__doc__.split("\n\n")[0])
     ap.add_argument("--prm", required=True, help="PRM: a folder, 'embedded', a model name at --prm-base-url, or 'none'")
@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _model_config(args, prefix: str, name: str, temperature: float | None = None):
-    from teacher.llm import LLMConfig
+    from llm import LLMConfig
 
     cfg = LLMConfig.from_args(args, prefix=prefix)
     if getattr(args, prefix.replace("-", "_") + "model") is None:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import sys
 import time
 from collections import Counter
@@ -41,19 +40,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
-from proposals.schema import RULES
-from data.judgment import DEFAULT_BUDGET, UNTRUSTED_MODES, JudgmentFormat, State, judgment_sections, \
-    parse_verdict, render_pair
+from data.schema import RULES
+from data.judgment import DEFAULT_BUDGET, UNTRUSTED_MODES, JudgmentFormat, judgment_sections, parse_verdict
+from data.pairs import Pair, load_pairs
 from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
 
 STAGE = "teacher.verify"
-PAIR_COLUMNS = ["pair_id", "site", "traj_id", "task_id", "step_idx", "rule", "axis", "gmcp",
-                "action_pos", "action_neg"]
-
-
 @dataclass
 class VerifyConfig:
     """How pairs are verified (the paper's settings by default)."""
@@ -69,19 +63,6 @@ class VerifyConfig:
     @property
     def format(self) -> JudgmentFormat:
         return JudgmentFormat.from_options(self.prompt_template, self.untrusted, self.budget)
-
-
-@dataclass(slots=True)
-class Pair:
-    """One sampled candidate pair, ordered and rendered."""
-
-    row: dict                       # the candidate row (PAIR_COLUMNS)
-    state: State
-    label: int
-    response_1: str
-    response_2: str
-    messages: list[dict]
-    cut: dict
 
 
 @dataclass(slots=True)
@@ -106,34 +87,6 @@ class Decision:
     judgment: str | None = None
     reason: str | None = None
     infra_error: str | None = None
-
-
-def coin_label(pair_id: str, seed: int) -> int:
-    """The positive's position (1 or 2): a fair coin from a hash of the seed and the pair, so the
-    order never depends on which pairs are verified together or in what order."""
-    digest = hashlib.blake2b(f"{seed}\x1f{pair_id}".encode(), digest_size=8).digest()
-    return 1 + (digest[0] & 1)
-
-
-def load_pairs(run: RunDir, config: VerifyConfig, fmt: JudgmentFormat | None = None) -> list[Pair]:
-    """The sampled pairs of a run, each with its state from ``trajectories.parquet``, rendered in
-    ``fmt`` (default: the config's format)."""
-    path = run.root / "candidates.parquet"
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: run `python -m proposals.mine` first")
-    cands = pq.read_table(path, columns=PAIR_COLUMNS + ["sampled"]).to_pylist()
-    cands = sorted((c for c in cands if c["sampled"]), key=lambda c: c["pair_id"])
-    states = run.states((c["traj_id"], c["step_idx"]) for c in cands)
-    pairs = []
-    fmt = fmt or config.format
-    for c in cands:
-        state = states[(c["traj_id"], c["step_idx"])]
-        label = coin_label(c["pair_id"], config.seed)
-        r1, r2 = (c["action_pos"], c["action_neg"]) if label == 1 else (c["action_neg"], c["action_pos"])
-        messages, cut = render_pair(state, r1, r2, fmt=fmt)
-        c.pop("sampled")
-        pairs.append(Pair(c, state, label, r1, r2, messages, cut))
-    return pairs
 
 
 async def verify_pair(client, pair: Pair, config: VerifyConfig) -> Decision:
@@ -245,12 +198,12 @@ def summarize(decisions: list[Decision]) -> dict:
 def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=None,
            progress: bool = True) -> StageStats:
     """Verify every sampled pair of a run; write the outputs and the stage's stats."""
-    from teacher.llm import LLMClient, LLMConfig
+    from llm import LLMClient, LLMConfig
 
     config = config or VerifyConfig()
     run = RunDir(run_dir)
     t0 = time.perf_counter()
-    pairs = load_pairs(run, config)
+    pairs = load_pairs(run, config.seed, config.format)
     client = LLMClient(llm_config or LLMConfig())
     teacher_model = client.config.model_id
     decisions = asyncio.run(verify_all(client, pairs, config, Progress(len(pairs)) if progress else None)) \
@@ -303,7 +256,7 @@ def format_summary(stats: StageStats) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from teacher.llm import LLMConfig
+    from llm import LLMConfig
 
     ap = argparse.ArgumentParser(prog="python -m teacher.verify", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True)

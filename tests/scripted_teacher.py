@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data.judgment import parse_prompt
-from proposals.schema import RULES
-from teacher.serve import OpenAIHandler, serve_in_thread
+from data.schema import RULES
+from llm.serve import OpenAIHandler, serve_in_thread
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "bundled" / "agentlab_workarena.parquet"
 
@@ -31,7 +31,7 @@ BUNDLED = Path(__file__).resolve().parents[1] / "data" / "bundled" / "agentlab_w
 def make_run(root: Path, n_pairs: int = 6) -> list[dict]:
     """A run directory with ``n_pairs`` sampled candidates on real steps; returns them."""
     from data.ingest import ingest
-    from proposals.schema import AXIS_OF, CANDIDATE_SCHEMA
+    from data.schema import AXIS_OF, CANDIDATE_SCHEMA
 
     ingest("canonical", [BUNDLED], root)
     rows = pq.read_table(root / "trajectories.parquet").to_pylist()
@@ -141,7 +141,7 @@ def start(teacher: ScriptedTeacher):
 
 
 def llm_config(server, cache_dir: Path, **kw):
-    from teacher.llm import LLMConfig
+    from llm import LLMConfig
 
     base = dict(base_url=server.base_url, model="scripted-teacher", cache_dir=str(cache_dir), max_retries=0,
                 timeout_s=10, api_key_env="SURFPRM_TEST_KEY_UNSET", price_in=1.0, price_out=4.0)

@@ -18,7 +18,7 @@ def test_every_deployment_entrypoint_loads_without_shadowing_packages():
             "from prefect.flows import load_flow_from_entrypoint\n"
             "for ep in sys.argv[1:]:\n"
             "    flow = load_flow_from_entrypoint(ep)\n"
-            "import prm.config, search.mag, teacher.llm, data.ingest\n"
+            "import prm.config, search.mag, llm.client, data.ingest\n"
             "print(flow.name, prm.config.__name__, search.mag.__name__)\n")
     for ep in entrypoints + ["flows/prm.py:train_prm_flow"]:
         p = subprocess.run([sys.executable, "-c", code, ep], cwd=ROOT, capture_output=True, text=True, timeout=120)

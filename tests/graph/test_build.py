@@ -181,7 +181,7 @@ def test_include_failed_and_missing_input(tmp_path):
 
 
 def test_site_dirnames_are_safe_and_distinct():
-    from graph.build import site_dirname
+    from data.rundir import site_dirname
 
     assert site_dirname("servicenow") == "servicenow" and site_dirname("apple.com") == "apple.com"
     assert not site_dirname("..").startswith(".") and "/" not in site_dirname("a/b")

@@ -8,12 +8,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.flat_axtree import compare, mine_run
-from data.flatten import flatten_observation, flatten_run
+from graph.flatten import flatten_observation, flatten_run
 from data.ingest import ingest
 from graph.axtree import infer_structure, parse_axtree
 from graph.build import build_graphs
 from graph.resolve import resolve_observation
-from proposals.schema import RULES
+from data.schema import RULES
 from conftest import BUNDLED
 
 INDENTED = (

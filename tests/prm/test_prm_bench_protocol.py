@@ -14,7 +14,7 @@ import pytest
 from data.judgment import State, render_pair
 from prm.evaluate import compare, evaluate, first_action, load_bench, main, markdown, pair_structure, split_sources
 from prm.judge import Judgment
-from teacher.serve import serve_in_thread
+from llm.serve import serve_in_thread
 
 AXTREE = ("[1] RootWebArea 'Shop'\n\t[12] button 'Order'\n\t[40] link 'Home'\n\t[41] textbox 'Search'\n"
           "\t[7] link 'Deal'\n\t[7] link 'Deal'")

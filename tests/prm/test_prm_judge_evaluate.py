@@ -12,9 +12,9 @@ import pytest
 from data.export import MESSAGE
 from prm.evaluate import compare, load_bench, main, score
 from prm.judge import EndpointJudge, Judgment, LocalJudge, PairOutcome, judge, judge_expected, swap_responses
-from teacher.llm import LLMConfig
+from llm import LLMConfig
 from data.judgment import State, parse_prompt, render_pair
-from teacher.serve import serve_in_thread
+from llm.serve import serve_in_thread
 
 STATE = State(intent="Order an iPad", axtree="[1] RootWebArea 'Shop'\n\t[12] button 'Order'\n\t[40] link 'Home'",
               url="http://shop/ipad")

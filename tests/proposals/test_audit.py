@@ -13,8 +13,8 @@ from data.schema import StepRecord, steps_to_table
 from graph.build import build_graphs
 from proposals.audit import audit_table, main, write_audit
 from proposals.mine import MineConfig, mine
-from proposals.schema import AXIS_OF, CANDIDATE_SCHEMA
-from teacher.llm import LLMConfig
+from data.schema import AXIS_OF, CANDIDATE_SCHEMA
+from llm import LLMConfig
 
 OBS = "RootWebArea 'Shop'\n\t[2] form 'Order'\n\t\t[3] textbox 'Quantity'\n\t\t[4] button 'Add'\n\t\t[5] button 'Buy'"
 DUP = OBS + "\n\t\t[5] button 'Buy again'"          # bid 5 twice: not uniquely resolvable

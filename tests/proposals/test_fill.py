@@ -13,8 +13,8 @@ from graph.build import build_graphs
 from conftest import BUNDLED
 from proposals.affordance import FILL_SYSTEM, current_values, fill_prompt, page_context, valid_fill
 from proposals.mine import MineConfig, mine
-from teacher.llm import LLMConfig
-from teacher.serve import serve_in_thread
+from llm import LLMConfig
+from llm.serve import serve_in_thread
 
 FORM = ("RootWebArea 'Sign up'\n\t[2] form 'Sign up'\n\t\t[5] textbox 'First name'\n"
         "\t\t[6] textbox 'Last name' value='Lovelace'\n\t\t[7] button 'Submit'")

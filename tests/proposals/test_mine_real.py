@@ -12,7 +12,7 @@ from data.ingest import ingest
 from graph.build import build_graphs
 from proposals.audit import audit_table
 from proposals.mine import MineConfig, mine
-from proposals.schema import CANDIDATE_SCHEMA, RULES
+from data.schema import CANDIDATE_SCHEMA, RULES
 
 TRAJ = "2025-01-02_13-08-04_DemoAgentArgs_on_workarena.servicenow.order-standard-laptop_33"
 
@@ -21,8 +21,8 @@ TRAJ = "2025-01-02_13-08-04_DemoAgentArgs_on_workarena.servicenow.order-standard
 def scripted_llm(tmp_path_factory):
     """Fill values come from a scripted OpenAI-protocol server: these tests are about the rules,
     not the small model's wording (test_fill.py covers the prompt and its validation)."""
-    from teacher.llm import LLMConfig
-    from teacher.serve import serve_in_thread
+    from llm import LLMConfig
+    from llm.serve import serve_in_thread
 
     def complete(request):
         return {"id": "x", "object": "chat.completion", "model": "scripted",

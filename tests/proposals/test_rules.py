@@ -16,7 +16,7 @@ from proposals.affordance import choose_op
 from proposals.graphindex import INF, GraphIndex
 from proposals.mine import MineConfig, main, mine
 from proposals.rules import Params
-from teacher.llm import LLMConfig
+from llm import LLMConfig
 
 SHOP = ("RootWebArea 'Shop'\n\t[2] form 'Order'\n\t\t[3] textbox 'Quantity'\n\t\t[4] button 'Add'\n"
         "\t\t[5] button 'Buy'\n\t[8] link 'Help'")

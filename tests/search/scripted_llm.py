@@ -1,7 +1,7 @@
 """An OpenAI-protocol server whose answers a test scripts: ``answer(request) -> [text, ...]``
 gives the choices (as many as the request's ``n`` asks, or fewer)."""
 
-from teacher.serve import serve_in_thread
+from llm.serve import serve_in_thread
 
 
 def scripted_server(answer):

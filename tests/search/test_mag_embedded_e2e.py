@@ -16,8 +16,8 @@ from search.mag import episode_row, summarize_run, table
 from search.mag_loop import MagPolicy, run_mag_episode
 from search.som import MAG_ACTION_SUBSETS, VIEWPORT
 from search.tournament import prm_pair_judge
-from teacher.embedded import default_model_dir
-from teacher.llm import LLMConfig
+from llm.embedded import default_model_dir
+from llm import LLMConfig
 from data.judgment import State
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")

@@ -6,7 +6,7 @@ from scripted_llm import scripted_server
 from search.agent import Policy, build_messages, describe_outcome, extract_action
 from search.env import Observation
 from search.tournament import knockout, prm_pair_judge
-from teacher.llm import LLMConfig
+from llm import LLMConfig
 from data.judgment import State, parse_prompt
 
 TREE = "RootWebArea 'Shop'\n\t[9] searchbox 'Search' value='kettel'\n\t[10] button 'Search'\n\t[12] link 'Cart'"

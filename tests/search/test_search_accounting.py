@@ -142,7 +142,7 @@ def test_success_counts_every_task_and_lists_env_failures():
 def _args(*argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--prm")
-    from teacher.llm import LLMConfig
+    from llm import LLMConfig
 
     LLMConfig.add_args(ap, prefix="prm-")
     return ap.parse_args(["--prm", *argv])

@@ -12,8 +12,8 @@ from search.agent import Policy
 from search.env import BrowserHarness, host_of
 from search.loop import AGENT_ENDINGS, run_episode
 from search.tournament import prm_pair_judge
-from teacher.embedded import default_model_dir
-from teacher.llm import LLMConfig
+from llm.embedded import default_model_dir
+from llm import LLMConfig
 from data.judgment import State
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")

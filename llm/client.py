@@ -1,13 +1,13 @@
 """Every model call of the project: chat completions, cached, retried and accounted.
 
-    python -m teacher.llm --prompt "Say hello."                      # embedded SmolLM2, in-process
-    python -m teacher.llm --prompt "Say hello." --base-url http://127.0.0.1:8011/v1 --model SmolLM2-135M-Instruct
-    python -m teacher.llm --prompt "Say hello." --backend openai --model gpt-4o-mini   # key in $OPENAI_API_KEY
+    python -m llm.client --prompt "Say hello."                      # embedded SmolLM2, in-process
+    python -m llm.client --prompt "Say hello." --base-url http://127.0.0.1:8011/v1 --model SmolLM2-135M-Instruct
+    python -m llm.client --prompt "Say hello." --backend openai --model gpt-4o-mini   # key in $OPENAI_API_KEY
 
 Stage code builds one ``LLMClient`` and calls ``achat``/``achat_many`` (async) or ``chat``/
 ``chat_many`` (sync); ``chat(messages)`` at module level is the one-off form. With no endpoint
-configured the embedded model answers in-process (``teacher.local``); with ``base_url`` any
-OpenAI-compatible server does (OpenAI, vLLM, SGLang, llama.cpp, ``python -m teacher.serve``).
+configured the embedded model answers in-process (``llm.local``); with ``base_url`` any
+OpenAI-compatible server does (OpenAI, vLLM, SGLang, llama.cpp, ``python -m llm.serve``).
 
 The request body is built and the response body parsed by pure functions (``build_request``,
 ``parse_response``); only ``LLMClient._fetch`` touches the network. We talk to the endpoint
@@ -37,151 +37,19 @@ import socket
 import sys
 import time
 from collections import defaultdict
-from dataclasses import MISSING, dataclass, field, fields, replace
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 
-import yaml
 
-from teacher.cache import ResponseCache, request_key
-from teacher.cost import DEFAULT_PRICES, UsageTotals, cost_usd, price_for
+from llm.cache import ResponseCache, request_key
+from llm.config import LLMConfig
+from llm.cost import UsageTotals, cost_usd
 
 log = logging.getLogger(__name__)
 
-OPENAI_BASE_URL = "https://api.openai.com/v1"
 # Answers that say "try again later"; every other 4xx is a configuration error that a retry
 # cannot fix (bad key, unknown model, malformed request).
 RETRYABLE_STATUS = {408, 409, 429}
 SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_tokens", "n")
-
-
-@dataclass
-class LLMConfig:
-    """Where chat completions go and how they are sampled, retried, cached and priced."""
-
-    base_url: str | None = field(default=None, metadata={
-        "help": "OpenAI-compatible endpoint ending in /v1 (OpenAI, vLLM, SGLang, llama.cpp, "
-                "`python -m teacher.serve`); unset: the local backend"})
-    model: str | None = field(default=None, metadata={
-        "help": "model name at the endpoint; for the local backend a transformers folder "
-                "(default: the embedded SmolLM2-135M-Instruct)"})
-    backend: str | None = field(default=None, metadata={
-        "choices": ("openai", "local"),
-        "help": "'openai' (HTTP) or 'local' (in-process transformers); default: openai when "
-                "--base-url is set, else local. 'openai' without --base-url calls api.openai.com"})
-    api_key_env: str = field(default="OPENAI_API_KEY", metadata={
-        "help": "NAME of the environment variable holding the API key (the key itself is never "
-                "taken on the command line or written anywhere)"})
-    temperature: float = field(default=0.0, metadata={"help": "sampling temperature; 0 is greedy"})
-    top_p: float | None = field(default=None, metadata={"help": "nucleus sampling mass (unset: server default)"})
-    seed: int | None = field(default=0, metadata={"help": "sampling seed sent with every request"})
-    max_tokens: int = field(default=256, metadata={"help": "maximum completion tokens per choice"})
-    n: int = field(default=1, metadata={"help": "number of choices per request"})
-    timeout_s: float = field(default=120.0, metadata={"help": "seconds to wait for a response (read timeout)"})
-    connect_timeout_s: float = field(default=10.0, metadata={"help": "seconds to wait for a connection"})
-    max_retries: int = field(default=6, metadata={
-        "help": "retries after the first attempt on 408/409/429, 5xx, connection errors, timeouts "
-                "and malformed responses"})
-    backoff_s: float = field(default=1.0, metadata={"help": "first retry delay; doubles per retry, with jitter"})
-    backoff_max_s: float = field(default=60.0, metadata={
-        "help": "longest retry delay, also the cap on a server's Retry-After"})
-    concurrency: int = field(default=16, metadata={"help": "requests in flight at once"})
-    cache_dir: str = field(default=".cache/llm", metadata={"help": "response cache folder"})
-    no_cache: bool = field(default=False, metadata={"help": "bypass the response cache (neither read nor write)"})
-    price_in: float | None = field(default=None, metadata={
-        "help": "USD per 1M prompt tokens (default: the price table, 0 for unknown and local models)"})
-    price_out: float | None = field(default=None, metadata={"help": "USD per 1M completion tokens"})
-    prices: dict = field(default_factory=dict, metadata={
-        "help": "YAML only: extra price-table rows {model: [usd_in_per_1M, usd_out_per_1M]}"})
-
-    @property
-    def is_local(self) -> bool:
-        return (self.backend or ("openai" if self.base_url else "local")) == "local"
-
-    @property
-    def endpoint(self) -> str:
-        """The URL requests go to, or ``local:<folder>`` for the in-process backend."""
-        if self.is_local:
-            return f"local:{self.local_model_dir()}"
-        return (self.base_url or OPENAI_BASE_URL).rstrip("/")
-
-    def local_model_dir(self) -> Path:
-        from teacher.embedded import default_model_dir
-
-        return Path(self.model).resolve() if self.model else default_model_dir().resolve()
-
-    @property
-    def model_id(self) -> str:
-        """The ``model`` field of a request."""
-        if self.is_local:
-            return self.local_model_dir().name
-        if not self.model:
-            raise ValueError("an HTTP endpoint needs --model (the model name the server serves)")
-        return self.model
-
-    def price(self) -> tuple[float, float]:
-        """(input, output) USD per 1M tokens for this model."""
-        if self.price_in is not None or self.price_out is not None:
-            return (self.price_in or 0.0, self.price_out or 0.0)
-        if self.is_local:
-            return (0.0, 0.0)
-        return price_for(self.model_id, {**DEFAULT_PRICES, **{k: tuple(v) for k, v in self.prices.items()}})
-
-    def validate(self) -> "LLMConfig":
-        if self.backend not in (None, "openai", "local"):
-            raise ValueError(f"backend must be 'openai' or 'local', not {self.backend!r}")
-        if self.n < 1 or self.max_tokens < 1 or self.concurrency < 1 or self.max_retries < 0:
-            raise ValueError("n, max_tokens and concurrency must be >= 1, max_retries >= 0")
-        if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        return self
-
-    # -- loading: YAML file, then CLI flags on top -------------------------------------------
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> "LLMConfig":
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        data = data.get("llm", data)     # a stage config may nest it under `llm:`
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(f"{path}: unknown LLM settings {unknown}; known: {sorted(names)}")
-        return cls(**data).validate()
-
-    @classmethod
-    def add_args(cls, parser: argparse.ArgumentParser, prefix: str = "") -> None:
-        """Add ``--base-url``, ``--model``, ... (each with its help text) and ``--llm-config FILE``.
-        A ``prefix`` ('policy-') lets one command take two configs (``--policy-model``)."""
-        group = parser.add_argument_group(f"{prefix}LLM" if prefix else "LLM")
-        group.add_argument(f"--{prefix}llm-config", metavar="FILE",
-                           help="YAML file with any of the settings below (flags override it)")
-        for f in fields(cls):
-            if f.name == "prices":
-                continue
-            flag = f"--{prefix}{f.name.replace('_', '-')}"
-            kind = _flag_type(f)
-            if kind is bool:
-                group.add_argument(flag, action="store_true", default=None, help=f.metadata["help"])
-            else:
-                group.add_argument(flag, type=kind, default=None, choices=f.metadata.get("choices"),
-                                   help=_help_with_default(f))
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, prefix: str = "") -> "LLMConfig":
-        dest = prefix.replace("-", "_")
-        path = getattr(args, f"{dest}llm_config", None)
-        base = cls.from_yaml(path) if path else cls()
-        given = {f.name: getattr(args, dest + f.name) for f in fields(cls)
-                 if getattr(args, dest + f.name, None) is not None}
-        return replace(base, **given).validate()
-
-
-def _flag_type(f):
-    t = str(f.type)
-    return bool if t == "bool" else int if t.startswith("int") else float if t.startswith("float") else str
-
-
-def _help_with_default(f) -> str:
-    default = f.default if f.default is not MISSING else None
-    return f.metadata["help"] + (f" (default: {default})" if default not in (None, "") else "")
 
 
 @dataclass(slots=True)
@@ -492,7 +360,7 @@ class LLMClient:
         return _run_sync(run())
 
     async def _generate_local(self, payload: dict) -> tuple[dict | None, int, str | None]:
-        from teacher.local import load_local_model
+        from llm.local import load_local_model
 
         try:
             model = await asyncio.to_thread(load_local_model, self.config.local_model_dir())
@@ -567,7 +435,7 @@ def chat(messages: list[dict], config: LLMConfig | None = None, **overrides) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m teacher.llm", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m llm.client", description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompt", required=True, help="user message")
     ap.add_argument("--system", help="optional system message")
     LLMConfig.add_args(ap)

@@ -1,4 +1,4 @@
-"""`teacher.serve` answers a request it cannot serve with 400 and an OpenAI error body (so a
+"""`llm.serve` answers a request it cannot serve with 400 and an OpenAI error body (so a
 client does not retry a hopeless request), through real HTTP on 127.0.0.1, without a model."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from fake_openai import echo_completion
-from teacher.llm import LLMClient, LLMConfig
-from teacher.local import MAX_N, check_request
-from teacher.serve import MAX_BODY_BYTES, serve_in_thread
+from llm import LLMClient, LLMConfig
+from llm.local import MAX_N, check_request
+from llm.serve import MAX_BODY_BYTES, serve_in_thread
 
 MSG = [{"role": "user", "content": "Name one color."}]
 

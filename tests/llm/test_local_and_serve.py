@@ -1,5 +1,5 @@
 """The embedded model answers with no configuration, honours temperature/seed/n/max_tokens, and
-serves the OpenAI protocol through `python -m teacher.serve` (real model, real HTTP)."""
+serves the OpenAI protocol through `python -m llm.serve` (real model, real HTTP)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from conftest import EMBEDDED_MODEL, ROOT
-from teacher.llm import LLMClient, LLMConfig, chat
+from llm import LLMClient, LLMConfig, chat
 
 MSG = [{"role": "user", "content": "Name one color."}]
 
@@ -76,7 +76,7 @@ def _wait_for_line(proc: subprocess.Popen, needle: str, timeout_s: float) -> str
 def test_serve_answers_a_real_chat_request_with_usage(embedded, tmp_path):
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen([sys.executable, "-m", "teacher.serve", "--model", str(embedded), "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "llm.serve", "--model", str(embedded), "--port", str(port)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         _wait_for_line(proc, "serving", 180)

@@ -1,6 +1,6 @@
 """Flatten indented AgentLab traces into WebPRM Collection rows (the paper's source format).
 
-    python -m data.flatten --input RUN/trajectories.parquet --out flat/rows.jsonl
+    python -m graph.flatten --input RUN/trajectories.parquet --out flat/rows.jsonl
 
 The paper mines WebPRM Collection rows, whose ``text_observation`` is a flat AXTree: one
 ``[bid] role 'name' key: value`` line per node, no indentation, no HTML, after a
@@ -109,7 +109,7 @@ def flatten_run(trajectories: Path, out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m data.flatten", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m graph.flatten", description=__doc__.split("\n\n")[0])
     ap.add_argument("--input", required=True, type=Path,
                     help="a canonical trajectories.parquet, or a run directory holding one")
     ap.add_argument("--out", required=True, type=Path, help="JSONL file to write")

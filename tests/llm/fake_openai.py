@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from teacher.serve import OpenAIHandler, serve_in_thread
+from llm.serve import OpenAIHandler, serve_in_thread
 
 
 def echo_completion(request: dict, content: str | None = None) -> dict:
