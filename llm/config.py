@@ -1,22 +1,27 @@
 """``LLMConfig``: where chat completions go and how they are sampled, retried, cached and
-priced; every field is a flag (``LLMConfig.add_args(ap, prefix=...)``) and a YAML key."""
+priced; every field is a flag (``LLMConfig.add_args(ap, prefix=...)``) and a YAML key, by the
+rules of :mod:`data.config` (``--llm-config FILE``, optionally under an ``llm:`` key; flags
+override the file; ``--no-cache``/``--cache``)."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from data.config import Configurable
 from llm.cost import DEFAULT_PRICES, price_for
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 
 
 @dataclass
-class LLMConfig:
+class LLMConfig(Configurable):
     """Where chat completions go and how they are sampled, retried, cached and priced."""
+
+    FILE_FLAG = "llm-config"     # --llm-config FILE, --policy-llm-config FILE, ...
+    YAML_KEY = "llm"             # a stage config may nest the settings under `llm:`
+    ARG_GROUP = "LLM"
 
     base_url: str | None = field(default=None, metadata={
         "help": "OpenAI-compatible endpoint ending in /v1 (OpenAI, vLLM, SGLang, llama.cpp, "
@@ -95,50 +100,12 @@ class LLMConfig:
             raise ValueError("temperature must be >= 0")
         return self
 
-    # -- loading: YAML file, then CLI flags on top -------------------------------------------
+    # -- loading (data.config): defaults, then the YAML file, then the flags given -----------
     @classmethod
-    def from_yaml(cls, path: str | Path) -> "LLMConfig":
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        data = data.get("llm", data)     # a stage config may nest it under `llm:`
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(f"{path}: unknown LLM settings {unknown}; known: {sorted(names)}")
-        return cls(**data).validate()
-
-    @classmethod
-    def add_args(cls, parser: argparse.ArgumentParser, prefix: str = "") -> None:
-        """Add ``--base-url``, ``--model``, ... (each with its help text) and ``--llm-config FILE``.
-        A ``prefix`` ('policy-') lets one command take two configs (``--policy-model``)."""
-        group = parser.add_argument_group(f"{prefix}LLM" if prefix else "LLM")
-        group.add_argument(f"--{prefix}llm-config", metavar="FILE",
-                           help="YAML file with any of the settings below (flags override it)")
-        for f in fields(cls):
-            if f.name == "prices":
-                continue
-            flag = f"--{prefix}{f.name.replace('_', '-')}"
-            kind = _flag_type(f)
-            if kind is bool:
-                group.add_argument(flag, action="store_true", default=None, help=f.metadata["help"])
-            else:
-                group.add_argument(flag, type=kind, default=None, choices=f.metadata.get("choices"),
-                                   help=_help_with_default(f))
+    def from_yaml(cls, path: str | Path, overrides: dict | None = None) -> "LLMConfig":
+        return super().from_yaml(path, overrides).validate()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, prefix: str = "") -> "LLMConfig":
-        dest = prefix.replace("-", "_")
-        path = getattr(args, f"{dest}llm_config", None)
-        base = cls.from_yaml(path) if path else cls()
-        given = {f.name: getattr(args, dest + f.name) for f in fields(cls)
-                 if getattr(args, dest + f.name, None) is not None}
-        return replace(base, **given).validate()
-
-
-def _flag_type(f):
-    t = str(f.type)
-    return bool if t == "bool" else int if t.startswith("int") else float if t.startswith("float") else str
-
-
-def _help_with_default(f) -> str:
-    default = f.default if f.default is not MISSING else None
-    return f.metadata["help"] + (f" (default: {default})" if default not in (None, "") else "")
+        """``add_args(ap, prefix)``'s flags over its ``--{prefix}llm-config`` file over the defaults."""
+        return super().from_args(args, prefix).validate()
