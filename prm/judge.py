@@ -38,6 +38,8 @@ class Judgment:
     verdict: int | None
     infra_error: str | None = None
     truncated: bool = False             # generation hit the length limit before a valid answer
+    mode: str = "generate"              # what produced the verdict: 'generate', 'score' or 'rationale'
+    margin: float | None = None         # scoring: log p(Response 1 tag) - log p(Response 2 tag)
 
     @property
     def outcome(self) -> str:
@@ -56,12 +58,23 @@ def read_judgment(text: str, finish_reason: str) -> Judgment:
     return Judgment(text, verdict, truncated=verdict is None and finish_reason == "length")
 
 
-class LocalJudge:
-    """A transformers causal LM judging in batches (greedy, left padding)."""
+JUDGE_MODES = ("generate", "score", "rationale")
 
-    def __init__(self, model, tokenizer, max_tokens: int = 256, batch_size: int = 8):
+
+class LocalJudge:
+    """A transformers causal LM judging in batches (greedy, left padding).
+
+    ``mode``: ``generate`` writes a judgment and reads its answer tag (may be unparsed or
+    truncated); ``score`` compares the likelihoods of the two answer tags right after the prompt
+    (``llm.scoring``: one forward pass, always a verdict; the judgment text is the bare tag);
+    ``rationale`` generates up to ``max_tokens``, cuts the text before any answer tag and scores
+    the two tags after it (always a verdict; the text is the rationale and the chosen tag)."""
+
+    def __init__(self, model, tokenizer, max_tokens: int = 256, batch_size: int = 8, mode: str = "generate"):
+        if mode not in JUDGE_MODES:
+            raise ValueError(f"mode must be one of {JUDGE_MODES}, not {mode!r}")
         self.model, self.tokenizer = model.eval(), tokenizer
-        self.max_tokens, self.batch_size = max_tokens, batch_size
+        self.max_tokens, self.batch_size, self.mode = max_tokens, batch_size, mode
         self.name = getattr(model, "name_or_path", "") or type(model).__name__
 
     @classmethod
@@ -100,7 +113,25 @@ class LocalJudge:
                 texts[i] = (tok.decode(row[:stop], skip_special_tokens=True), "length" if stop is None else "stop")
         return texts
 
+    def score(self, prompts: list[list[dict]], rationales: list[str] | None = None) -> list[Judgment]:
+        """Verdicts by the answer tags' likelihoods (``llm.scoring``), one prompt at a time."""
+        from llm.scoring import score_answers
+
+        out = []
+        for i, p in enumerate(prompts):
+            rationale = rationales[i] if rationales else ""
+            s = score_answers(self.model, self.tokenizer, p, rationale)
+            text = (rationale.rstrip() + "\n" if rationale.strip() else "") + s.text
+            out.append(Judgment(text, s.verdict, mode="rationale" if rationales else "score", margin=s.margin))
+        return out
+
     def judge_prompts(self, prompts: list[list[dict]]) -> list[Judgment]:
+        if self.mode == "score":
+            return self.score(prompts)
+        if self.mode == "rationale":
+            from llm.scoring import rationale_of
+
+            return self.score(prompts, [rationale_of(t) for t, _ in self.generate(prompts)])
         return [read_judgment(t, reason) for t, reason in self.generate(prompts)]
 
 
@@ -117,11 +148,12 @@ class EndpointJudge:
                 if r.ok else Judgment("", None, r.infra_error) for r in results]
 
 
-def make_judge(config: LLMConfig, batch_size: int = 8):
-    """A local batched judge for a transformers folder (no ``base_url``), else an endpoint judge."""
+def make_judge(config: LLMConfig, batch_size: int = 8, mode: str = "generate"):
+    """A local batched judge for a transformers folder (no ``base_url``), else an endpoint judge
+    (``mode`` applies to the local judge; an endpoint only generates)."""
     if config.is_local:
         return LocalJudge.from_pretrained(str(config.local_model_dir()), max_tokens=config.max_tokens,
-                                          batch_size=batch_size)
+                                          batch_size=batch_size, mode=mode)
     return EndpointJudge(config)
 
 

@@ -8,11 +8,14 @@ import pyarrow as pa
 MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False),
                      pa.field("content", pa.large_string(), nullable=False)])
 # One teacher attempt: its seed, the response it preferred (null: no valid answer) and the outcome
-# ('agree', 'disagree', 'truncated' (cut off at max_tokens before a valid answer) or 'unparsed').
+# ('agree', 'disagree', 'truncated' (cut off at max_tokens before a valid answer) or 'unparsed')
+# and what produced the verdict ('generate': a written judgment's answer tag; 'score': the likelier
+# of the two answer tags under a local teacher, llm.scoring).
 VERDICT = pa.struct([pa.field("attempt", pa.int8(), nullable=False),
                      pa.field("seed", pa.int64(), nullable=False),
                      pa.field("verdict", pa.int8()),
-                     pa.field("outcome", pa.string(), nullable=False)])
+                     pa.field("outcome", pa.string(), nullable=False),
+                     pa.field("mode", pa.string(), nullable=False)])
 
 _PAIR_FIELDS = [
     pa.field("pair_id", pa.string(), nullable=False),
@@ -41,7 +44,8 @@ _PAIR_FIELDS = [
 ]
 
 PREFERENCE_SCHEMA = pa.schema(_PAIR_FIELDS + [
-    pa.field("judgment", pa.large_string(), nullable=False),  # the agreeing attempt's text (gold)
+    # the agreeing attempt's text (gold); under 'score' the bare answer tag (a label-only row)
+    pa.field("judgment", pa.large_string(), nullable=False),
     pa.field("messages", pa.list_(MESSAGE), nullable=False),  # system, user, assistant (= judgment)
 ])
 

@@ -17,6 +17,16 @@ counted (``sections_missing``). Discard reasons: ``all_attempts_disagree`` (ever
 contradicted the label: the paper's rule) and ``no_agreement`` (no attempt agreed, some had no
 valid answer).
 
+**Verdict mode** (``VerifyConfig.verdict_mode``, recorded per attempt as ``verdicts[].mode``
+and in ``stats.json``): ``generate`` as above; ``score`` (a local, in-process teacher only) takes
+the likelier of the two answer tags after the prompt (``llm.scoring``: one forward pass, always a
+verdict). Scoring is deterministic, so it is one attempt: the pair is kept when it agrees with the
+label, else discarded (``all_attempts_disagree``). Its gold judgment is the bare answer tag
+``<Answer>Response N</Answer>`` for the label: a label-only row, still a valid answer in the
+benchmark's format (the three sections count as missing). The default ``auto`` scores with a
+local teacher (the embedded model: small models rarely finish a parsable judgment) and generates
+with an endpoint.
+
 An infrastructure failure (no answer after the client's retries) is no attempt: the pair stays
 pending, is written nowhere, and a rerun resumes it. Requests are a pure function of the pair
 and the attempt number, so the LLM disk cache answers every attempt a killed or failed run
@@ -43,11 +53,13 @@ import pyarrow as pa
 
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from data.schema import RULES
-from data.judgment import DEFAULT_BUDGET, UNTRUSTED_MODES, JudgmentFormat, judgment_sections, parse_verdict
+from data.judgment import (DEFAULT_BUDGET, UNTRUSTED_MODES, JudgmentFormat, answer_text, judgment_sections,
+                           parse_verdict)
 from data.pairs import Pair, load_pairs
 from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
 
 STAGE = "teacher.verify"
+VERDICT_MODES = ("auto", "generate", "score")
 @dataclass
 class VerifyConfig:
     """How pairs are verified (the paper's settings by default)."""
@@ -60,9 +72,25 @@ class VerifyConfig:
     untrusted: str = "escape"       # 'escape' (the benchmark's format) | 'fence' (also fenced)
     prompt_template: str | None = None   # a YAML template file rendering a user's exact text
 
+    # -- verdict mode (issue 15; kept last, the CLI is edited elsewhere) --
+    # 'auto': 'score' for a local (in-process) teacher, 'generate' for an endpoint; 'generate':
+    # the teacher writes a judgment; 'score': a local teacher's verdict by the answer tags'
+    # likelihoods (llm.scoring), one deterministic attempt, gold judgment = the bare answer tag.
+    verdict_mode: str = "auto"
+
     @property
     def format(self) -> JudgmentFormat:
         return JudgmentFormat.from_options(self.prompt_template, self.untrusted, self.budget)
+
+    def mode_for(self, is_local: bool) -> str:
+        """The verdict mode used with a local (True) or endpoint (False) teacher."""
+        if self.verdict_mode not in VERDICT_MODES:
+            raise ValueError(f"verdict_mode must be one of {VERDICT_MODES}, not {self.verdict_mode!r}")
+        if self.verdict_mode == "score" and not is_local:
+            raise ValueError("verdict_mode 'score' needs a local teacher (an endpoint only generates)")
+        if self.verdict_mode == "auto":
+            return "score" if is_local else "generate"
+        return self.verdict_mode
 
 
 @dataclass(slots=True)
@@ -75,6 +103,7 @@ class Attempt:
     prompt_tokens: int
     completion_tokens: int
     cost_usd: float
+    mode: str = "generate"          # what produced the verdict: 'generate' or 'score'
 
 
 @dataclass(slots=True)
@@ -89,8 +118,30 @@ class Decision:
     infra_error: str | None = None
 
 
+async def score_pair(client, pair: Pair, config: VerifyConfig) -> Decision:
+    """A local teacher's verdict by scoring the two answer tags (``llm.scoring``): one attempt
+    (scoring is deterministic; another would repeat it), kept when it agrees with the label, the
+    gold judgment then the bare answer tag (a label-only row in the benchmark's format)."""
+    from llm.local import load_local_model
+    from llm.scoring import score_answers
+
+    try:
+        model = await asyncio.to_thread(load_local_model, client.config.local_model_dir())
+        s = await asyncio.to_thread(score_answers, model.model, model.tokenizer, pair.messages)
+    except (OSError, RuntimeError) as e:          # a model that cannot load or run is no attempt
+        return Decision(pair, "pending", [], infra_error=f"local_error: {type(e).__name__}: {e}")
+    outcome = "agree" if s.verdict == pair.label else "disagree"
+    attempt = Attempt(1, config.seed, s.verdict, outcome, s.text, s.prompt_tokens, 0, 0.0, mode="score")
+    if outcome == "agree":
+        return Decision(pair, "kept", [attempt], judgment=answer_text(pair.label))
+    return Decision(pair, "discarded", [attempt], reason="all_attempts_disagree")
+
+
 async def verify_pair(client, pair: Pair, config: VerifyConfig) -> Decision:
-    """Up to K sequential attempts on one pair (see the module doc for the rules)."""
+    """Up to K sequential attempts on one pair (see the module doc for the rules); a local
+    teacher in 'score' mode decides by ``score_pair``."""
+    if config.mode_for(client.config.is_local) == "score":
+        return await score_pair(client, pair, config)
     attempts: list[Attempt] = []
     for i in range(config.k):
         seed = config.seed + i
@@ -152,8 +203,8 @@ def _row(d: Decision, teacher_model: str) -> dict:
     p = d.pair
     return {**p.row, "label": p.label, "response_1": p.response_1, "response_2": p.response_2,
             "attempts": len(d.attempts),
-            "verdicts": [{"attempt": a.attempt, "seed": a.seed, "verdict": a.verdict, "outcome": a.outcome}
-                         for a in d.attempts],
+            "verdicts": [{"attempt": a.attempt, "seed": a.seed, "verdict": a.verdict, "outcome": a.outcome,
+                          "mode": a.mode} for a in d.attempts],
             "teacher_model": teacher_model, "intent": p.state.intent, "url": p.state.url,
             "axtree_chars": p.cut["chars_total"], "axtree_chars_cut": p.cut["chars_cut"],
             "prompt_tokens": sum(a.prompt_tokens for a in d.attempts),
@@ -180,7 +231,7 @@ def write_outputs(run: RunDir, decisions: list[Decision], teacher_model: str) ->
 def summarize(decisions: list[Decision]) -> dict:
     """Per-rule outcomes, attempts histogram and verdict outcomes (for stats.json and the report)."""
     by_rule = {r: Counter() for r in RULES}
-    attempts_kept, outcomes, missing = Counter(), Counter(), Counter()
+    attempts_kept, outcomes, missing, modes = Counter(), Counter(), Counter(), Counter()
     for d in decisions:
         by_rule[d.pair.row["rule"]][d.status] += 1
         if d.status == "kept":
@@ -188,10 +239,12 @@ def summarize(decisions: list[Decision]) -> dict:
             missing.update(s for s, present in judgment_sections(d.judgment).items() if not present)
         for a in d.attempts:
             outcomes[a.outcome] += 1
+            modes[a.mode] += 1
     return {"by_rule": {r: dict(sorted(c.items())) for r, c in by_rule.items() if c},
             "kept_at_attempt": {str(k): v for k, v in sorted(attempts_kept.items())},
             "verdict_outcomes": dict(sorted(outcomes.items())),
             "sections_missing": dict(sorted(missing.items())),
+            "verdict_modes": dict(sorted(modes.items())),
             "calls_decided": sum(len(d.attempts) for d in decisions if d.status != "pending")}
 
 
@@ -221,6 +274,7 @@ def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=N
         "teacher_model": teacher_model, "endpoint": client.config.endpoint,
         "config": {"k": config.k, "seed": config.seed, "temperature": config.temperature,
                    "max_tokens": config.max_tokens, **config.format.describe(),
+                   "verdict_mode": config.mode_for(client.config.is_local),
                    **({"prompt_template": str(config.prompt_template)} if config.prompt_template else {})},
         **summarize(decisions),
         "prompt": {"axtrees_cut": sum(c["truncated"] for c in cut),
