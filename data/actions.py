@@ -9,6 +9,7 @@ always compares equal: positional arguments, ``repr`` quoting, trailing defaults
 from __future__ import annotations
 
 import ast
+import math
 import re
 from dataclasses import dataclass
 
@@ -126,6 +127,28 @@ def _required(params) -> int:
 
 
 MAX_ACTION_CHARS = 10_000
+# Numbers an action may carry: coordinates, scroll deltas, waits and tab indices are far below
+# this; a bigger literal (``scroll(0xfff...f, 0)`` with 4,000 digits) could not even be written
+# back as text (Python's int-to-str digit limit).
+MAX_ABS_NUMBER = 2**53
+
+
+def _check_number(value) -> None:
+    """Raise ActionParseError for an argument value that is not a finite, moderate number (ints
+    and floats, also inside lists)."""
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            _check_number(v)
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, int):
+        if abs(value) > MAX_ABS_NUMBER:
+            raise ActionParseError(f"integer argument with {value.bit_length()} bits is out of range")
+    elif isinstance(value, float):
+        if not math.isfinite(value) or abs(value) > MAX_ABS_NUMBER:
+            raise ActionParseError(f"number argument {value!r} is out of range")
+    elif isinstance(value, complex):
+        raise ActionParseError("complex number argument")
 
 
 def _freeze(value):
@@ -138,7 +161,10 @@ def _freeze(value):
 
 
 def parse_action(text: str) -> Action:
-    """Parse one BrowserGym action call such as ``click('a51')``; raise ActionParseError."""
+    """Parse one BrowserGym action call such as ``click('a51')``; raise ActionParseError (also for
+    a text that is not a string, and for numbers out of range)."""
+    if text is not None and not isinstance(text, str):
+        raise ActionParseError(f"action is {type(text).__name__}, not str")
     text = (text or "").strip()
     if not text:
         raise ActionParseError("empty action")
@@ -148,6 +174,8 @@ def parse_action(text: str) -> Action:
         tree = ast.parse(text, mode="exec")
     except SyntaxError as e:
         raise ActionParseError(f"not a python call: {e.msg}") from None
+    except ValueError as e:   # a literal past the int-digit limit, a NUL byte
+        raise ActionParseError(f"not a python call: {str(e)[:120]}") from None
     except (MemoryError, RecursionError):
         raise ActionParseError("action too deeply nested to parse") from None
     calls = [n for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
@@ -174,6 +202,8 @@ def parse_action(text: str) -> Action:
             bound[kw.arg] = ast.literal_eval(kw.value)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         raise ActionParseError(f"{op} arguments must be literals") from None
+    for value in bound.values():
+        _check_number(value)
     args = []
     for name, default in params:
         if name in bound:

@@ -6,6 +6,9 @@
 
 Writes ``trajectories.parquet`` (one row per observation, pinned schema), ``rejects.jsonl``
 (every dropped record with its source and reason) and the ``ingest`` entry of ``stats.json``.
+Every record is decoded on its own: one that cannot be read is a counted reject, never the end
+of the run. Re-ingesting into a used run directory removes every downstream output (graphs,
+candidates, preferences, exports, audit, report, card, their stats and rejects) and says so.
 Exits non-zero only when nothing could be ingested.
 """
 
@@ -18,28 +21,40 @@ from pathlib import Path
 
 from data.readers.agentlab import read_agentlab
 from data.readers.canonical import read_canonical
+from data.readers.safe_pickle import DEFAULT_MAX_DECOMPRESSED_MB
 from data.readers.webprm import read_webprm
-from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
+from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_write_parquet
 from data.schema import ROW_GROUP_SIZE, StepRecord, check_record, for_storage, steps_to_table
 
 READERS = {"agentlab": read_agentlab, "webprm": read_webprm, "canonical": read_canonical}
 STAGE = "ingest"
 
 
-def ingest(source: str, inputs: Iterable[str | Path], out: str | Path) -> StageStats:
-    """Read ``inputs`` with the ``source`` reader and write the run directory ``out``."""
+def ingest(source: str, inputs: Iterable[str | Path], out: str | Path,
+           max_decompressed_mb: float = DEFAULT_MAX_DECOMPRESSED_MB, quiet: bool = True) -> StageStats:
+    """Read ``inputs`` with the ``source`` reader and write the run directory ``out``.
+
+    ``max_decompressed_mb`` caps what one AgentLab pickle may decompress to (larger ones are
+    rejected as ``too_large`` without being decompressed further). Over a used run directory,
+    the downstream outputs are removed (listed in the stage's ``cleared``; printed unless
+    ``quiet``)."""
     if source not in READERS:
         raise ValueError(f"unknown source {source!r}; choose from {sorted(READERS)}")
+    if not max_decompressed_mb > 0:
+        raise ValueError(f"max_decompressed_mb must be positive, not {max_decompressed_mb!r}")
     paths = [Path(p) for p in inputs]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise FileNotFoundError(f"input not found: {', '.join(missing)}")
     run = RunDir(out)
+    run.check_inputs(STAGE)     # writable before the work; orphan temp files of a killed ingest removed
+    reader = READERS[source]
+    items = reader(paths, max_decompressed_mb) if source == "agentlab" else reader(paths)
     stats = StageStats(STAGE)
     records: list[StepRecord] = []
     rejects: list[Reject] = []
     seen: set[tuple[str, int]] = set()
-    for item in READERS[source](paths):
+    for item in items:
         stats.n_in += 1
         if not isinstance(item, Reject):
             problem = check_record(item)
@@ -59,10 +74,18 @@ def ingest(source: str, inputs: Iterable[str | Path], out: str | Path) -> StageS
             records.append(item)
     stats.n_out = len(records)
     trajs = {r.traj_id for r in records}
+    table = for_storage(steps_to_table(records))
+    # The new trajectories make every later output stale: remove them before they are replaced.
+    cleared = run.clear_downstream()
+    if cleared and not quiet:
+        print(f"re-ingesting over a used run directory: removed {', '.join(cleared)} "
+              f"(rerun the later stages; the LLM cache still serves their requests)", file=sys.stderr)
     stats.extra = {"source": source, "inputs": [str(p) for p in paths], "trajectories": len(trajs),
                    "successful_trajectories": len({r.traj_id for r in records if r.success}),
-                   "sites": sorted({r.site for r in records})}
-    atomic_write_parquet(run.trajectories, for_storage(steps_to_table(records)), ROW_GROUP_SIZE)
+                   "sites": sorted({r.site for r in records}),
+                   **({"max_decompressed_mb": max_decompressed_mb} if source == "agentlab" else {}),
+                   **({"cleared": cleared} if cleared else {})}
+    atomic_write_parquet(run.trajectories, table, ROW_GROUP_SIZE)
     run.write_stage(stats, rejects)
     return stats
 
@@ -71,11 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m data.ingest", description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", required=True, choices=sorted(READERS))
     ap.add_argument("--input", required=True, nargs="+", help="files or folders to read")
-    ap.add_argument("--out", required=True, help="run directory to write")
+    ap.add_argument("--out", required=True, help="run directory to write (a used one: its later outputs are removed)")
+    ap.add_argument("--max-decompressed-mb", type=float, default=DEFAULT_MAX_DECOMPRESSED_MB,
+                    help="agentlab: reject a step or goal pickle that decompresses to more than this "
+                         f"(default {DEFAULT_MAX_DECOMPRESSED_MB})")
     args = ap.parse_args(argv)
+    if not args.max_decompressed_mb > 0:
+        ap.error("--max-decompressed-mb must be positive")
     try:
-        stats = ingest(args.source, args.input, args.out)
-    except (FileNotFoundError, ValueError) as e:
+        stats = ingest(args.source, args.input, args.out, args.max_decompressed_mb, quiet=False)
+    except (FileNotFoundError, ValueError, RunDirError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(stats.summary())

@@ -3,10 +3,20 @@
 Every stage writes its files atomically (temp file + rename), appends its rejects with reasons
 to ``rejects.jsonl`` and records ``in``, ``out`` and ``rejected`` (by reason) under its own key
 in ``stats.json``, so ``in = out + rejected`` can be checked per stage.
+
+Stages know what their inputs were: a stage's entry in ``stats.json`` holds ``fingerprints``,
+the SHA-256 of the files it read (``inputs``) and of those it wrote that later stages read
+(``outputs``, see ``STAGE_OUTPUTS``). Before reading, a stage calls ``RunDir.check_inputs``:
+each input must be the file its producer wrote, made from the inputs that are there now (up
+the chain to ``trajectories.parquet``); otherwise it refuses with ``StaleInputError``. The same
+call fails early when the run directory cannot be written, and removes the temp files that a
+killed earlier run of the stage left behind. Re-ingesting clears every downstream output
+(``RunDir.clear_downstream``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -32,6 +42,83 @@ def site_dirname(site: str) -> str:
         return safe
     digest = hashlib.blake2b(site.encode("utf-8", "surrogatepass"), digest_size=3).hexdigest()
     return f"{safe.lstrip('.') or 'site'}-{digest}"
+
+
+class RunDirError(FileNotFoundError):
+    """A run directory a stage cannot use as it is (a stale input, an unwritable folder).
+
+    A ``FileNotFoundError`` so that every stage CLI, which already reports a missing input in
+    one line with exit code 2, reports these the same way: the input that this stage needs (one
+    consistent with the run's upstream files) is not there."""
+
+
+class StaleInputError(RunDirError):
+    """An input was written from a different upstream run (or replaced since it was written)."""
+
+
+class RunDirNotWritable(RunDirError):
+    """The stage could not write its outputs: checked before the work, not after it."""
+
+
+# The files (or folders) each stage writes, relative to the run directory. Those that later
+# stages read are fingerprinted in the stage's ``stats.json`` entry; all of them are checked for
+# writability and cleaned of orphan temp files when the stage starts.
+STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "ingest": ("trajectories.parquet",),
+    "graph.build": ("graphs",),
+    "proposals.mine": ("candidates.parquet", "audit"),
+    "teacher.verify": ("preferences.parquet", "discarded.parquet"),
+    "data.export.trl": ("export",),
+    "data.export.trl_labels": ("export",),
+    "data.export.webprmbench": ("export",),
+}
+# Outputs that no later stage reads: written, but not fingerprinted.
+_UNREAD_OUTPUTS = {"audit", "export"}
+# Everything a run directory holds downstream of ingest (removed by a re-ingest).
+DOWNSTREAM = ("graphs", "candidates.parquet", "preferences.parquet", "discarded.parquet", "export", "audit",
+              "report", "README.md")
+# The temp files of the atomic writers below: ``.<name>.<random>.tmp`` beside the target.
+_TMP_PREFIX, _TMP_SUFFIX = ".", ".tmp"
+
+
+def stage_command(stage: str) -> str:
+    """The command that (re)writes a stage's outputs."""
+    if stage == "ingest":
+        return "python -m data.ingest"
+    if stage.startswith("data.export"):
+        return "python -m data.export"
+    return f"python -m {stage}"
+
+
+_FINGERPRINTS: dict[tuple, str] = {}
+
+
+def _file_sha256(path: Path) -> str:
+    st = path.stat()
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _FINGERPRINTS:
+        with open(path, "rb") as f:
+            _FINGERPRINTS[key] = hashlib.file_digest(f, "sha256").hexdigest()
+    return _FINGERPRINTS[key]
+
+
+def fingerprint(path: Path) -> str:
+    """``sha256:<hex>`` of a file's bytes, or of a folder's files (their relative paths and
+    bytes, in path order; hidden files such as temp files left out)."""
+    path = Path(path)
+    if path.is_dir():
+        h = hashlib.sha256()
+        for f in sorted(p for p in path.rglob("*") if p.is_file()
+                        and not any(part.startswith(".") for part in p.relative_to(path).parts)):
+            h.update(f"{f.relative_to(path).as_posix()}\0{_file_sha256(f)}\n".encode())
+        return "sha256:" + h.hexdigest()
+    return "sha256:" + _file_sha256(path)
+
+
+def _is_orphan_tmp(name: str, target: str | None = None) -> bool:
+    if target is not None:
+        return name.startswith(f"{_TMP_PREFIX}{target}.") and name.endswith(_TMP_SUFFIX)
+    return name.startswith(_TMP_PREFIX) and name.endswith(_TMP_SUFFIX) and name.count(".") >= 3
 
 
 @dataclass(slots=True)
@@ -78,7 +165,7 @@ def _umask_mode() -> int:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{_TMP_PREFIX}{path.name}.", suffix=_TMP_SUFFIX)
     try:
         os.fchmod(fd, _umask_mode())
         with os.fdopen(fd, "wb") as f:
@@ -97,7 +184,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{_TMP_PREFIX}{path.name}.", suffix=_TMP_SUFFIX)
     os.close(fd)
     try:
         pq.write_table(table, tmp, compression="zstd", row_group_size=row_group_size)
@@ -113,6 +200,7 @@ class RunDir:
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
+        self._inputs: dict[str, dict[str, str]] = {}   # stage -> the fingerprints check_inputs saw
 
     @property
     def trajectories(self) -> Path:
@@ -189,20 +277,191 @@ class RunDir:
         the same time (separate processes) from losing each other's entries."""
         stats.check()
         self.root.mkdir(parents=True, exist_ok=True)
+        fingerprints = {}
+        if stats.stage in self._inputs:
+            fingerprints["inputs"] = self._inputs[stats.stage]
+        outputs = {rel: fingerprint(self.root / rel) for rel in STAGE_OUTPUTS.get(stats.stage, ())
+                   if rel not in _UNREAD_OUTPUTS and (self.root / rel).exists()}
+        if outputs:
+            fingerprints["outputs"] = outputs
+        with self._locked():
+            self._write_stage_locked(stats, rejects, fingerprints)
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """The lock of ``stats.json`` and ``rejects.jsonl``; orphan temp files of those two (only
+        a holder of the lock writes them) are removed on the way in."""
         with open(self.root / ".stats.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            self._write_stage_locked(stats, rejects)
+            for name in (self.stats_path.name, self.rejects_path.name):
+                self._remove_orphans(self.root, name)
+            yield
 
-    def _write_stage_locked(self, stats: StageStats, rejects: list[Reject]) -> None:
+    def _write_stage_locked(self, stats: StageStats, rejects: list[Reject], fingerprints: dict | None = None) -> None:
         kept = []
         if self.rejects_path.exists():
             for line in self.rejects_path.read_text().splitlines():
                 if line.strip() and json.loads(line).get("stage") != stats.stage:
                     kept.append(line)
         kept += [json.dumps({"stage": r.stage, "reason": r.reason, "source": r.source,
-                             "detail": r.detail, **({"key": r.key} if r.key else {})}, ensure_ascii=False)
+                             "detail": r.detail, **({"key": r.key} if r.key else {})},
+                            ensure_ascii=True, default=str)   # ASCII: source text may hold lone surrogates
                  for r in rejects]
         atomic_write_text(self.rejects_path, "".join(line + "\n" for line in kept))
         all_stats = self.read_stats()
-        all_stats[stats.stage] = stats.as_dict()
+        all_stats[stats.stage] = {**stats.as_dict(), **({"fingerprints": fingerprints} if fingerprints else {})}
         atomic_write_text(self.stats_path, json.dumps(all_stats, indent=2, sort_keys=True) + "\n")
+
+    # -- stages know what their inputs were ---------------------------------------------------
+    def check_writable(self, *rels: str) -> None:
+        """Raise RunDirNotWritable unless the run directory (created if needed) and the existing
+        output folders ``rels`` accept a new file: checked before a stage does its work."""
+        where = [self.root] + [self.root / r for r in rels if (self.root / r).is_dir()]
+        for d in where:
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                fd, probe = tempfile.mkstemp(dir=d, prefix=f"{_TMP_PREFIX}write-probe.", suffix=_TMP_SUFFIX)
+                os.close(fd)
+                os.unlink(probe)
+            except OSError as e:
+                raise RunDirNotWritable(f"cannot write to {d}: {e.strerror or e}") from None
+
+    @staticmethod
+    def _remove_orphans(folder: Path, target: str | None = None, recursive: bool = False) -> list[Path]:
+        found = []
+        if folder.is_dir():
+            for p in (folder.rglob("*") if recursive else folder.iterdir()):
+                if p.is_file() and _is_orphan_tmp(p.name, target):
+                    with contextlib.suppress(OSError):
+                        p.unlink()
+                        found.append(p)
+        return found
+
+    def clean_orphans(self, stage: str) -> list[Path]:
+        """Remove the temp files that a killed run of ``stage`` left beside (or inside) its
+        outputs; returns them. Call at the start of the stage (two runs of one stage in one run
+        directory at once are not supported anyway)."""
+        removed = []
+        for rel in STAGE_OUTPUTS.get(stage, ()):
+            path = self.root / rel
+            removed += self._remove_orphans(path.parent, path.name)
+            if path.is_dir():
+                removed += self._remove_orphans(path, recursive=True)
+        return removed
+
+    def _producer(self, stats: dict, rel: str) -> str | None:
+        for stage, entry in stats.items():
+            if isinstance(entry, dict) and rel in ((entry.get("fingerprints") or {}).get("outputs") or {}):
+                return stage
+        return None
+
+    def _rel(self, path: str | os.PathLike) -> str:
+        path = Path(path)
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return path.as_posix()
+
+    def _check_chain(self, stats: dict, rel: str, seen: set[str]) -> None:
+        """``rel`` is the file its producer recorded, and every input the producer recorded
+        (up the chain) is the file that is there now; a file no stage recorded (hand-made, or a
+        run directory written before fingerprints) is taken as it is."""
+        if rel in seen:
+            return
+        seen.add(rel)
+        producer = self._producer(stats, rel)
+        if producer is None:
+            return
+        fps = stats[producer]["fingerprints"]
+        now = fingerprint(self.root / rel)
+        if fps["outputs"][rel] != now:
+            raise StaleInputError(
+                f"{self.root / rel} is not the file {producer} wrote in this run directory (it was replaced "
+                f"or changed since: {fps['outputs'][rel][:19]} recorded, {now[:19]} now); rerun "
+                f"`{stage_command(producer)}`")
+        for up, recorded in sorted((fps.get("inputs") or {}).items()):
+            if not (self.root / up).exists():
+                continue
+            current = fingerprint(self.root / up)
+            if current != recorded:
+                raise StaleInputError(
+                    f"{self.root / rel} was written by {producer} from a different {up} (another upstream "
+                    f"run: {recorded[:19]} then, {current[:19]} now); rerun `{stage_command(producer)}` "
+                    f"and the stages after it")
+            self._check_chain(stats, up, seen)
+
+    def check_inputs(self, stage: str, *inputs: str | os.PathLike) -> dict[str, str]:
+        """Call where ``stage`` starts reading ``inputs`` (files or folders of this run
+        directory; missing ones are left for the stage to report). Fails early when the run
+        directory or the stage's output folders cannot be written (RunDirNotWritable), removes
+        the orphan temp files of the stage's outputs, refuses inputs written from a different
+        upstream run (StaleInputError) and remembers their fingerprints, which ``write_stage``
+        records in the stage's ``stats.json`` entry. Returns them (relative path -> fingerprint)."""
+        self.check_writable(*STAGE_OUTPUTS.get(stage, ()))
+        self.clean_orphans(stage)
+        stats = self.read_stats()
+        seen: dict[str, str] = {}
+        for p in inputs:
+            rel = self._rel(p)
+            if not (self.root / rel).exists():
+                continue
+            self._check_chain(stats, rel, set())
+            seen[rel] = fingerprint(self.root / rel)
+        self._inputs[stage] = seen
+        return seen
+
+    def clear_downstream(self, keep: str = "ingest") -> list[str]:
+        """Remove every output downstream of ingest (``DOWNSTREAM``; ``README.md`` only when it
+        is this project's dataset card), the other stages' ``stats.json`` entries and rejects
+        lines, and the orphan temp files at the top of the run directory; returns what was
+        removed (relative paths, plus ``stats.json:<stage>`` per entry)."""
+        import shutil
+
+        removed = []
+        if not self.root.is_dir():
+            return removed
+        for rel in DOWNSTREAM:
+            path = self.root / rel
+            if rel == "README.md" and not (path.is_file() and _is_card(path)):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+            else:
+                continue
+            removed.append(rel + ("/" if path.suffix == "" and rel != "README.md" else ""))
+        for p in self._remove_orphans(self.root):
+            removed.append(p.name)
+        if self.stats_path.exists() or self.rejects_path.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            with self._locked():
+                stats = self.read_stats()
+                gone = sorted(k for k in stats if k != keep)
+                if gone:
+                    atomic_write_text(self.stats_path, json.dumps({k: v for k, v in stats.items() if k == keep},
+                                                                  indent=2, sort_keys=True) + "\n")
+                    removed += [f"stats.json:{k}" for k in gone]
+                if self.rejects_path.exists():
+                    lines = self.rejects_path.read_text().splitlines()
+                    kept = [ln for ln in lines if ln.strip() and _stage_of(ln) == keep]
+                    if len(kept) != len([ln for ln in lines if ln.strip()]):
+                        atomic_write_text(self.rejects_path, "".join(ln + "\n" for ln in kept))
+        return removed
+
+
+def _stage_of(line: str) -> str | None:
+    try:
+        return json.loads(line).get("stage")
+    except (ValueError, AttributeError):
+        return None
+
+
+def _is_card(path: Path) -> bool:
+    """This project's dataset card (``data.card``): YAML front matter tagged ``surfprm``."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.startswith("---\n") and "\n- surfprm\n" in head

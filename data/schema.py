@@ -82,6 +82,10 @@ def check_record(rec: StepRecord) -> tuple[str, str] | None:
         value = getattr(rec, name)
         if value is not None and not isinstance(value, str):
             return "bad_field_type", f"{name} is {type(value).__name__}, not str"
+    for name in _REQUIRED_STR + _OPTIONAL_STR:
+        value = getattr(rec, name)
+        if value is not None and not _utf8(value):
+            return "bad_encoding", f"{name} holds a lone surrogate (not encodable as UTF-8)"
     if rec.success is not None and not isinstance(rec.success, bool):
         return "bad_field_type", f"success is {type(rec.success).__name__}, not bool"
     if not isinstance(rec.step_idx, int) or isinstance(rec.step_idx, bool) or not 0 <= rec.step_idx <= _INT32_MAX:
@@ -93,6 +97,14 @@ def check_record(rec: StepRecord) -> tuple[str, str] | None:
     if rec.obs_format not in ("indented", "flat"):
         return "bad_field_type", f"obs_format {rec.obs_format!r}"
     return None
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def steps_to_table(records: list[StepRecord]) -> pa.Table:

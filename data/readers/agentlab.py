@@ -8,14 +8,13 @@ agent saw before acting; step t+1's ``last_action_error`` says whether that acti
 from __future__ import annotations
 
 import json
-import pickle
 import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 from data.actions import ActionParseError, parse_action, split_agent_output
-from data.readers.safe_pickle import UnexpectedClassError, load_gz
+from data.readers.safe_pickle import DEFAULT_MAX_DECOMPRESSED_MB, TooLargeError, UnexpectedClassError, load_gz
 from data.rundir import Reject
 from data.schema import StepRecord
 from data.sites import site_of
@@ -74,23 +73,44 @@ def _active_url(obs: dict) -> str | None:
         return m.group(1) if m else None
 
 
-def _load_step(path: Path):
-    """(step object, None) or (None, (reason, detail))."""
+def _load(path: Path, max_bytes: int):
+    """(object, None) or (None, (reason, detail)) for one gzip'd pickle: whatever the bytes
+    hold, reading one file never raises."""
     try:
-        step = load_gz(path)
+        return load_gz(path, max_bytes), None
     except UnexpectedClassError as e:
         return None, ("unexpected_class", str(e))
+    except TooLargeError as e:
+        return None, ("too_large", str(e))
     except (OSError, EOFError, zlib.error) as e:
         return None, ("corrupt_gzip", f"{type(e).__name__}: {e}")
-    except (pickle.UnpicklingError, AttributeError, ValueError, TypeError, IndexError, KeyError,
-            ImportError, MemoryError) as e:
-        return None, ("corrupt_pickle", f"{type(e).__name__}: {e}")
+    except Exception as e:  # noqa: BLE001  (OverflowError on a huge frame length, MemoryError, ...)
+        return None, ("corrupt_pickle", f"{type(e).__name__}: {_short(e)}")
+
+
+def _short(e: BaseException, limit: int = 300) -> str:
+    try:
+        text = str(e)
+    except Exception:  # noqa: BLE001
+        text = repr(type(e))
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _load_step(path: Path, max_bytes: int):
+    """(step object, None) or (None, (reason, detail))."""
+    step, err = _load(path, max_bytes)
+    if err:
+        return None, err
     if not hasattr(step, "obs") or not hasattr(step, "action"):
         return None, ("missing_field", f"not a StepInfo: {type(step).__name__}")
     return step, None
 
 
-def read_experiment(exp_dir: Path) -> Iterator[StepRecord | Reject]:
+def read_experiment(exp_dir: Path, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_MB * 2**20
+                    ) -> Iterator[StepRecord | Reject]:
+    """The steps of one experiment directory; each step that cannot be read or converted is one
+    Reject, and so is a goal file that cannot be read (its steps fall back to the goal in the
+    user's chat message)."""
     traj_id = exp_dir.name
     m = _EXP_NAME.search(traj_id)
     task_name, seed = (m.group("task"), m.group("seed")) if m else (traj_id, None)
@@ -101,20 +121,25 @@ def read_experiment(exp_dir: Path) -> Iterator[StepRecord | Reject]:
         summary = json.loads((exp_dir / "summary_info.json").read_text())
         reward = summary.get("cum_reward")
         success = bool(reward is not None and float(reward) > 0)
-    except (OSError, ValueError, TypeError, AttributeError) as e:
+    except Exception as e:  # noqa: BLE001  (unreadable, not JSON, not an object, a huge number...)
         summary, summary_note = {}, f"summary_info.json unreadable: {type(e).__name__}"
 
     goal = None
     goal_path = exp_dir / "goal_object.pkl.gz"
     if goal_path.exists():
-        try:
-            goal = _goal_text(load_gz(goal_path))
-        except (OSError, EOFError, zlib.error, pickle.UnpicklingError, ValueError, TypeError):
-            goal = None
+        goal_object, err = _load(goal_path, max_bytes)
+        if err:
+            yield Reject(STAGE, err[0], str(goal_path), f"goal object: {err[1]}",
+                         {"traj_id": traj_id, "file": goal_path.name})
+        else:
+            try:
+                goal = _goal_text(goal_object)
+            except Exception:  # noqa: BLE001  (a loaded object of an odd shape: no goal)
+                goal = None
 
     loaded: list[tuple[int, Path, object]] = []
     for idx, path in step_files(exp_dir):
-        step, err = _load_step(path)
+        step, err = _load_step(path, max_bytes)
         if err:
             yield Reject(STAGE, err[0], str(path), err[1], {"traj_id": traj_id, "step_idx": idx})
             continue
@@ -132,50 +157,68 @@ def read_experiment(exp_dir: Path) -> Iterator[StepRecord | Reject]:
     by_idx = {idx: step for idx, _, step in loaded}
     for idx, path, step in loaded:
         key = {"traj_id": traj_id, "step_idx": idx}
-        obs = step.obs
-        axtree = obs.get("axtree_txt") or ""
-        if not isinstance(axtree, str):
-            yield Reject(STAGE, "missing_field", str(path), f"axtree_txt is {type(axtree).__name__}", key)
-            continue
-        if not axtree.strip():
-            yield Reject(STAGE, "empty_observation", str(path), "empty AXTree", key)
-            continue
-        intent = goal or _goal_from_chat(obs)
-        if not intent:
-            yield Reject(STAGE, "missing_goal", str(path), "no goal object and no user chat message", key)
-            continue
-        url = _active_url(obs)
-        if not url:
-            yield Reject(STAGE, "missing_field", str(path), "no active page URL", key)
-            continue
-        action = thought = None
-        if step.action is not None:
-            try:
-                thought, action_text = split_agent_output(str(step.action))
-                action = parse_action(action_text).to_string()
-            except ActionParseError as e:
-                yield Reject(STAGE, "unparseable_action", str(path), str(e), key)
-                continue
-        nxt = by_idx.get(idx + 1)
-        action_error = None
-        if action is not None and nxt is not None and isinstance(nxt.obs, dict):
-            action_error = str(nxt.obs.get("last_action_error") or "").strip() or None
-        meta = {"task_name": task_name, "seed": seed, "exp_dir": str(exp_dir),
-                "open_pages_urls": [str(u) for u in (obs.get("open_pages_urls") or ())],
-                "model": ((getattr(step, "agent_info", None) or {}).get("model_info") or {}).get("model_name"),
-                "cum_reward": summary.get("cum_reward"), "err_msg": summary.get("err_msg")}
-        if summary_note:
-            meta["note"] = summary_note
-        yield StepRecord(
-            source="agentlab", site=site_of(url), task_id=task_id, traj_id=traj_id, step_idx=idx,
-            intent=intent, url=url, observation=axtree, obs_format="indented",
-            html=obs.get("pruned_html") if isinstance(obs.get("pruned_html"), str) and obs.get("pruned_html") else None,
-            action=action, action_error=action_error,
-            thought=thought or None, success=success, source_path=str(path),
-            meta=json.dumps(meta, ensure_ascii=False, default=str))
+        try:
+            yield _convert(step, idx, path, key, by_idx, goal, success, summary, summary_note,
+                           task_name, task_id, seed, traj_id, exp_dir)
+        except Exception as e:  # noqa: BLE001  (one odd step never costs the others)
+            yield Reject(STAGE, "bad_record", str(path), f"{type(e).__name__}: {_short(e)}", key)
 
 
-def read_agentlab(inputs: list[Path]) -> Iterator[StepRecord | Reject]:
+def _convert(step, idx: int, path: Path, key: dict, by_idx: dict, goal, success, summary: dict, summary_note: str,
+             task_name: str, task_id: str, seed, traj_id: str, exp_dir: Path) -> StepRecord | Reject:
+    """One loaded step as a record, or the Reject saying why it cannot be one."""
+    obs = step.obs
+    axtree = obs.get("axtree_txt") or ""
+    if not isinstance(axtree, str):
+        return Reject(STAGE, "missing_field", str(path), f"axtree_txt is {type(axtree).__name__}", key)
+    if not axtree.strip():
+        return Reject(STAGE, "empty_observation", str(path), "empty AXTree", key)
+    intent = goal or _goal_from_chat(obs)
+    if not intent:
+        return Reject(STAGE, "missing_goal", str(path), "no goal object and no user chat message", key)
+    url = _active_url(obs)
+    if not url:
+        return Reject(STAGE, "missing_field", str(path), "no active page URL", key)
+    action = thought = None
+    if step.action is not None:
+        try:
+            thought, action_text = split_agent_output(str(step.action))
+            action = parse_action(action_text).to_string()
+        except ActionParseError as e:
+            return Reject(STAGE, "unparseable_action", str(path), str(e), key)
+    nxt = by_idx.get(idx + 1)
+    action_error = None
+    if action is not None and nxt is not None and isinstance(nxt.obs, dict):
+        action_error = str(nxt.obs.get("last_action_error") or "").strip() or None
+    meta = {"task_name": task_name, "seed": seed, "exp_dir": str(exp_dir),
+            "open_pages_urls": [str(u) for u in (obs.get("open_pages_urls") or ())],
+            "model": ((getattr(step, "agent_info", None) or {}).get("model_info") or {}).get("model_name"),
+            "cum_reward": summary.get("cum_reward"), "err_msg": summary.get("err_msg")}
+    if summary_note:
+        meta["note"] = summary_note
+    return StepRecord(
+        source="agentlab", site=site_of(url), task_id=task_id, traj_id=traj_id, step_idx=idx,
+        intent=intent, url=url, observation=axtree, obs_format="indented",
+        html=obs.get("pruned_html") if isinstance(obs.get("pruned_html"), str) and obs.get("pruned_html") else None,
+        action=action, action_error=action_error,
+        thought=thought or None, success=success, source_path=str(path),
+        meta=json.dumps(meta, ensure_ascii=False, default=str))
+
+
+def read_agentlab(inputs: list[Path], max_decompressed_mb: float = DEFAULT_MAX_DECOMPRESSED_MB
+                  ) -> Iterator[StepRecord | Reject]:
+    """Every experiment directory under ``inputs``; a pickle that decompresses to more than
+    ``max_decompressed_mb`` is rejected (``too_large``) without being decompressed further."""
+    max_bytes = int(max_decompressed_mb * 2**20)
     for root in inputs:
-        for exp_dir in find_experiment_dirs(root):
-            yield from read_experiment(exp_dir)
+        try:
+            exp_dirs = find_experiment_dirs(root)
+        except OSError as e:
+            yield Reject(STAGE, "corrupt_file", str(root), f"{type(e).__name__}: {_short(e)}")
+            continue
+        for exp_dir in exp_dirs:
+            try:
+                yield from read_experiment(exp_dir, max_bytes)
+            except OSError as e:   # the folder itself cannot be listed: its steps were never counted
+                yield Reject(STAGE, "corrupt_file", str(exp_dir), f"{type(e).__name__}: {_short(e)}",
+                             {"traj_id": exp_dir.name})

@@ -22,8 +22,17 @@ BROWSERGYM_RECORDS = {("browsergym.experiments.loop", "StepInfo"),
                       ("browsergym.experiments.loop", "StepTimestamps")}
 
 
+# Decompressed bytes a pickle may have by default: AgentLab step files decompress to about
+# 0.25 MB (1.1 MB at most in the shared runs); screenshots kept in ``obs`` add a few MB each.
+DEFAULT_MAX_DECOMPRESSED_MB = 256
+
+
 class UnexpectedClassError(pickle.UnpicklingError):
     """The pickle names a class outside the allow-list."""
+
+
+class TooLargeError(ValueError):
+    """The decompressed pickle is larger than the cap (a decompression bomb, or a huge record)."""
 
 
 class PickledRecord:
@@ -66,7 +75,36 @@ def load_restricted(data: bytes):
     return RestrictedUnpickler(io.BytesIO(data)).load()
 
 
-def load_gz(path) -> object:
-    """Read a gzip'd pickle with the allow-list (raises OSError/EOFError on corrupt gzip)."""
+def read_gz_capped(path, max_bytes: int) -> bytes:
+    """The decompressed bytes of a gzip file, decompressed as a stream that stops one byte past
+    ``max_bytes`` (so a small file that expands to gigabytes never reaches memory); raises
+    TooLargeError above the cap, OSError/EOFError on corrupt gzip."""
+    data = bytearray()
     with gzip.open(path, "rb") as f:
-        return load_restricted(f.read())
+        while len(data) <= max_bytes:
+            chunk = f.read(min(_CHUNK, max_bytes + 1 - len(data)))
+            if not chunk:
+                break
+            data += chunk
+    if len(data) > max_bytes:
+        raise TooLargeError(f"decompresses to more than {max_bytes / 2**20:g} MB "
+                            f"(--max-decompressed-mb; the file is {_size(path)})")
+    return bytes(data)
+
+
+_CHUNK = 1 << 20
+
+
+def _size(path) -> str:
+    import os
+
+    try:
+        return f"{os.path.getsize(path) / 2**20:.2f} MB"
+    except OSError:
+        return "of unknown size"
+
+
+def load_gz(path, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_MB * 2**20) -> object:
+    """Read a gzip'd pickle with the allow-list, at most ``max_bytes`` decompressed (raises
+    TooLargeError above it, OSError/EOFError on corrupt gzip)."""
+    return load_restricted(read_gz_capped(path, max_bytes))

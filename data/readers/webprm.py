@@ -34,16 +34,35 @@ def find_files(path: Path) -> list[Path]:
 
 
 def _rows(path: Path) -> Iterator[tuple[str, object]]:
-    """(source, row) per row of a file; a row that is not valid JSON comes back as an exception."""
+    """(source, row) per row of a file; a row that cannot be decoded (not UTF-8, not valid
+    JSON) comes back as an exception, so it costs only itself. JSONL is split on newline bytes
+    only (a U+2028 inside a JSON string is not a line break)."""
     if path.suffix == ".parquet":
-        for i, row in enumerate(pq.read_table(path).to_pylist()):
-            yield f"{path}#{i}", row
+        f = pq.ParquetFile(path)
+        i = 0
+        for g in range(f.num_row_groups):
+            try:
+                rows = f.read_row_group(g).to_pylist()
+            except Exception as e:  # noqa: BLE001  (a corrupt row group costs its rows only)
+                yield f"{path}@rowgroup{g}", e
+                i += f.metadata.row_group(g).num_rows
+                continue
+            for row in rows:
+                yield f"{path}#{i}", row
+                i += 1
     elif path.suffix == ".jsonl":
-        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-            if line.strip():
+        with open(path, "rb") as f:
+            for i, raw in enumerate(f):
+                if not raw.strip():
+                    continue
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    yield f"{path}#{i}", e
+                    continue
                 try:
                     yield f"{path}#{i}", json.loads(line)
-                except ValueError as e:
+                except (ValueError, RecursionError) as e:
                     yield f"{path}#{i}", e
     else:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -67,8 +86,27 @@ def _chosen(row: dict) -> tuple[dict | None, list]:
 
 
 def _record(src: str, row) -> StepRecord | Reject:
+    """One row as a record, or the Reject saying why it cannot be one; never raises."""
+    try:
+        return _convert(src, row)
+    except Exception as e:  # noqa: BLE001  (one odd row never costs the others)
+        key = {"task_id": _text(row.get("task_id"))} if isinstance(row, dict) else {}
+        return Reject(STAGE, "bad_record", src, f"{type(e).__name__}: {_text(e)}", key)
+
+
+def _text(value, limit: int = 300) -> str:
+    try:
+        text = str(value)
+    except Exception:  # noqa: BLE001  (an int past the digit limit)
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _convert(src: str, row) -> StepRecord | Reject:
+    if isinstance(row, UnicodeDecodeError):
+        return Reject(STAGE, "bad_encoding", src, f"not UTF-8: {_text(row)}")
     if isinstance(row, Exception):
-        return Reject(STAGE, "corrupt_file", src, f"{type(row).__name__}: {row}")
+        return Reject(STAGE, "corrupt_file", src, f"{type(row).__name__}: {_text(row)}")
     if not isinstance(row, dict):
         return Reject(STAGE, "missing_field", src, f"row is a {type(row).__name__}, not an object")
     # An empty observation is its own reason (below), not a missing field.
@@ -80,7 +118,9 @@ def _record(src: str, row) -> StepRecord | Reject:
     try:
         step_idx = int(row["step_id"])
     except (TypeError, ValueError):
-        return Reject(STAGE, "missing_field", src, f"step_id {row['step_id']!r} is not an integer", key)
+        return Reject(STAGE, "missing_field", src, f"step_id {_text(row['step_id'])} is not an integer", key)
+    except OverflowError:    # step_id: Infinity
+        return Reject(STAGE, "bad_step_index", src, f"step_id {row['step_id']!r} is not finite", key)
     obs = row["text_observation"]
     for name in ("text_observation", "intent"):
         if not isinstance(row[name], str):
@@ -115,12 +155,15 @@ def read_webprm(inputs: list[Path]) -> Iterator[StepRecord | Reject]:
     records: list[StepRecord] = []
     for root in inputs:
         for path in find_files(root):
-            try:
-                rows = list(_rows(path))
-            except (OSError, ValueError, RecursionError) as e:
-                yield Reject(STAGE, "corrupt_file", str(path), f"{type(e).__name__}: {e}")
-                continue
-            for src, row in rows:
+            rows = _rows(path)
+            while True:
+                try:
+                    src, row = next(rows)
+                except StopIteration:
+                    break
+                except Exception as e:  # noqa: BLE001  (the file itself: unreadable, not JSON, not Parquet)
+                    yield Reject(STAGE, "corrupt_file", str(path), f"{type(e).__name__}: {_text(e)}")
+                    break
                 rec = _record(src, row)
                 if isinstance(rec, Reject):
                     yield rec
