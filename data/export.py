@@ -126,6 +126,7 @@ def export_trl(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
                fmt: JudgmentFormat | None = None) -> dict[str, Path]:
     """Write the TRL prompt/completion train and test files; returns their paths by split."""
     run = RunDir(run_dir)
+    run.check_inputs("data.export.trl", run.root / "preferences.parquet", run.trajectories)
     rows = load_preferences(run)
     prompts = _prompts(run, rows, fmt)
     test_tasks = split_tasks((r["task_id"] for r in rows), seed, test_fraction)
@@ -157,6 +158,7 @@ def export_trl_labels(run_dir: str | Path, seed: int = 42, test_fraction: float 
     fmt = fmt or JudgmentFormat()
     if prompt_budget:
         fmt = JudgmentFormat(fmt.untrusted, fmt.template, prompt_budget)
+    run.check_inputs("data.export.trl_labels", run.root / "candidates.parquet", run.trajectories)
     pairs = load_pairs(run, coin_seed, fmt)
     test_tasks = split_tasks((p.row["task_id"] for p in pairs), seed, test_fraction)
     splits = {"train": [], "test": []}
@@ -185,6 +187,7 @@ def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float
                        split: str = "test", fmt: JudgmentFormat | None = None) -> Path:
     """Write the WebPRMBench-format evaluation file (held-out tasks, or ``split='all'``)."""
     run = RunDir(run_dir)
+    run.check_inputs("data.export.webprmbench", run.root / "preferences.parquet", run.trajectories)
     rows = load_preferences(run)
     if split == "test":
         test_tasks = split_tasks((r["task_id"] for r in rows), seed, test_fraction)

@@ -278,7 +278,7 @@ class RunDir:
         stats.check()
         self.root.mkdir(parents=True, exist_ok=True)
         fingerprints = {}
-        if stats.stage in self._inputs:
+        if self._inputs.get(stats.stage):
             fingerprints["inputs"] = self._inputs[stats.stage]
         outputs = {rel: fingerprint(self.root / rel) for rel in STAGE_OUTPUTS.get(stats.stage, ())
                    if rel not in _UNREAD_OUTPUTS and (self.root / rel).exists()}

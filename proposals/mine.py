@@ -360,6 +360,7 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     if not config.no_graph and not run.graph_manifest.exists():
         raise FileNotFoundError(f"{run.root / 'graphs'} not found: run `python -m graph.build` first "
                                 f"(or mine with --no-graph)")
+    run.check_inputs(STAGE, run.trajectories, *(() if config.no_graph else (run.graphs,)))   # same upstream run
     t0 = time.perf_counter()
     rows = load_rows(run)
     by_traj: dict[str, list[dict]] = defaultdict(list)

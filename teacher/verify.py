@@ -256,6 +256,7 @@ def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=N
     config = config or VerifyConfig()
     run = RunDir(run_dir)
     t0 = time.perf_counter()
+    run.check_inputs(STAGE, run.root / "candidates.parquet", run.trajectories)   # same upstream run
     pairs = load_pairs(run, config.seed, config.format)
     client = LLMClient(llm_config or LLMConfig())
     teacher_model = client.config.model_id
