@@ -27,10 +27,7 @@ from llm import LLMConfig
 def train_task(config: str, overrides: dict) -> dict:
     from prm.train import train
 
-    cfg = PRMTrainConfig.from_yaml(config)
-    for section, values in overrides.items():
-        setattr(cfg, section, replace(getattr(cfg, section), **values))
-    record = train(cfg)
+    record = train(PRMTrainConfig.from_yaml(config, overrides))    # overrides: the file's shape, on top
     return {k: v for k, v in record.items() if k != "config"}
 
 

@@ -1,35 +1,59 @@
-"""Typed configuration of comparative PRM training, loadable from YAML and overridable from flags.
+"""Typed configuration of comparative PRM training: TRL's ``SFTConfig`` plus the backbone, LoRA
+and data fields, loadable from YAML and overridable from flags (:mod:`data.config`).
 
-A config file has three sections, each a dataclass below::
+``PRMTrainConfig`` *is* an ``SFTConfig`` (a subclass): every TRL/transformers training field
+(``learning_rate``, ``lr_scheduler_type``, ``save_strategy``, ``deepspeed``, ...) keeps its TRL
+name, help and meaning, and only the defaults that differ from TRL's are declared again, with
+today's values (``learning_rate`` 1e-4, ``max_length`` 4096, ... see ``CARRIED_DEFAULTS``). A
+config file keeps three sections for the reader; their keys are this one class's fields::
 
-    model: {name_or_path: ..., lora: true, lora_r: 128, ...}
-    data:  {train_file: ..., eval_file: ..., max_length: 4096}
-    train: {output_dir: ..., learning_rate: 1.0e-4, effective_batch_size: 256, ...}
+    model: {name_or_path: ..., lora: true, lora_r: 128, ...}      # MODEL_FIELDS
+    data:  {train_file: ..., eval_file: ..., max_length: 4096}     # DATA_FIELDS
+    train: {output_dir: ..., learning_rate: 1.0e-4, effective_batch_size: 256, ...}   # the rest
 
 Every field is also a flag named after it (``--learning-rate 5e-5``, ``--lora-r 16``,
-``--train-file PATH``; field names are unique across sections); flags override the file. Help
-texts live in the fields' metadata, as TRL does.
+``--train-file PATH``, ``--no-lora``); flags override the file (``--config FILE``).
+
+``output_dir`` is where the merged model goes (checkpoints, when saved, go to
+``output_dir/checkpoints``). Gradient accumulation follows from ``effective_batch_size`` unless
+``gradient_accumulation_steps`` is set; with an ``eval_file``, evaluation runs each epoch unless
+``eval_strategy`` says otherwise. ``trainer_args()`` is the plain ``SFTConfig`` the trainer gets:
+transformers checks ``bf16`` and ``deepspeed`` against the machine when that object is built, not
+when a recipe for 8 GPUs is loaded or dry-run on a laptop.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-import yaml
+from trl import SFTConfig
+
+from data.config import Configurable, add_dataclass_args, check_keys
+
+MODEL_FIELDS = ("name_or_path", "dtype", "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+                "attn_implementation")
+DATA_FIELDS = ("train_file", "eval_file", "max_length", "max_train_samples")
+# Keys of earlier config files, now TRL's own fields.
+RENAMED = {"per_device_batch_size": "per_device_train_batch_size",
+           "warmup_ratio": "warmup_steps (a share of the steps when < 1)",
+           "save_checkpoints": "save_strategy (save_checkpoints: true is save_strategy: epoch)"}
 
 
 @dataclass
-class ModelConfig:
-    """The backbone and how it is adapted."""
+class PRMTrainConfig(Configurable, SFTConfig):
+    """Comparative PRM training: TRL's SFTConfig, the backbone and LoRA, the data files."""
 
+    FILE_FLAG = "config"
+
+    # -- model: the backbone and how it is adapted ---------------------------------------------
     name_or_path: str = field(default="", metadata={
         "help": "transformers folder or hub id of the base model ('embedded': the bundled SmolLM2-135M-Instruct)"})
     dtype: str = field(default="float32", metadata={
         "choices": ("float32", "bfloat16", "float16"), "help": "weights dtype when loading"})
-    lora: bool = field(default=True, metadata={"help": "train LoRA adapters (merged into the saved model); false: full"})
+    lora: bool = field(default=True, metadata={"help": "train LoRA adapters (merged into the saved model); "
+                                                       "--no-lora: a full fine-tune"})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (scale = alpha / r)"})
     lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout"})
@@ -38,176 +62,183 @@ class ModelConfig:
     attn_implementation: str | None = field(default=None, metadata={
         "help": "attention kernel (sdpa, flash_attention_2, eager); unset: transformers' choice"})
 
-
-@dataclass
-class DataConfig:
-    """Conversational prompt/completion Parquet files (``data.export --format trl`` or ``trl-labels``)."""
-
+    # -- data: conversational prompt/completion Parquet (data.export --format trl / trl-labels) --
     train_file: str = field(default="", metadata={"help": "training Parquet (prompt, completion columns)"})
     eval_file: str | None = field(default=None, metadata={"help": "optional evaluation Parquet (loss only)"})
-    max_length: int = field(default=4096, metadata={
-        "help": "tokens per example; longer ones are truncated from the end"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training rows"})
 
-
-@dataclass
-class TrainConfig:
-    """Optimisation, precision and where the merged model goes."""
-
-    output_dir: str = field(default="", metadata={"help": "where the merged model (and checkpoints) go"})
-    learning_rate: float = field(default=1e-4, metadata={"help": "peak learning rate"})
-    num_train_epochs: float = field(default=1.0, metadata={"help": "epochs (ignored when max_steps > 0)"})
-    max_steps: int = field(default=-1, metadata={"help": "optimizer steps; -1: run num_train_epochs"})
-    per_device_batch_size: int = field(default=1, metadata={"help": "examples per device per micro-step"})
+    # -- train: batch arithmetic of our own ----------------------------------------------------
     effective_batch_size: int | None = field(default=None, metadata={
         "help": "examples per optimizer step over all devices; sets gradient accumulation = "
-                "effective / (per_device * processes), which must divide exactly"})
-    gradient_accumulation_steps: int | None = field(default=None, metadata={
-        "help": "micro-steps per optimizer step (unset: from effective_batch_size, else 1)"})
+                "effective / (per_device_train_batch_size * processes), which must divide exactly"})
     num_processes: int | None = field(default=None, metadata={
         "help": "devices the recipe is written for (dry-run arithmetic; at run time: accelerate's world size)"})
-    lr_scheduler_type: str = field(default="cosine", metadata={"help": "transformers scheduler name"})
-    warmup_ratio: float = field(default=0.03, metadata={"help": "share of steps spent warming up"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
-    bf16: bool = field(default=False, metadata={"help": "bfloat16 mixed precision (GPU; must be false on CPU)"})
-    gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for activation memory"})
-    seed: int = field(default=42, metadata={"help": "seeds data order and initialisation of adapters"})
-    logging_steps: int = field(default=1, metadata={"help": "log the loss every N steps"})
-    save_checkpoints: bool = field(default=False, metadata={
-        "help": "also save trainer checkpoints each epoch (the merged model is always saved)"})
-    deepspeed: str | None = field(default=None, metadata={"help": "DeepSpeed JSON config (multi-GPU full fine-tunes)"})
-    use_cpu: bool = field(default=False, metadata={"help": "train on CPU even if a GPU is visible"})
 
+    # -- SFTConfig fields whose defaults differ from TRL's: today's values, carried over ---------
+    output_dir: str = field(default="", metadata={
+        "help": "where the merged model goes (checkpoints, if saved, in output_dir/checkpoints)"})
+    learning_rate: float = field(default=1e-4, metadata={"help": "peak learning rate (TRL: 2e-5)"})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "epochs, ignored when max_steps > 0 (TRL: 3)"})
+    per_device_train_batch_size: int = field(default=1, metadata={"help": "examples per device per micro-step (TRL: 8)"})
+    per_device_eval_batch_size: int = field(default=1, metadata={"help": "evaluation examples per device (TRL: 8)"})
+    gradient_accumulation_steps: int | None = field(default=None, metadata={
+        "help": "micro-steps per optimizer step (unset: from effective_batch_size, else 1)"})
+    lr_scheduler_type: str = field(default="cosine", metadata={"help": "transformers scheduler name (TRL: linear)"})
+    warmup_steps: float = field(default=0.03, metadata={
+        "help": "warm-up steps; < 1: a share of the training steps (TRL: 0)"})
+    bf16: bool = field(default=False, metadata={
+        "help": "bfloat16 mixed precision (a GPU with bf16, or --use-cpu; TRL: on when fp16 is off)"})
+    gradient_checkpointing: bool | None = field(default=None, metadata={
+        "help": "deprecated alias of --activation-checkpointing (TRL: on; here off unless set)"})
+    logging_steps: float = field(default=1, metadata={"help": "log the loss every N steps (TRL: 10)"})
+    save_strategy: str = field(default="no", metadata={
+        "help": "trainer checkpoints: no, epoch or steps (the merged model is always saved; TRL: steps)"})
+    save_only_model: bool = field(default=True, metadata={
+        "help": "checkpoints hold the weights only, not optimizer state (TRL: off)"})
+    max_length: int | None = field(default=4096, metadata={
+        "help": "tokens per example; rows whose completion is cut away entirely are dropped and counted (TRL: 1024)"})
+    completion_only_loss: bool | None = field(default=True, metadata={
+        "help": "loss on the judgment only, never on the prompt (TRL: unset = on for prompt/completion data)"})
 
-@dataclass
-class PRMTrainConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-
-    SECTIONS = ("model", "data", "train")
-
-    # -- loading ------------------------------------------------------------------------------
+    # -- loading -------------------------------------------------------------------------------
     @classmethod
-    def from_yaml(cls, path: str | Path) -> "PRMTrainConfig":
-        raw = yaml.safe_load(Path(path).read_text()) or {}
-        unknown = sorted(set(raw) - set(cls.SECTIONS))
-        if unknown:
-            raise ValueError(f"{path}: unknown sections {unknown}; known: {list(cls.SECTIONS)}")
-        parts = {}
-        for name in cls.SECTIONS:
-            section_cls = type(getattr(cls(), name))
-            data = raw.get(name) or {}
-            known = {f.name for f in fields(section_cls)}
-            bad = sorted(set(data) - known)
-            if bad:
-                raise ValueError(f"{path}: unknown {name} settings {bad}; known: {sorted(known)}")
-            parts[name] = section_cls(**data)
-        return cls(**parts)
+    def section_of(cls, name: str) -> str:
+        return "model" if name in MODEL_FIELDS else "data" if name in DATA_FIELDS else "train"
 
     @classmethod
-    def add_args(cls, parser: argparse.ArgumentParser) -> None:
-        """One flag per field (``--lora-r``, ``--train-file``, ...), each with its help text."""
-        for name in cls.SECTIONS:
-            group = parser.add_argument_group(name)
-            for f in fields(type(getattr(cls(), name))):
-                flag = "--" + f.name.replace("_", "-")
-                if _kind(f) is bool:
-                    group.add_argument(flag, type=_parse_bool, default=None, metavar="{true,false}",
-                                       help=f.metadata["help"])
-                else:
-                    default = None if f.default is MISSING else f.default
-                    group.add_argument(flag, type=_kind(f), default=None, choices=f.metadata.get("choices"),
-                                       help=f.metadata["help"] + (f" (default: {default})" if default not in
-                                                                  (None, "") else ""))
+    def file_values(cls, data: dict, where: str) -> dict:
+        """The ``model``/``data``/``train`` sections, flattened; a key in the wrong section, an
+        unknown key or a renamed one is refused."""
+        check_keys(data, ("model", "data", "train"), f"{where} (sections)")
+        names = [f.name for f in fields(cls) if f.init]
+        flat = {}
+        for section, values in data.items():
+            values = values or {}
+            for key in values:
+                if key in RENAMED:
+                    raise ValueError(f"{where}: {section}.{key} is now {RENAMED[key]}")
+            check_keys(values, [n for n in names if cls.section_of(n) == section], f"{where}: {section}")
+            flat.update(values)
+        return flat
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "PRMTrainConfig":
-        """The YAML file (``args.config``), then every flag given on top of it."""
-        cfg = cls.from_yaml(args.config) if getattr(args, "config", None) else cls()
-        for name in cls.SECTIONS:
-            section = getattr(cfg, name)
-            given = {f.name: getattr(args, f.name) for f in fields(section) if getattr(args, f.name, None) is not None}
-            setattr(cfg, name, replace(section, **given))
-        return cfg
+    def add_args(cls, parser, prefix: str = "", skip: tuple[str, ...] = ()) -> None:
+        """``--config FILE`` and one flag per field, grouped by section in ``--help``."""
+        parser.add_argument(f"--{prefix}config", dest=f"{prefix.replace('-', '_')}config", metavar="FILE",
+                            help="YAML file with model/data/train sections (flags override it)")
+        names = [f.name for f in fields(cls) if f.init]
+        for section in ("model", "data", "train"):
+            group = parser.add_argument_group(section)
+            add_dataclass_args(group, cls, prefix, tuple(skip) + tuple(n for n in names
+                                                                        if cls.section_of(n) != section))
+
+    def __post_init__(self):
+        # transformers refuses bf16 on a machine without a bf16 GPU and loads DeepSpeed as soon as
+        # TrainingArguments is built; those checks run in trainer_args(), on the machine that trains.
+        held = (self.bf16, self.deepspeed)
+        self.bf16, self.deepspeed = False, None
+        super().__post_init__()
+        self.bf16, self.deepspeed = held
 
     def as_dict(self) -> dict:
-        return {name: {f.name: getattr(getattr(self, name), f.name) for f in fields(getattr(self, name))}
-                for name in self.SECTIONS}
+        """Every field (enums as their values), by section."""
+        flat = self.to_dict()
+        return {s: {k: v for k, v in flat.items() if self.section_of(k) == s} for s in ("model", "data", "train")}
 
-    # -- checks that need no weights ---------------------------------------------------------
+    def trainer_args(self) -> SFTConfig:
+        """The plain ``SFTConfig`` the trainer gets: this config's TRL fields, checkpoints under
+        ``output_dir/checkpoints``, gradient accumulation resolved, and evaluation each epoch when
+        there is an ``eval_file`` and ``eval_strategy`` is ``no``."""
+        values = {f.name: getattr(self, f.name) for f in fields(SFTConfig) if f.init}
+        values.update(output_dir=str(Path(self.output_dir) / "checkpoints"),
+                      gradient_accumulation_steps=self.accumulation(),
+                      eval_strategy="epoch" if self.eval_file and self.eval_strategy == "no" else self.eval_strategy)
+        return SFTConfig(**values)
+
+    # -- checks that need no weights -------------------------------------------------------------
     def world_size(self) -> int:
         """Processes: accelerate's (``WORLD_SIZE``) when launched, else the recipe's ``num_processes``."""
         env = os.environ.get("WORLD_SIZE")
-        return int(env) if env else (self.train.num_processes or 1)
+        return int(env) if env else (self.num_processes or 1)
 
     def accumulation(self, world_size: int | None = None) -> int:
         """Gradient accumulation steps (see ``effective_batch_size``)."""
-        t, world = self.train, world_size or self.world_size()
-        if t.gradient_accumulation_steps is not None:
-            return t.gradient_accumulation_steps
-        if t.effective_batch_size is None:
+        world = world_size or self.world_size()
+        if self.gradient_accumulation_steps is not None:
+            return self.gradient_accumulation_steps
+        if self.effective_batch_size is None:
             return 1
-        per_step = t.per_device_batch_size * world
-        if t.effective_batch_size % per_step:
-            raise ValueError(f"effective_batch_size {t.effective_batch_size} is not a multiple of "
-                             f"per_device_batch_size {t.per_device_batch_size} x {world} processes")
-        return t.effective_batch_size // per_step
+        per_step = self.per_device_train_batch_size * world
+        if self.effective_batch_size % per_step:
+            raise ValueError(f"effective_batch_size {self.effective_batch_size} is not a multiple of "
+                             f"per_device_train_batch_size {self.per_device_train_batch_size} x {world} processes")
+        return self.effective_batch_size // per_step
 
     def validate(self, check_paths: bool = True) -> list[str]:
         """Problems with this config (empty: valid): fields, batch arithmetic and, when
         ``check_paths``, the data files (present, with prompt and completion columns) and the model
         (a local folder with config.json, or a hub id, reported as unchecked offline)."""
-        m, d, t = self.model, self.data, self.train
         problems = []
-        if not m.name_or_path:
+        if not self.name_or_path:
             problems.append("model.name_or_path is empty")
-        if not d.train_file:
+        if not self.train_file:
             problems.append("data.train_file is empty")
-        if not t.output_dir:
+        if not self.output_dir:
             problems.append("train.output_dir is empty")
-        if m.lora and (m.lora_r < 1 or m.lora_alpha < 1 or not 0 <= m.lora_dropout < 1):
+        if self.lora and (self.lora_r < 1 or self.lora_alpha < 1 or not 0 <= self.lora_dropout < 1):
             problems.append("LoRA needs lora_r >= 1, lora_alpha >= 1 and 0 <= lora_dropout < 1")
-        if t.learning_rate <= 0 or t.per_device_batch_size < 1 or d.max_length < 16:
-            problems.append("learning_rate > 0, per_device_batch_size >= 1 and max_length >= 16 are required")
-        if t.max_steps <= 0 and t.num_train_epochs <= 0:
+        if self.learning_rate <= 0 or self.per_device_train_batch_size < 1 or (self.max_length or 0) < 16:
+            problems.append("learning_rate > 0, per_device_train_batch_size >= 1 and max_length >= 16 are required")
+        if self.max_steps <= 0 and self.num_train_epochs <= 0:
             problems.append("either max_steps > 0 or num_train_epochs > 0")
-        if t.gradient_accumulation_steps is not None and t.gradient_accumulation_steps < 1:
+        if self.gradient_accumulation_steps is not None and self.gradient_accumulation_steps < 1:
             problems.append("gradient_accumulation_steps must be >= 1")
         try:
             accum = self.accumulation()
-            if t.effective_batch_size is not None and \
-                    accum * t.per_device_batch_size * self.world_size() != t.effective_batch_size:
-                problems.append(f"effective_batch_size {t.effective_batch_size} != per_device "
-                                f"{t.per_device_batch_size} x accumulation {accum} x processes {self.world_size()}")
+            if self.effective_batch_size is not None and \
+                    accum * self.per_device_train_batch_size * self.world_size() != self.effective_batch_size:
+                problems.append(f"effective_batch_size {self.effective_batch_size} != per_device "
+                                f"{self.per_device_train_batch_size} x accumulation {accum} x processes "
+                                f"{self.world_size()}")
         except ValueError as e:
             problems.append(str(e))
-        if t.bf16 and m.dtype == "float16":
+        if self.bf16 and self.dtype == "float16":
             problems.append("bf16 training with float16 weights: use dtype bfloat16 or float32")
         if check_paths:
             for key in ("train_file", "eval_file"):
-                path = getattr(d, key)
+                path = getattr(self, key)
                 if path:
                     problems += _check_data_file(key, Path(path))
-            if m.name_or_path and m.name_or_path != "embedded":
-                p = Path(m.name_or_path)
-                looks_local = p.exists() or m.name_or_path.startswith((".", "/", "~"))
+            if self.name_or_path and self.name_or_path != "embedded":
+                p = Path(self.name_or_path)
+                looks_local = p.exists() or self.name_or_path.startswith((".", "/", "~"))
                 if looks_local and not (p / "config.json").exists():
                     problems.append(f"model.name_or_path {p} has no config.json")
         return problems
 
     def summary(self) -> dict:
         """What a dry run reports: the resolved batch arithmetic and the model's location."""
-        t, m = self.train, self.model
         world = self.world_size()
         accum = self.accumulation() if not self.validate(check_paths=False) else None
-        local = m.name_or_path == "embedded" or (Path(m.name_or_path) / "config.json").exists()
-        return {"model": m.name_or_path, "model_location": "local folder" if local else
-                "hub id (not checked: offline)", "mode": f"LoRA r={m.lora_r} alpha={m.lora_alpha}" if m.lora
-                else "full fine-tune", "processes": world, "per_device_batch_size": t.per_device_batch_size,
+        local = self.name_or_path == "embedded" or (Path(self.name_or_path) / "config.json").exists()
+        return {"model": self.name_or_path,
+                "model_location": "local folder" if local else "hub id (not checked: offline)",
+                "mode": f"LoRA r={self.lora_r} alpha={self.lora_alpha}" if self.lora else "full fine-tune",
+                "processes": world, "per_device_train_batch_size": self.per_device_train_batch_size,
                 "gradient_accumulation_steps": accum,
-                "effective_batch_size": None if accum is None else accum * t.per_device_batch_size * world,
-                "bf16": t.bf16, "learning_rate": t.learning_rate, "max_length": self.data.max_length}
+                "effective_batch_size": None if accum is None else accum * self.per_device_train_batch_size * world,
+                "bf16": self.bf16, "learning_rate": self.learning_rate, "max_length": self.max_length}
+
+
+# The SFTConfig defaults declared again above, with TRL's own value beside ours.
+CARRIED_DEFAULTS = {
+    "output_dir": (None, ""), "learning_rate": (2e-5, 1e-4), "num_train_epochs": (3.0, 1.0),
+    "per_device_train_batch_size": (8, 1), "per_device_eval_batch_size": (8, 1),
+    "gradient_accumulation_steps": (1, None), "lr_scheduler_type": ("linear", "cosine"),
+    "warmup_steps": (0, 0.03), "bf16": (None, False), "gradient_checkpointing": (True, None),
+    "logging_steps": (10, 1), "save_strategy": ("steps", "no"), "save_only_model": (False, True),
+    "max_length": (1024, 4096), "completion_only_loss": (None, True),
+}
 
 
 def _check_data_file(key: str, path: Path) -> list[str]:
@@ -221,16 +252,3 @@ def _check_data_file(key: str, path: Path) -> list[str]:
         return [f"data.{key} {path} is not readable Parquet: {e}"]
     missing = {"prompt", "completion"} - names
     return [f"data.{key} {path} lacks columns {sorted(missing)}"] if missing else []
-
-
-def _kind(f):
-    t = str(f.type)
-    return bool if t == "bool" else int if t.startswith("int") else float if t.startswith("float") else str
-
-
-def _parse_bool(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes", "on"):
-        return True
-    if text.lower() in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")

@@ -12,8 +12,9 @@ loss (``completion_only_loss``), so the model learns ``f(s_t, a1, a2) -> (judgme
 nothing else. With ``model.lora`` the adapters (peft) are merged into the base weights before
 saving; either way ``output_dir`` ends up a plain transformers folder (safetensors, config,
 tokenizer, chat template) that ``from_pretrained`` and vLLM load unchanged. Checkpoints, when
-asked for, go to ``output_dir/checkpoints``; ``output_dir/train_log.json`` keeps the config, the
-loss per step and the timing.
+asked for (``save_strategy``), go to ``output_dir/checkpoints``; ``output_dir/train_log.json``
+keeps the config, the loss per step and the timing. The config (``prm.config.PRMTrainConfig``)
+is TRL's ``SFTConfig`` with the model, LoRA and data fields added; every field is a flag.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ def load_model_and_tokenizer(cfg: PRMTrainConfig):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = resolve_model_path(cfg.model.name_or_path)
-    kwargs = {"dtype": getattr(torch, cfg.model.dtype)}
-    if cfg.model.attn_implementation:
-        kwargs["attn_implementation"] = cfg.model.attn_implementation
+    path = resolve_model_path(cfg.name_or_path)
+    kwargs = {"dtype": getattr(torch, cfg.dtype)}
+    if cfg.attn_implementation:
+        kwargs["attn_implementation"] = cfg.attn_implementation
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     return model, tokenizer
@@ -64,35 +65,15 @@ def load_split(path: str, max_rows: int | None = None):
 
 
 def peft_config(cfg: PRMTrainConfig):
-    """peft's ``LoraConfig`` for ``cfg.model`` (None for a full fine-tune)."""
-    if not cfg.model.lora:
+    """peft's ``LoraConfig`` for the config's LoRA fields (None for a full fine-tune)."""
+    if not cfg.lora:
         return None
     from peft import LoraConfig
 
-    m = cfg.model
-    targets = m.lora_target_modules if m.lora_target_modules == "all-linear" else \
-        [t.strip() for t in m.lora_target_modules.split(",") if t.strip()]
-    return LoraConfig(r=m.lora_r, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout, target_modules=targets,
-                      task_type="CAUSAL_LM")
-
-
-def sft_config(cfg: PRMTrainConfig):
-    from trl import SFTConfig
-
-    t, d = cfg.train, cfg.data
-    return SFTConfig(
-        output_dir=str(Path(t.output_dir) / "checkpoints"),
-        learning_rate=t.learning_rate, num_train_epochs=t.num_train_epochs, max_steps=t.max_steps,
-        per_device_train_batch_size=t.per_device_batch_size, per_device_eval_batch_size=t.per_device_batch_size,
-        gradient_accumulation_steps=cfg.accumulation(),
-        lr_scheduler_type=t.lr_scheduler_type, warmup_steps=t.warmup_ratio,   # < 1: a share of the steps
-        weight_decay=t.weight_decay, bf16=t.bf16, fp16=False, seed=t.seed, data_seed=t.seed,
-        activation_checkpointing=t.gradient_checkpointing, logging_steps=t.logging_steps,
-        save_strategy="epoch" if t.save_checkpoints else "no", save_only_model=True,
-        eval_strategy="epoch" if d.eval_file else "no", deepspeed=t.deepspeed, use_cpu=t.use_cpu,
-        report_to="none", dataloader_num_workers=0, max_length=d.max_length,
-        completion_only_loss=True,      # loss on the judgment, never on the prompt
-        packing=False)
+    targets = cfg.lora_target_modules if cfg.lora_target_modules == "all-linear" else \
+        [t.strip() for t in cfg.lora_target_modules.split(",") if t.strip()]
+    return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=targets, task_type="CAUSAL_LM")
 
 
 def build_trainer(cfg: PRMTrainConfig, model=None, tokenizer=None):
@@ -103,14 +84,14 @@ def build_trainer(cfg: PRMTrainConfig, model=None, tokenizer=None):
         model, tokenizer = load_model_and_tokenizer(cfg)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    train_ds = load_split(cfg.data.train_file, cfg.data.max_train_samples)
+    train_ds = load_split(cfg.train_file, cfg.max_train_samples)
     if len(train_ds) == 0:
-        raise ValueError(f"{cfg.data.train_file} has no rows (with the embedded teacher, export "
+        raise ValueError(f"{cfg.train_file} has no rows (with the embedded teacher, export "
                          "`--format trl-labels` instead: see data.export)")
-    eval_ds = load_split(cfg.data.eval_file) if cfg.data.eval_file else None
+    eval_ds = load_split(cfg.eval_file) if cfg.eval_file else None
     if eval_ds is not None and len(eval_ds) == 0:
         eval_ds = None
-    trainer = SFTTrainer(model=model, args=sft_config(cfg), train_dataset=train_ds, eval_dataset=eval_ds,
+    trainer = SFTTrainer(model=model, args=cfg.trainer_args(), train_dataset=train_ds, eval_dataset=eval_ds,
                          processing_class=tokenizer, peft_config=peft_config(cfg))
     # TRL truncates to max_length and silently drops rows whose completion was cut away entirely:
     # count them, and refuse to train on nothing.
@@ -118,9 +99,9 @@ def build_trainer(cfg: PRMTrainConfig, model=None, tokenizer=None):
     trainer.rows_dropped_too_long = len(train_ds) - len(trainer.train_dataset)
     if trainer.rows_dropped_too_long:
         log.warning("%d of %d training rows dropped: prompt longer than max_length %d",
-                    trainer.rows_dropped_too_long, len(train_ds), cfg.data.max_length)
+                    trainer.rows_dropped_too_long, len(train_ds), cfg.max_length)
     if len(trainer.train_dataset) == 0:
-        raise ValueError(f"every training row is longer than max_length {cfg.data.max_length}: raise it "
+        raise ValueError(f"every training row is longer than max_length {cfg.max_length}: raise it "
                          "or shorten the prompts (data.export --prompt-budget)")
     return trainer
 
@@ -139,7 +120,7 @@ def save_merged(model, tokenizer, out: str | Path) -> Path:
 
 
 def train(cfg: PRMTrainConfig, model=None, tokenizer=None) -> dict:
-    """Train, save the merged model in ``cfg.train.output_dir``; returns the training log."""
+    """Train, save the merged model in ``cfg.output_dir``; returns the training log."""
     problems = cfg.validate(check_paths=True) if model is None else cfg.validate(check_paths=False)
     if problems:
         raise ValueError("invalid config:\n  " + "\n  ".join(problems))
@@ -147,7 +128,7 @@ def train(cfg: PRMTrainConfig, model=None, tokenizer=None) -> dict:
     trainer = build_trainer(cfg, model, tokenizer)
     result = trainer.train()
     seconds = time.perf_counter() - t0
-    out = Path(cfg.train.output_dir)
+    out = Path(cfg.output_dir)
     if trainer.is_world_process_zero():
         save_merged(trainer.model, trainer.processing_class, out)
     losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
@@ -162,10 +143,9 @@ def train(cfg: PRMTrainConfig, model=None, tokenizer=None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m prm.train", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", help="YAML file with model/data/train sections (flags override it)")
-    ap.add_argument("--dry-run", action="store_true",
+    ap.add_argument("--dry-run", action=argparse.BooleanOptionalAction, default=False,
                     help="validate the config (fields, paths, batch arithmetic) without loading weights")
-    PRMTrainConfig.add_args(ap)
+    PRMTrainConfig.add_args(ap)     # --config FILE and one flag per field (TRL's and ours)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:

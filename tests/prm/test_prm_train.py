@@ -9,6 +9,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 import torch
+from trl import SFTConfig
 
 from data.export import export_trl_labels
 from data.judgment import parse_prompt
@@ -32,15 +33,10 @@ def _tiny(paths):
     return tiny_lm(m["content"] for r in rows for m in r["prompt"] + r["completion"])
 
 
-def _config(paths, out, **train) -> PRMTrainConfig:
-    cfg = PRMTrainConfig()
-    cfg.model.name_or_path, cfg.model.lora = "tiny", False
-    cfg.data.train_file, cfg.data.max_length = str(paths["train"]), 4096
-    cfg.train.output_dir, cfg.train.use_cpu, cfg.train.learning_rate = str(out), True, 1e-2
-    cfg.train.lr_scheduler_type, cfg.train.warmup_ratio = "constant", 0.0
-    for k, v in train.items():
-        setattr(cfg.train, k, v)
-    return cfg
+def _config(paths, out, **fields) -> PRMTrainConfig:
+    return PRMTrainConfig(**{"name_or_path": "tiny", "lora": False, "train_file": str(paths["train"]),
+                             "max_length": 4096, "output_dir": str(out), "use_cpu": True, "learning_rate": 1e-2,
+                             "lr_scheduler_type": "constant", "warmup_steps": 0.0, **fields})
 
 
 def test_label_export_has_answer_tag_targets(label_run):
@@ -59,8 +55,8 @@ def test_full_finetune_loss_falls_on_a_repeated_batch(label_run, tmp_path):
     _, paths = label_run
     model, tok = _tiny(paths)
     before = [p.detach().clone() for p in model.parameters()]
-    cfg = _config(paths, tmp_path / "full", max_steps=8, per_device_batch_size=2)
-    cfg.data.max_train_samples = 2                       # one batch, seen 8 times
+    cfg = _config(paths, tmp_path / "full", max_steps=8, per_device_train_batch_size=2,
+                  max_train_samples=2)                   # one batch, seen 8 times
     record = train(cfg, model, tok)
     assert record["global_step"] == 8 and record["rows_dropped_too_long"] == 0
     assert record["losses"][-1] < 0.5 * record["losses"][0]
@@ -91,8 +87,8 @@ def test_lora_merges_and_reloads_with_identical_logits(label_run, tmp_path):
     _, paths = label_run
     model, tok = _tiny(paths)
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    cfg = _config(paths, tmp_path / "lora", max_steps=3, per_device_batch_size=2)
-    cfg.model.lora, cfg.model.lora_r, cfg.model.lora_alpha, cfg.model.lora_dropout = True, 4, 8, 0.0
+    cfg = _config(paths, tmp_path / "lora", max_steps=3, per_device_train_batch_size=2, lora=True, lora_r=4,
+                  lora_alpha=8, lora_dropout=0.0)
     trainer = build_trainer(cfg, model, tok)
     assert isinstance(trainer.model, PeftModel)
     trainer.train()
@@ -116,28 +112,65 @@ def test_config_yaml_cli_overrides_and_dry_run(label_run, capsys):
     _, paths = label_run
     gpu = "configs/prm/qwen-7b-lora.yaml"
     cfg = PRMTrainConfig.from_yaml(gpu)
-    assert (cfg.model.lora_r, cfg.train.learning_rate, cfg.train.bf16) == (128, 1e-4, True)
+    assert (cfg.lora_r, cfg.learning_rate, cfg.bf16, cfg.activation_checkpointing) == (128, 1e-4, True, True)
+    assert isinstance(cfg, SFTConfig) and cfg.save_strategy == "epoch" and cfg.max_length == 4096
     data = ["--train-file", str(paths["train"]), "--eval-file", str(paths["test"])]
-    assert main(["--config", gpu, "--dry-run", *data]) == 0
+    assert main(["--config", gpu, "--dry-run", *data]) == 0      # bf16 on a CPU machine: checked at training
     report = json.loads(capsys.readouterr().out)
     assert report["valid"] and report["effective_batch_size"] == 256 and report["gradient_accumulation_steps"] == 8
-    assert report["processes"] == 8 and report["per_device_batch_size"] == 4
+    assert report["processes"] == 8 and report["per_device_train_batch_size"] == 4
     # flags override the file; arithmetic that cannot reach 256 is refused, as are missing files
-    assert main(["--config", gpu, "--dry-run", *data, "--per-device-batch-size", "3"]) == 2
+    assert main(["--config", gpu, "--dry-run", *data, "--per-device-train-batch-size", "3"]) == 2
     assert "not a multiple" in capsys.readouterr().out
     assert main(["--config", gpu, "--dry-run"]) == 2
     assert "does not exist" in capsys.readouterr().out
-    assert main(["--config", gpu, "--dry-run", *data, "--lora", "false", "--num-processes", "4"]) == 0
+    assert main(["--config", gpu, "--dry-run", *data, "--no-lora", "--num-processes", "4"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["mode"] == "full fine-tune" and report["gradient_accumulation_steps"] == 16
     demo = PRMTrainConfig.from_yaml("configs/prm/cpu-demo.yaml")
-    assert demo.model.name_or_path == "embedded" and not demo.train.bf16 and not demo.validate(check_paths=False)
+    assert demo.name_or_path == "embedded" and not demo.bf16 and not demo.validate(check_paths=False)
     for bad in ("configs/prm/qwen-3b-full.yaml",):
         assert not PRMTrainConfig.from_yaml(bad).validate(check_paths=False)
+
+
+def test_trainer_gets_a_plain_sft_config(tmp_path):
+    cfg = PRMTrainConfig.from_yaml("configs/prm/cpu-demo.yaml", {"data": {"eval_file": "e.parquet"},
+                                                                 "train": {"output_dir": str(tmp_path)}})
+    args = cfg.trainer_args()
+    assert type(args) is SFTConfig and args.output_dir == str(tmp_path / "checkpoints")
+    assert (args.learning_rate, args.max_steps, args.max_length, args.gradient_accumulation_steps) == (2e-4, 3, 2048, 1)
+    assert args.eval_strategy == "epoch" and args.completion_only_loss and args.use_cpu
+    assert not args.activation_checkpointing and args.save_only_model and args.save_strategy == "no"
+    sections = cfg.as_dict()
+    assert sections["model"]["lora_r"] == 8 and sections["data"]["max_length"] == 2048
+    assert sections["train"]["lr_scheduler_type"] == "constant"
+
+
+def test_only_differing_sft_defaults_are_declared_again():
+    """PRMTrainConfig re-declares an SFTConfig field only to carry a default that differs from TRL's."""
+    from dataclasses import MISSING, fields
+
+    from prm.config import CARRIED_DEFAULTS
+
+    def default(f):
+        return f.default_factory() if f.default is MISSING else f.default
+
+    trl = {f.name: default(f) for f in fields(SFTConfig)}
+    ours = {f.name: default(f) for f in fields(PRMTrainConfig)}
+    redeclared = set(PRMTrainConfig.__annotations__) & set(trl)
+    assert redeclared == set(CARRIED_DEFAULTS)
+    for name, (trl_default, our_default) in CARRIED_DEFAULTS.items():
+        assert trl[name] == trl_default and ours[name] == our_default and trl_default != our_default, name
 
 
 def test_unknown_config_keys_are_refused(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("model: {name_or_path: x, lora_rank: 8}\n")
     with pytest.raises(ValueError, match="lora_rank"):
+        PRMTrainConfig.from_yaml(path)
+    path.write_text("model: {name_or_path: x}\ndata: {learning_rate: 0.1}\n")      # a train key in data
+    with pytest.raises(ValueError, match="learning_rate"):
+        PRMTrainConfig.from_yaml(path)
+    path.write_text("train: {per_device_batch_size: 4}\n")                          # renamed to TRL's name
+    with pytest.raises(ValueError, match="per_device_train_batch_size"):
         PRMTrainConfig.from_yaml(path)
