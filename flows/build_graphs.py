@@ -23,7 +23,7 @@ import graph
 from graph.build import build_and_write_site, finalize, load_plan_rows, plan
 
 # The code a site's graph depends on: a change to any of these files invalidates cached builds.
-_CODE = [Path(graph.__file__).parent / name for name in ("axtree.py", "identity.py", "resolve.py", "build.py",
+_CODE = [Path(graph.__file__).parent / name for name in ("axtree.py", "identity.py", "resolve.py", "passes.py", "build.py",
                                                           "schema.py")] + \
         [Path(data.__file__).parent / name for name in ("actions.py", "sites.py", "schema.py")]
 OUTPUTS = ("nodes.parquet", "edges.parquet", "steps.parquet")

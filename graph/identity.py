@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from enum import StrEnum
 
 from data.sites import normalize_url_path
 from graph.axtree import AXNode, AXTree
@@ -61,19 +62,40 @@ EDITABLE_ROLES = frozenset({"textbox", "searchbox", "combobox", "textarea", "spi
 NAME_LIMIT = 80
 SIGNATURE_LIMIT = 8
 
+class NodeKind(StrEnum):
+    """What a graph node is: an interactive element seen in an observation, or a virtual node
+    standing for an action without a DOM anchor (never proposed as a negative)."""
+
+    ELEMENT = "element"
+    VIRTUAL = "virtual"
+
+
+class VirtualType(StrEnum):
+    """The type of a virtual node (paper: viewport, navigation, tabs, user; plus pointer and
+    keyboard for coordinate and keyboard actions)."""
+
+    VIEWPORT = "viewport"
+    NAVIGATION = "navigation"
+    TABS = "tabs"
+    USER = "user"
+    POINTER = "pointer"
+    KEYBOARD = "keyboard"
+
+
+_V = VirtualType
 # Virtual node type of each action without a DOM anchor.
-VIRTUAL_TYPES = {
-    "scroll": "viewport", "scroll_at": "viewport", "noop": "viewport",
-    "goto": "navigation", "go_back": "navigation", "go_forward": "navigation",
-    "new_tab": "tabs", "tab_close": "tabs", "tab_focus": "tabs",
-    "send_msg_to_user": "user", "report_infeasible": "user",
-    "mouse_move": "pointer", "mouse_up": "pointer", "mouse_down": "pointer", "mouse_click": "pointer",
-    "mouse_dblclick": "pointer", "mouse_drag_and_drop": "pointer", "mouse_upload_file": "pointer",
-    "keyboard_press": "keyboard", "keyboard_up": "keyboard", "keyboard_down": "keyboard",
-    "keyboard_type": "keyboard", "keyboard_insert_text": "keyboard",
+VIRTUAL_TYPES: dict[str, VirtualType] = {
+    "scroll": _V.VIEWPORT, "scroll_at": _V.VIEWPORT, "noop": _V.VIEWPORT,
+    "goto": _V.NAVIGATION, "go_back": _V.NAVIGATION, "go_forward": _V.NAVIGATION,
+    "new_tab": _V.TABS, "tab_close": _V.TABS, "tab_focus": _V.TABS,
+    "send_msg_to_user": _V.USER, "report_infeasible": _V.USER,
+    "mouse_move": _V.POINTER, "mouse_up": _V.POINTER, "mouse_down": _V.POINTER, "mouse_click": _V.POINTER,
+    "mouse_dblclick": _V.POINTER, "mouse_drag_and_drop": _V.POINTER, "mouse_upload_file": _V.POINTER,
+    "keyboard_press": _V.KEYBOARD, "keyboard_up": _V.KEYBOARD, "keyboard_down": _V.KEYBOARD,
+    "keyboard_type": _V.KEYBOARD, "keyboard_insert_text": _V.KEYBOARD,
 }
 # Terminal answers are scoped to the current page; every other virtual node to the landing page.
-CURRENT_PAGE_TYPES = frozenset({"user"})
+CURRENT_PAGE_TYPES = frozenset({VirtualType.USER})
 
 
 def is_interactive(node: AXNode) -> bool:
@@ -102,7 +124,8 @@ class ElementContext:
     page: str = ""                           # normalized URL path of the element's own document
     chain_key: str = ""                      # repr of ``ancestors``, computed once per anchor
 
-    def node_id(self, site: str) -> str:
+    def persistent_id(self, site: str) -> str:
+        """``phi(site, URL, elem_ctx)``: the element's persistent identity (its node id)."""
         parts = [site, self.page, self.role, self.name, self.chain_key or repr(self.ancestors), self.ordinal,
                  self.signature]
         if self.positions is not None:
@@ -110,16 +133,28 @@ class ElementContext:
         return "e-" + _hash(parts)
 
 
-def virtual_node_id(site: str, url_path: str, vtype: str, op: str) -> str:
-    return "v-" + _hash([site, url_path, vtype, op])
+def virtual_node_id(site: str, url_path: str, vtype: VirtualType, op: str) -> str:
+    return "v-" + _hash([site, url_path, str(vtype), op])
 
 
-def virtual_node(site: str, op: str, current_page: str, landing_page: str | None) -> tuple[str, str, str]:
-    """(node id, virtual type, scoping page) of an action without a DOM anchor: terminal
-    answers are scoped to the current page, every other virtual node to the landing page."""
-    vtype = VIRTUAL_TYPES.get(op, "viewport")
+@dataclass(frozen=True, slots=True)
+class VirtualNode:
+    """A virtual node: an action without a DOM anchor, typed and scoped to a page."""
+
+    node_id: str
+    vtype: VirtualType
+    op: str
+    page: str                # the scoping page: the landing page, or the current one for answers
+
+    kind = NodeKind.VIRTUAL
+
+
+def virtual_node(site: str, op: str, current_page: str, landing_page: str | None) -> VirtualNode:
+    """The virtual node of an action without a DOM anchor: terminal answers are scoped to the
+    current page, every other virtual node to the landing page (the current page when unknown)."""
+    vtype = VIRTUAL_TYPES.get(op, VirtualType.VIEWPORT)
     page = current_page if vtype in CURRENT_PAGE_TYPES else (landing_page or current_page)
-    return virtual_node_id(site, page, vtype, op), vtype, page
+    return VirtualNode(virtual_node_id(site, page, vtype, op), vtype, op, page)
 
 
 class PageContext:
@@ -153,7 +188,7 @@ class PageContext:
             self.context = "none"
         self._anchor = anchor
         self._frames: list[str | None] | None = None
-        self.collided = 0    # elements that needed positions to be told apart (last identities call)
+        self.collided = 0    # elements that needed positions to be told apart (last persistent_ids call)
         self._chains: list[tuple | None] = [None] * len(nodes)
         self._chain_keys: dict[int | None, str] = {}
         self._ordinals: list[int] | None = None
@@ -258,7 +293,7 @@ class PageContext:
         return ElementContext(node.role, node.name[:NAME_LIMIT], chain, self._ordinal(node.index), tuple(sig),
                               self.context, chain_key=key)
 
-    def identities(self, site: str, url_path: str, nodes: list[AXNode]) -> dict[int, tuple[str, ElementContext]]:
+    def persistent_ids(self, site: str, url_path: str, nodes: list[AXNode]) -> dict[int, tuple[str, ElementContext]]:
         """node index -> (node id, context) for ``nodes`` of this page.
 
         Elements that collide without positions get their ancestor positions added; any that
@@ -269,7 +304,7 @@ class PageContext:
         for n in nodes:
             ctx = self.element(n)
             ctx.page = self.frame_page(n.index) or url_path
-            nid = ctx.node_id(site)
+            nid = ctx.persistent_id(site)
             out[n.index] = (nid, ctx)
             counts[nid] = counts.get(nid, 0) + 1
         self.collided = 0
@@ -278,7 +313,7 @@ class PageContext:
                 if counts[nid] > 1:
                     self.collided += 1
                     ctx.positions = self.positions(idx)
-                    out[idx] = (ctx.node_id(site), ctx)
+                    out[idx] = (ctx.persistent_id(site), ctx)
         return out
 
 

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from data.rundir import RunDir
 from data.sites import normalize_url_path
+from graph.identity import NodeKind
 
 
 def _site_dir(run: str | Path, site: str) -> Path:
@@ -46,7 +47,7 @@ def list_sites(run: str | Path) -> list[str]:
 def elements_on_page(G: nx.MultiDiGraph, url: str) -> list[str]:
     """Element nodes seen on a page (a URL or an already normalized URL path)."""
     path = normalize_url_path(url) if "://" in url else url.rstrip("/") or "/"
-    return [n for n, a in G.nodes(data=True) if a["kind"] == "element" and a["url"] == path]
+    return [n for n, a in G.nodes(data=True) if a["kind"] == NodeKind.ELEMENT and a["url"] == path]
 
 
 def demonstrated(G: nx.MultiDiGraph, node: str) -> dict:

@@ -64,7 +64,7 @@ def resolve_observation(observation: str | AXTree, obs_format: str, site: str, u
     url_path = normalize_url_path(url)
     extra = set(extra_bids)
     elements = [n for n in tree.nodes if is_interactive(n) or (n.bid is not None and n.bid in extra)]
-    ids = page.identities(site, url_path, elements)
+    ids = page.persistent_ids(site, url_path, elements)
     bid_to_node: dict[str, str] = {}
     node_to_bids: dict[str, list[str]] = {}
     contexts: dict[str, ElementContext] = {}

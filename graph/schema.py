@@ -1,8 +1,15 @@
-"""Pinned schemas of ``graphs/<site>/nodes.parquet`` and ``edges.parquet``."""
+"""Pinned schemas of ``graphs/<site>/nodes.parquet``, ``edges.parquet`` and ``steps.parquet``,
+and how stages read a run directory's tables."""
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
 import pyarrow as pa
+import pyarrow.parquet as pq
+
+from data.rundir import RunDirError
 
 NODE_SCHEMA = pa.schema([
     pa.field("node_id", pa.string(), nullable=False),
@@ -37,7 +44,8 @@ EDGE_SCHEMA = pa.schema([
 ])
 
 
-def table(rows: list[dict], schema: pa.Schema) -> pa.Table:
+def pinned_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """Rows as a table of a pinned schema (a missing column or a wrong type fails here)."""
     return pa.Table.from_pylist(rows, schema=schema)
 
 # Where each demonstrated step landed in the graph (one row per mapped step).
@@ -50,3 +58,27 @@ STEP_SCHEMA = pa.schema([
     pa.field("op", pa.string(), nullable=False),
     pa.field("page", pa.string(), nullable=False),          # content page of the observation
 ])
+
+
+@contextlib.contextmanager
+def reading(path: str | Path, producer: str):
+    """Turn a table that cannot be read (not Parquet, truncated, corrupt pages, a missing
+    column) into one ``RunDirError`` line naming the file and the command that rewrites it,
+    which every stage CLI prints with exit code 2, instead of a traceback."""
+    try:
+        yield
+    except (pa.ArrowException, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RunDirError(f"cannot read {path}: {first} (rewrite it with `{producer}`)") from None
+
+
+def require_columns(path: str | Path, columns, producer: str) -> list[str]:
+    """The column names of a Parquet file, after checking that it opens and has ``columns``."""
+    with reading(path, producer):
+        names = pq.read_schema(path).names
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise RunDirError(f"cannot read {path}: no column {', '.join(missing)} (rewrite it with `{producer}`)")
+    return names

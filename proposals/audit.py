@@ -100,7 +100,7 @@ def _counts(records: list[dict]) -> dict:
     return out
 
 
-def summarize(records: list[dict]) -> dict:
+def audit_records(records: list[dict]) -> dict:
     """Counts and ratios of classified pairs, overall and per rule and axis."""
     out = _counts(records)
     other = [r for r in records if r["category"] == "other"]
@@ -164,9 +164,9 @@ def audit_table(run_dir: str | Path, table: str = "candidates") -> dict:
             rec["reason"] = "no_observation"
         records.append({**rec, "rule": p["rule"], "axis": p["axis"], "stored_gmcp": p["gmcp"],
                         "sampled": p.get("sampled", False)})
-    out = {"table": table, "table_sha256": hashlib.sha256(path.read_bytes()).hexdigest(), **summarize(records)}
+    out = {"table": table, "table_sha256": hashlib.sha256(path.read_bytes()).hexdigest(), **audit_records(records)}
     if table == "candidates":
-        out["sample"] = summarize([r for r in records if r["sampled"]])
+        out["sample"] = audit_records([r for r in records if r["sampled"]])
     return out
 
 
@@ -196,7 +196,7 @@ def audit_webprm_rejected(rows: list[dict]) -> dict:
             continue
         rec = classify(r["action"], str(rejected["action"]), bid_counts(r["observation"], r["obs_format"]))
         records.append({**rec, "rule": "webprm_rejected", "axis": "multi_policy"})
-    out = summarize(records)
+    out = audit_records(records)
     for key in ("by_rule", "by_axis", "stored_gmcp_disagrees"):
         out.pop(key)
     return out

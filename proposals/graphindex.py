@@ -6,35 +6,68 @@ plain adjacency sets and a breadth-first search with a cutoff, memoized per sour
 
 from __future__ import annotations
 
+import json
 from collections import Counter, deque
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from data.rundir import RunDir, RunDirError
+from graph.identity import NodeKind
+from graph.schema import reading, require_columns
+
 INF = float("inf")
+GRAPH_BUILD = "python -m graph.build"
+# The columns mining reads from each of a site's graph tables.
+COLUMNS = {"nodes.parquet": ["node_id", "kind", "url", "ops", "values"],
+           "edges.parquet": ["src", "dst", "type"],
+           "steps.parquet": ["traj_id", "step_idx", "node_id", "kind", "op"]}
+
+
+def check_graphs(run: RunDir) -> list[str]:
+    """Before mining: the manifest reads and every site's tables open with the columns mining
+    reads (RunDirError otherwise). Returns the sites."""
+    try:
+        sites = sorted(json.loads(run.graph_manifest.read_text())["sites"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise RunDirError(f"cannot read {run.graph_manifest}: {e} (rewrite it with `{GRAPH_BUILD}`)") from None
+    for site in sites:
+        d = run.graph_dir(site)
+        if (d / "nodes.parquet").exists():
+            for name, cols in COLUMNS.items():
+                require_columns(d / name, cols, GRAPH_BUILD)
+    return sites
 
 
 class GraphIndex:
-    """Undirected combined adjacency, node facts, interaction successors and demonstrated-op
-    counts of one site."""
+    """Undirected combined adjacency, node facts, interaction successors, demonstrated-op
+    counts and the step-to-node mapping (``steps.parquet``) of one site."""
 
     def __init__(self, site_dir: Path):
+        with reading(site_dir, GRAPH_BUILD):
+            self._load(site_dir)
+        self._memo: dict[tuple[str, int | None], dict[str, int]] = {}
+
+    def _load(self, site_dir: Path) -> None:
         self.adj: dict[str, set[str]] = {}
         self.successors: dict[str, set[str]] = {}     # interaction edges only, directed
         self.nodes: dict[str, dict] = {}
-        for row in pq.read_table(site_dir / "nodes.parquet",
-                                 columns=["node_id", "kind", "url", "ops", "values"]).to_pylist():
+        for row in pq.read_table(site_dir / "nodes.parquet", columns=COLUMNS["nodes.parquet"]).to_pylist():
             self.nodes[row["node_id"]] = row
-        for src, dst, typ in zip(*pq.read_table(site_dir / "edges.parquet", columns=["src", "dst", "type"]).to_pydict().values()):
+        edges = pq.read_table(site_dir / "edges.parquet", columns=COLUMNS["edges.parquet"]).to_pydict()
+        for src, dst, typ in zip(*edges.values()):
             self.adj.setdefault(src, set()).add(dst)
             self.adj.setdefault(dst, set()).add(src)
             if typ == "interaction":
                 self.successors.setdefault(src, set()).add(dst)
-        # How often each op was demonstrated on each node (one row per mapped step).
+        # The step-to-node mapping the build wrote (one row per mapped step), and how often each
+        # op was demonstrated on each node.
+        self.steps: dict[tuple[str, int], tuple[str, NodeKind]] = {}
         self.op_counts: dict[str, Counter] = {}
-        for node, op in zip(*pq.read_table(site_dir / "steps.parquet", columns=["node_id", "op"]).to_pydict().values()):
+        steps = pq.read_table(site_dir / "steps.parquet", columns=COLUMNS["steps.parquet"]).to_pydict()
+        for traj, step_idx, node, kind, op in zip(*steps.values()):
+            self.steps[(traj, step_idx)] = (node, NodeKind(kind))
             self.op_counts.setdefault(node, Counter())[op] += 1
-        self._memo: dict[tuple[str, int | None], dict[str, int]] = {}
 
     def distances(self, source: str, cutoff: int | None = None) -> dict[str, int]:
         """Hop distance from ``source`` to every node within ``cutoff`` hops."""

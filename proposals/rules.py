@@ -22,6 +22,7 @@ from rapidfuzz import fuzz
 
 from data.actions import Action
 from data.sites import normalize_url_path
+from graph.identity import NodeKind
 from graph.resolve import Resolution
 from proposals.affordance import choose_op
 from proposals.graphindex import INF, GraphIndex
@@ -45,7 +46,7 @@ class TrajStep:
     step_idx: int
     action: Action
     node: str | None        # element or virtual node id (None when its target was not resolved)
-    kind: str | None        # 'element' | 'virtual'
+    kind: NodeKind | None   # None when its target was not resolved
     page: str               # content page of its observation
 
 
@@ -54,7 +55,7 @@ class StepContext:
     res: Resolution                 # the observation O_t, resolved
     positive: Action
     pos_node: str
-    pos_kind: str
+    pos_kind: NodeKind
     pos_bid: str | None
     steps: list[TrajStep]           # the trajectory's demonstrated steps, in order
     position: int                   # index of this step in ``steps``
@@ -142,6 +143,7 @@ class Proposal:
     bid: str
     evidence: dict
     action: Action | None = None    # set when the rule replays a demonstrated action
+    kind: NodeKind = NodeKind.ELEMENT   # a replayed action's node may be virtual (never a negative)
 
 
 def _others(ctx: StepContext):
@@ -150,7 +152,7 @@ def _others(ctx: StepContext):
 
 def structurally_near(ctx: StepContext, p: Params) -> list[Proposal]:
     """Elements a few containment hops from the positive target on the current page."""
-    if ctx.pos_kind != "element" or ctx.pos_bid is None:
+    if ctx.pos_kind != NodeKind.ELEMENT or ctx.pos_bid is None:
         return []
     src = ctx.ax(ctx.pos_bid).index
     scored = []
@@ -171,7 +173,7 @@ def structurally_near(ctx: StepContext, p: Params) -> list[Proposal]:
 def textually_near_graph_distant(ctx: StepContext, p: Params) -> list[Proposal]:
     """Elements whose text looks like the positive's but that sit far from it in the graph, so
     viable alternative paths (close in the graph) are not penalized."""
-    if ctx.pos_kind != "element" or ctx.pos_bid is None:
+    if ctx.pos_kind != NodeKind.ELEMENT or ctx.pos_bid is None:
         return []
     name = ctx.ax(ctx.pos_bid).name.strip()
     if not name:
@@ -211,7 +213,7 @@ def _replay(ctx: StepContext, p: Params, direction: int, label: str) -> list[Pro
         out.append((int(p.prefer_same_op and other.action.op != ctx.positive.op), k,
                     Proposal(other.node, bid, {label: k, "from_step": other.step_idx,
                                                "demonstrated": other.action.to_string(), "window": p.window},
-                             action=other.action)))
+                             action=other.action, kind=other.kind)))
     out.sort(key=lambda t: t[:2])
     return [prop for _, _, prop in out[: p.max_per_rule]]
 
