@@ -228,7 +228,7 @@ def write_outputs(run: RunDir, decisions: list[Decision], teacher_model: str) ->
     return len(kept), len(discarded)
 
 
-def summarize(decisions: list[Decision]) -> dict:
+def summarize_decisions(decisions: list[Decision]) -> dict:
     """Per-rule outcomes, attempts histogram and verdict outcomes (for stats.json and the report)."""
     by_rule = {r: Counter() for r in RULES}
     attempts_kept, outcomes, missing, modes = Counter(), Counter(), Counter(), Counter()
@@ -277,7 +277,7 @@ def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=N
                    "max_tokens": config.max_tokens, **config.format.describe(),
                    "verdict_mode": config.mode_for(client.config.is_local),
                    **({"prompt_template": str(config.prompt_template)} if config.prompt_template else {})},
-        **summarize(decisions),
+        **summarize_decisions(decisions),
         "prompt": {"axtrees_cut": sum(c["truncated"] for c in cut),
                    "axtree_chars": sum(c["chars_total"] for c in cut),
                    "axtree_chars_cut": sum(c["chars_cut"] for c in cut),
