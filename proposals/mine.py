@@ -29,22 +29,22 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from data.actions import ELEMENT_OPS, VALUE_OPS, Action, ActionParseError, parse_action
+from data.actions import VALUE_OPS, Action
 from data.config import Configurable
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
-from graph.axtree import AXTreeParseError
-from graph.identity import virtual_node
-from graph.resolve import Resolution, resolve_observation
-from graph.schema import table
+from graph.identity import NodeKind
+from graph.passes import Observation, ObservationRejected, Observations, demonstrated_steps, next_urls, observe
+from graph.schema import pinned_table, reading, require_columns
 from proposals.affordance import (FILL_ATTEMPTS, FILL_TEMPERATURE, current_values, fill_prompt, page_context,
                                   pick_option, pick_value, valid_fill)
 from proposals.audit import audit_webprm_rejected, write_audit
 from proposals.audit import format_audit as format_table_audit
-from proposals.graphindex import GraphIndex
+from proposals.graphindex import GraphIndex, check_graphs
 from proposals.rules import RULE_FUNCS, Params, Proposal, StepContext, TrajStep
 from data.schema import AXES, AXIS_OF, CANDIDATE_SCHEMA, RULES
 
 STAGE = "proposals.mine"
+INGEST = "python -m data.ingest"
 COLUMNS = ["source", "site", "task_id", "traj_id", "step_idx", "intent", "url", "observation", "obs_format",
            "action", "action_error", "success", "source_path", "meta"]
 
@@ -102,15 +102,16 @@ class _Pending:
 
 
 def load_rows(run: RunDir) -> list[dict]:
-    cols = pq.read_schema(run.trajectories).names
-    rows = pq.read_table(run.trajectories, columns=COLUMNS).to_pylist()
-    if "html" in cols and any(r["obs_format"] == "flat" for r in rows):
-        html = pq.read_table(run.trajectories, columns=["html"]).column("html").to_pylist()
-        for r, h in zip(rows, html):
-            r["html"] = h if r["obs_format"] == "flat" else None
-    else:
-        for r in rows:
-            r["html"] = None
+    cols = require_columns(run.trajectories, COLUMNS, INGEST)
+    with reading(run.trajectories, INGEST):
+        rows = pq.read_table(run.trajectories, columns=COLUMNS).to_pylist()
+        if "html" in cols and any(r["obs_format"] == "flat" for r in rows):
+            html = pq.read_table(run.trajectories, columns=["html"]).column("html").to_pylist()
+            for r, h in zip(rows, html):
+                r["html"] = h if r["obs_format"] == "flat" else None
+        else:
+            for r in rows:
+                r["html"] = None
     return rows
 
 
@@ -135,7 +136,9 @@ class Miner:
         self.drops: Counter = Counter()
         self.rejects: list[Reject] = []
         self.proposed = 0
-        self.steps = Counter()
+        self.steps_in = self.steps_mined = 0           # demonstrated steps, and those mined
+        self.step_rejected: Counter = Counter()         # steps not mined, by reason
+        self.step_rejects: list[Reject] = []
         self._graphs: dict[str, GraphIndex | None] = {}
 
     def graph(self, site: str) -> GraphIndex | None:
@@ -159,72 +162,96 @@ class Miner:
         self.rejects.append(Reject(STAGE, reason, row.get("source_path") or row["traj_id"], detail, key))
 
     # -- one trajectory -------------------------------------------------------------------
-    def trajectory(self, rows: list[dict]) -> list[_Pending]:
-        actions: dict[int, Action | None] = {}
-        for row in rows:
-            try:
-                actions[row["step_idx"]] = parse_action(row["action"]) if row["action"] else None
-            except ActionParseError:
-                actions[row["step_idx"]] = None
-        by_step = {row["step_idx"]: row for row in rows}
-        memo: dict[int, Resolution | None] = {}
+    def step_mapping(self, rows: list[dict], observed: dict[int, Observation]) -> dict[int, tuple[str, NodeKind]]:
+        """step_idx -> (node, kind) of the trajectory's demonstrated steps: the mapping the graph
+        build wrote (``graphs/<site>/steps.parquet``), or, without a graph (the No-Graph
+        ablation), the same mapping computed by the build's own pass."""
+        out: dict[int, tuple[str, NodeKind]] = {}
+        for site in dict.fromkeys(r["site"] for r in rows):
+            site_rows = [r for r in rows if r["site"] == site]
+            graph = self.graph(site)
+            if graph is not None:
+                for r in site_rows:
+                    got = graph.steps.get((r["traj_id"], r["step_idx"]))
+                    if got is not None:
+                        out[r["step_idx"]] = got
+                continue
+            obs = Observations(site, [observed[r["step_idx"]] for r in site_rows if r["step_idx"] in observed])
+            for s in demonstrated_steps(site, obs).steps:
+                if s.node_id is not None:
+                    out[s.step_idx] = (s.node_id, s.kind)
+        return out
 
-        def resolved(step_idx: int) -> Resolution | None:
-            # Observations are resolved when needed: the final one only if a virtual action
-            # (a scroll, a go_back) needs its landing page.
-            if step_idx not in memo:
-                row, action = by_step[step_idx], actions[step_idx]
-                extra = (action.bid,) if action is not None and action.bid else ()
-                try:
-                    memo[step_idx] = resolve_observation(row["observation"], row["obs_format"], row["site"],
-                                                         row["url"], row.get("html"), extra)
-                except AXTreeParseError:
-                    memo[step_idx] = None
-            return memo[step_idx]
+    def tallies(self) -> tuple:
+        """The counts and rejects of this miner (a worker's, sent back to the parent)."""
+        return (self.drops, self.rejects, self.proposed, self.steps_in, self.steps_mined, self.step_rejected,
+                self.step_rejects)
+
+    def absorb(self, tallies: tuple) -> None:
+        drops, rejects, proposed, steps_in, steps_mined, step_rejected, step_rejects = tallies
+        self.drops.update(drops)
+        self.rejects += rejects
+        self.proposed += proposed
+        self.steps_in += steps_in
+        self.steps_mined += steps_mined
+        self.step_rejected.update(step_rejected)
+        self.step_rejects += step_rejects
+
+    def skip_step(self, reason: str, row: dict, detail: str) -> None:
+        """A demonstrated step that is not mined (counted under ``steps.rejected``)."""
+        self.step_rejected[reason] += 1
+        self.step_rejects.append(Reject(STAGE, reason, row.get("source_path") or row["traj_id"], detail,
+                                        {"traj_id": row["traj_id"], "step_idx": row["step_idx"]}))
+
+    def trajectory(self, rows: list[dict]) -> list[_Pending]:
+        # Pass 1 of the graph build: the observations it rejects (unparseable, a repeated bid)
+        # are not mined either.
+        observed: dict[int, Observation] = {}
+        refused: dict[int, ObservationRejected] = {}
+        for row, next_url in zip(rows, next_urls(rows)):
+            try:
+                observed[row["step_idx"]] = observe(row, row["site"], next_url)
+            except ObservationRejected as e:
+                refused[row["step_idx"]] = e
+        mapping = self.step_mapping(rows, observed)
 
         # The demonstrated steps as TrajSteps (failed actions are no demonstration).
         steps: list[TrajStep] = []
         where: dict[int, int] = {}
         for row in rows:
-            action = actions[row["step_idx"]]
-            if action is None or row["action_error"] or (res := resolved(row["step_idx"])) is None:
+            o = observed.get(row["step_idx"])
+            if o is None or not isinstance(o.action, Action) or row["action_error"]:
                 continue
-            if action.op in ELEMENT_OPS:
-                node = res.bid_to_node.get(action.bid)
-                kind = "element" if node else None
-            else:
-                nxt = row["step_idx"] + 1
-                landing = resolved(nxt) if nxt in by_step else None
-                node, _, _ = virtual_node(row["site"], action.op, res.content_page,
-                                          landing.content_page if landing is not None else None)
-                kind = "virtual"
+            node, kind = mapping.get(row["step_idx"], (None, None))
             where[row["step_idx"]] = len(steps)
-            steps.append(TrajStep(row["step_idx"], action, node, kind, res.content_page))
-        element_steps = [s for s in steps if s.kind == "element"]
+            steps.append(TrajStep(row["step_idx"], o.action, node, kind, o.res.content_page))
+        element_steps = [s for s in steps if s.kind == NodeKind.ELEMENT]
         goal = element_steps[-1].node if element_steps else None
 
         out: list[_Pending] = []
         for row in rows:
             if not row["action"]:
                 continue
-            self.steps["in"] += 1
+            self.steps_in += 1
+            o = observed.get(row["step_idx"])
             if row["action_error"]:
-                self.steps["action_failed"] += 1
+                self.skip_step("action_failed", row, row["action_error"][:300])
                 continue
-            if actions[row["step_idx"]] is None:
-                self.steps["unparseable_action"] += 1
+            if o is not None and not isinstance(o.action, Action):
+                self.skip_step("unparseable_action", row, str(o.action))
                 continue
-            res = resolved(row["step_idx"])
-            if res is None:
-                self.steps["unparseable_observation"] += 1
+            if o is None:
+                e = refused[row["step_idx"]]
+                self.skip_step(e.reason, row, f"observation rejected as by graph.build: {e.detail}")
                 continue
             ts = steps[where[row["step_idx"]]]
             if ts.kind is None:
-                self.steps["positive_not_in_observation"] += 1
+                self.skip_step("positive_not_in_observation", row,
+                               f"{row['action']}: bid {ts.action.bid!r} is not in the observation")
                 continue
-            self.steps["mined"] += 1
-            ctx = StepContext(res=res, positive=ts.action, pos_node=ts.node, pos_kind=ts.kind,
-                              pos_bid=ts.action.bid if ts.kind == "element" else None, steps=steps,
+            self.steps_mined += 1
+            ctx = StepContext(res=o.res, positive=ts.action, pos_node=ts.node, pos_kind=ts.kind,
+                              pos_bid=ts.action.bid if ts.kind == NodeKind.ELEMENT else None, steps=steps,
                               position=where[row["step_idx"]], goal=goal, graph=self.graph(row["site"]),
                               prefer_same_op=self.config.params.prefer_same_op)
             out += self.step(row, ctx)
@@ -239,7 +266,7 @@ class Miner:
         for rule in self.config.rules:
             for prop in RULE_FUNCS[rule](ctx, self.config.params):
                 self.proposed += 1
-                if prop.node.startswith("v-"):
+                if prop.kind == NodeKind.VIRTUAL:
                     self.drop("virtual_target", row, f"{rule}: {prop.node} has no DOM anchor", rule)
                     continue
                 bids = ctx.res.node_to_bids.get(prop.node)
@@ -364,7 +391,7 @@ def _mine_chunk(args):
     pending = []
     for traj in trajs:
         pending += miner.trajectory(_ROWS_BY_TRAJ[traj])
-    return pending, miner.drops, miner.rejects, miner.proposed, miner.steps
+    return pending, miner.tallies()
 
 
 def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
@@ -378,6 +405,8 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
         raise FileNotFoundError(f"{run.root / 'graphs'} not found: run `python -m graph.build` first "
                                 f"(or mine with --no-graph)")
     run.check_inputs(STAGE, run.trajectories, *(() if config.no_graph else (run.graphs,)))   # same upstream run
+    if not config.no_graph:
+        check_graphs(run)      # the graph tables open (the trajectories: in load_rows)
     t0 = time.perf_counter()
     rows = load_rows(run)
     by_traj: dict[str, list[dict]] = defaultdict(list)
@@ -401,13 +430,9 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
         chunks = [trajs[i * len(trajs) // n:(i + 1) * len(trajs) // n] for i in range(n)]
         try:
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                for part, drops, rejects, proposed, steps in pool.map(
-                        _mine_chunk, [(str(run.root), config, c) for c in chunks if c]):
+                for part, tallies in pool.map(_mine_chunk, [(str(run.root), config, c) for c in chunks if c]):
                     pending += part
-                    miner.drops.update(drops)
-                    miner.rejects += rejects
-                    miner.proposed += proposed
-                    miner.steps.update(steps)
+                    miner.absorb(tallies)
         finally:
             _ROWS_BY_TRAJ = None
     else:
@@ -444,7 +469,7 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
                 miner.drop("duplicate_negative", row, f"{p.rule}: {neg}", p.rule)
                 continue
         seen[key].add(neg)
-        gmcp = p.pos_kind == "element" and p.pos_op == action.op
+        gmcp = p.pos_kind == NodeKind.ELEMENT and p.pos_op == action.op
         cands.append({
             "pair_id": _pair_id(row, p.rule, neg), "site": row["site"], "traj_id": row["traj_id"],
             "task_id": row["task_id"], "step_idx": row["step_idx"], "rule": p.rule, "axis": AXIS_OF[p.rule],
@@ -458,13 +483,14 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     rng = random.Random(config.seed)
     for i in rng.sample(range(len(cands)), min(config.budget, len(cands))):
         cands[i]["sampled"] = True
-    atomic_write_parquet(run.root / "candidates.parquet", table(cands, CANDIDATE_SCHEMA))
+    atomic_write_parquet(run.root / "candidates.parquet", pinned_table(cands, CANDIDATE_SCHEMA))
 
     stats = StageStats(STAGE, n_in=miner.proposed, n_out=len(cands), rejected=miner.drops)
     stats.extra = {
         "config": {"budget": config.budget, "seed": config.seed, "axes": list(config.axes),
                    "no_graph": config.no_graph, "params": {k: getattr(config.params, k) for k in config.params.__slots__}},
-        "steps": dict(miner.steps),
+        # Demonstrated steps of successful trajectories: mined, or not (by reason, in rejects.jsonl).
+        "steps": {"in": miner.steps_in, "out": miner.steps_mined, "rejected": dict(sorted(miner.step_rejected.items()))},
         # Re-derived from the files just written, as ``python -m proposals.audit`` does.
         "audit": write_audit(run.root, "candidates"),
         "fill": fill_counts,
@@ -474,7 +500,8 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     webprm = audit_webprm_rejected(rows)
     if webprm["pairs"]:
         stats.extra["webprm_rejected_audit"] = webprm
-    run.write_stage(stats, miner.rejects)
+    assert miner.steps_in == miner.steps_mined + sum(miner.step_rejected.values())
+    run.write_stage(stats, miner.step_rejects + miner.rejects)
     return stats
 
 
