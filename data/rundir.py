@@ -214,6 +214,11 @@ class RunDir:
     def graph_manifest(self) -> Path:
         return self.graphs / "manifest.json"
 
+    @property
+    def candidates(self) -> Path:
+        """``candidates.parquet``: the mined pool (``proposals.mine``)."""
+        return self.root / "candidates.parquet"
+
     def graph_dir(self, site: str) -> Path:
         """``graphs/<site>/``: one site's Interaction Element Graph (``nodes``, ``edges``, ``steps``)."""
         return self.graphs / site_dirname(site)
