@@ -51,6 +51,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from data.config import Configurable
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from data.schema import RULES
 from data.judgment import (DEFAULT_BUDGET, UNTRUSTED_MODES, JudgmentFormat, answer_text, judgment_sections,
@@ -61,22 +62,32 @@ from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
 STAGE = "teacher.verify"
 VERDICT_MODES = ("auto", "generate", "score")
 @dataclass
-class VerifyConfig:
-    """How pairs are verified (the paper's settings by default)."""
+class VerifyConfig(Configurable):
+    """How pairs are verified (the paper's settings by default); every field is a flag
+    (``data.config``). ``--seed``, ``--temperature`` and ``--max-tokens`` also set the teacher's
+    ``LLMConfig``, whose other flags ``teacher.verify`` takes as well."""
 
-    k: int = 5                      # attempts per pair at most
-    seed: int = 0                   # seeds the coin per pair and the sampling seed per attempt
-    temperature: float = 0.2
-    max_tokens: int = 1024          # room for a full judgment with its four sections (paper: ~472 out)
-    budget: int = DEFAULT_BUDGET    # AXTree characters in the prompt
-    untrusted: str = "escape"       # 'escape' (the benchmark's format) | 'fence' (also fenced)
-    prompt_template: str | None = None   # a YAML template file rendering a user's exact text
+    ARG_GROUP = "verification"
 
-    # -- verdict mode (issue 15; kept last, the CLI is edited elsewhere) --
+    k: int = field(default=5, metadata={"help": "attempts per pair at most (paper: 5)"})
+    seed: int = field(default=0, metadata={"help": "seeds the order coin per pair; attempt i samples with seed + i"})
+    temperature: float = field(default=0.2, metadata={"help": "the teacher's sampling temperature (paper: 0.2)"})
+    max_tokens: int = field(default=1024, metadata={
+        "help": "completion tokens per attempt: room for a full judgment with its four sections (paper: ~472 out)"})
+    budget: int = field(default=DEFAULT_BUDGET, metadata={"help": "AXTree characters in the prompt"})
+    untrusted: str = field(default="escape", metadata={
+        "choices": UNTRUSTED_MODES, "help": "escape markers and tags in dataset text (the benchmark's format), "
+                                            "or also fence every field"})
+    prompt_template: str | None = field(default=None, metadata={
+        "metavar": "FILE", "help": "YAML template (user, optional system) rendering a user's exact prompt text"})
+
+    # -- verdict mode (issue 15; kept last; --verdict-mode) --
     # 'auto': 'score' for a local (in-process) teacher, 'generate' for an endpoint; 'generate':
     # the teacher writes a judgment; 'score': a local teacher's verdict by the answer tags'
     # likelihoods (llm.scoring), one deterministic attempt, gold judgment = the bare answer tag.
-    verdict_mode: str = "auto"
+    verdict_mode: str = field(default="auto", metadata={
+        "choices": VERDICT_MODES, "help": "generate: the teacher writes a judgment; score: a local teacher's verdict "
+                                          "by the answer tags' likelihoods; auto: score locally, generate at an endpoint"})
 
     @property
     def format(self) -> JudgmentFormat:
@@ -315,20 +326,11 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m teacher.verify", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True)
-    ap.add_argument("--k", type=int, default=VerifyConfig.k, help="attempts per pair at most (paper: 5)")
-    ap.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="AXTree characters in the prompt")
-    ap.add_argument("--prompt-template", default=None, metavar="FILE",
-                    help="YAML template (user, optional system) rendering a user's exact prompt text")
-    ap.add_argument("--untrusted", choices=UNTRUSTED_MODES, default="escape",
-                    help="escape markers and tags in dataset text (default), or also fence every field")
-    ap.add_argument("--quiet", action="store_true", help="no progress lines")
-    LLMConfig.add_args(ap)   # --seed, --temperature and --max-tokens default to 0 / 0.2 / 1024 here
+    ap.add_argument("--quiet", action=argparse.BooleanOptionalAction, default=False, help="no progress lines")
+    VerifyConfig.add_args(ap)     # --k, --seed, --temperature, --max-tokens, --budget, --untrusted, ...
+    LLMConfig.add_args(ap, skip=("seed", "temperature", "max_tokens"))   # the teacher; those three come from above
     args = ap.parse_args(argv)
-    d = VerifyConfig()
-    config = VerifyConfig(k=args.k, budget=args.budget, untrusted=args.untrusted, prompt_template=args.prompt_template,
-                          seed=d.seed if args.seed is None else args.seed,
-                          temperature=d.temperature if args.temperature is None else args.temperature,
-                          max_tokens=d.max_tokens if args.max_tokens is None else args.max_tokens)
+    config = VerifyConfig.from_args(args)
     if config.k < 1:
         ap.error("--k must be >= 1")
     try:

@@ -228,3 +228,28 @@ def test_prompt_template_renders_a_users_exact_text(run, teacher, tmp_path):
     bad.write_text("user: 'only {response_1} and {nonsense}'\n")
     done = subprocess.run(cmd[:-1] + [str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "response_2" in done.stderr
+
+
+def test_cli_flags_reach_the_verify_and_teacher_configs(monkeypatch):
+    """``--seed/--temperature/--max-tokens`` are VerifyConfig's (the paper's defaults) and also set
+    the teacher's LLMConfig; the other LLM flags set the teacher only; switches are --x/--no-x."""
+    import teacher.verify as tv
+
+    seen = {}
+
+    def fake_verify(run, config, llm_config, progress):
+        seen.update(config=config, llm=llm_config, progress=progress)
+        raise FileNotFoundError("stop before any work")
+
+    monkeypatch.setattr(tv, "verify", fake_verify)
+    assert tv.main(["--run", "R", "--k", "2", "--max-tokens", "128", "--base-url", "http://h/v1", "--model", "m",
+                    "--quiet", "--no-cache", "--verdict-mode", "generate", "--untrusted", "fence"]) == 2
+    c, llm = seen["config"], seen["llm"]
+    assert (c.k, c.max_tokens, c.temperature, c.seed, c.verdict_mode, c.untrusted) == (2, 128, 0.2, 0, "generate",
+                                                                                        "fence")
+    assert (llm.base_url, llm.model, llm.max_tokens, llm.no_cache) == ("http://h/v1", "m", 128, True)
+    assert seen["progress"] is False
+    assert tv.main(["--run", "R"]) == 2 and seen["config"] == VerifyConfig() and seen["progress"] is True
+    for bad in (["--untrusted", "bogus"], ["--verdict-mode", "vote"], ["--quiet", "yes"]):
+        with pytest.raises(SystemExit):
+            tv.main(["--run", "R", *bad])
