@@ -271,9 +271,17 @@ class RunDir:
         return self.root / "rejects.jsonl"
 
     def read_stats(self) -> dict:
-        if self.stats_path.exists():
-            return json.loads(self.stats_path.read_text())
-        return {}
+        """``stats.json`` (empty when absent); RunDirError when it is not a JSON object."""
+        if not self.stats_path.exists():
+            return {}
+        try:
+            stats = json.loads(self.stats_path.read_text(encoding="utf-8"))
+        except (ValueError, OSError) as e:
+            raise RunDirError(f"{self.stats_path} is unreadable ({type(e).__name__}): re-ingest to start "
+                              f"the run directory afresh") from None
+        if not isinstance(stats, dict):
+            raise RunDirError(f"{self.stats_path} is not a JSON object: re-ingest to start the run directory afresh")
+        return stats
 
     def write_stage(self, stats: StageStats, rejects: list[Reject]) -> None:
         """Record one stage's counts and rejects, replacing what an earlier run of it wrote.
@@ -305,8 +313,9 @@ class RunDir:
     def _write_stage_locked(self, stats: StageStats, rejects: list[Reject], fingerprints: dict | None = None) -> None:
         kept = []
         if self.rejects_path.exists():
-            for line in self.rejects_path.read_text().splitlines():
-                if line.strip() and json.loads(line).get("stage") != stats.stage:
+            for line in self.rejects_path.read_text(encoding="utf-8", errors="replace").splitlines():
+                stage = _stage_of(line)     # None: a line that is not a reject (a torn write): dropped
+                if stage is not None and stage != stats.stage:
                     kept.append(line)
         kept += [json.dumps({"stage": r.stage, "reason": r.reason, "source": r.source,
                              "detail": r.detail, **({"key": r.key} if r.key else {})},
@@ -404,7 +413,7 @@ class RunDir:
         records in the stage's ``stats.json`` entry. Returns them (relative path -> fingerprint)."""
         self.check_writable(*STAGE_OUTPUTS.get(stage, ()))
         self.clean_orphans(stage)
-        stats = self.read_stats()
+        stats = self.read_stats() if inputs else {}
         seen: dict[str, str] = {}
         for p in inputs:
             rel = self._rel(p)
@@ -423,43 +432,46 @@ class RunDir:
         import shutil
 
         removed = []
-        if not self.root.is_dir():
-            return removed
+        if not (self.stats_path.exists() or self.trajectories.exists()):
+            return removed          # not a used run directory: nothing here is a stage's output
         for rel in DOWNSTREAM:
             path = self.root / rel
             if rel == "README.md" and not (path.is_file() and _is_card(path)):
                 continue
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
+                removed.append(rel + "/")
             elif path.exists() or path.is_symlink():
                 path.unlink()
-            else:
-                continue
-            removed.append(rel + ("/" if path.suffix == "" and rel != "README.md" else ""))
-        for p in self._remove_orphans(self.root):
-            removed.append(p.name)
+                removed.append(rel)
+        removed += [p.name for p in self._remove_orphans(self.root)]
         if self.stats_path.exists() or self.rejects_path.exists():
-            self.root.mkdir(parents=True, exist_ok=True)
             with self._locked():
-                stats = self.read_stats()
-                gone = sorted(k for k in stats if k != keep)
-                if gone:
-                    atomic_write_text(self.stats_path, json.dumps({k: v for k, v in stats.items() if k == keep},
-                                                                  indent=2, sort_keys=True) + "\n")
-                    removed += [f"stats.json:{k}" for k in gone]
+                try:
+                    stats = self.read_stats()
+                except RunDirError:
+                    stats = None
+                gone = sorted(k for k in stats if k != keep) if stats is not None else []
+                if stats is None or gone:
+                    kept_stats = {k: v for k, v in (stats or {}).items() if k == keep}
+                    atomic_write_text(self.stats_path, json.dumps(kept_stats, indent=2, sort_keys=True) + "\n")
+                    removed += [f"stats.json:{k}" for k in gone] if stats is not None else ["stats.json (unreadable)"]
                 if self.rejects_path.exists():
-                    lines = self.rejects_path.read_text().splitlines()
-                    kept = [ln for ln in lines if ln.strip() and _stage_of(ln) == keep]
-                    if len(kept) != len([ln for ln in lines if ln.strip()]):
+                    lines = [ln for ln in self.rejects_path.read_text(encoding="utf-8", errors="replace").splitlines()
+                             if ln.strip()]
+                    kept = [ln for ln in lines if _stage_of(ln) == keep]
+                    if len(kept) != len(lines):
                         atomic_write_text(self.rejects_path, "".join(ln + "\n" for ln in kept))
+                        removed.append(f"rejects.jsonl:{len(lines) - len(kept)} lines")
         return removed
 
 
 def _stage_of(line: str) -> str | None:
     try:
-        return json.loads(line).get("stage")
-    except (ValueError, AttributeError):
+        stage = json.loads(line).get("stage")
+    except (ValueError, AttributeError, RecursionError):
         return None
+    return stage if isinstance(stage, str) else None
 
 
 def _is_card(path: Path) -> bool:

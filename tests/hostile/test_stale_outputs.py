@@ -212,3 +212,26 @@ def test_stage_start_removes_only_its_own_orphans(tmp_path):
         p.write_bytes(b"partial")
     RunDir(run).check_inputs("graph.build", run / "trajectories.parquet")
     assert not graph_tmp.exists() and mine_tmp.exists()
+
+
+def test_torn_bookkeeping_files(tmp_path):
+    run = tmp_path / "run"
+    ingest("canonical", [SAMPLE], run)
+    (run / "rejects.jsonl").write_text('{"stage": "graph.build", "reason": "x"}\n{"stage": "ingest", "rea\n')
+    (run / "stats.json").write_text('{"ingest": {"in": 8')
+    proc = cli("graph.build", "--run", str(run), "--workers", "1")
+    no_traceback(proc)
+    assert proc.returncode == 2 and "stats.json is unreadable" in proc.stderr
+    proc = cli("data.ingest", "--source", "canonical", "--input", str(SAMPLE), "--out", str(run))   # repairs it
+    no_traceback(proc)
+    assert proc.returncode == 0 and "stats.json (unreadable)" in proc.stderr
+    assert list(json.loads((run / "stats.json").read_text())) == ["ingest"]
+    assert (run / "rejects.jsonl").read_text() == ""
+
+
+def test_ingest_into_a_folder_that_is_no_run_directory_removes_nothing(tmp_path):
+    out = tmp_path / "project"
+    (out / "report").mkdir(parents=True)
+    (out / "README.md").write_text("---\ntags:\n- surfprm\n---\nmy notes")
+    ingest("canonical", [SAMPLE], out)
+    assert (out / "report").is_dir() and (out / "README.md").exists()
