@@ -31,7 +31,7 @@ STAGE = "ingest"
 
 
 def ingest(source: str, inputs: Iterable[str | Path], out: str | Path,
-           max_decompressed_mb: float = DEFAULT_MAX_DECOMPRESSED_MB, quiet: bool = True) -> StageStats:
+           max_decompressed_mb: float = DEFAULT_MAX_DECOMPRESSED_MB, quiet: bool = False) -> StageStats:
     """Read ``inputs`` with the ``source`` reader and write the run directory ``out``.
 
     ``max_decompressed_mb`` caps what one AgentLab pickle may decompress to (larger ones are
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.max_decompressed_mb > 0:
         ap.error("--max-decompressed-mb must be positive")
     try:
-        stats = ingest(args.source, args.input, args.out, args.max_decompressed_mb, quiet=False)
+        stats = ingest(args.source, args.input, args.out, args.max_decompressed_mb)
     except (FileNotFoundError, ValueError, RunDirError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
