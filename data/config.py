@@ -154,8 +154,8 @@ def add_dataclass_args(parser, cls, prefix: str = "", skip: tuple[str, ...] = ()
             kwargs["choices"] = f.metadata["choices"]
         if "choices" in kwargs and "metavar" not in f.metadata:
             del kwargs["metavar"]                      # --help lists the choices instead
-        if many:
-            kwargs.update(nargs="+", action="extend")
+        if many:       # one or more values, repeatable; metadata nargs="*": the flag alone means []
+            kwargs.update(nargs=f.metadata.get("nargs", "+"), action="extend")
         parser.add_argument(flag, **kwargs)
 
 

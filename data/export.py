@@ -43,11 +43,13 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from data.config import Configurable
 from data.judgment import UNTRUSTED_MODES, JudgmentFormat, answer_text, render_pair
 from data.pairs import load_pairs
 from data.rundir import RunDir, StageStats, atomic_write_parquet
@@ -244,36 +246,51 @@ def export(run_dir: str | Path, fmt: str, seed: int = 42, test_fraction: float =
     return paths
 
 
+@dataclass
+class ExportOptions(Configurable):
+    """What ``python -m data.export`` writes; every field is a flag (``data.config``)."""
+
+    ARG_GROUP = "export"
+
+    format: list[str] = field(default_factory=list, metadata={
+        "choices": FORMATS + ABLATION_FORMATS,
+        "help": "trl, webprmbench or trl-labels (label-only ablation, no teacher needed); several: "
+                "--format trl --format webprmbench"})
+    seed: int = field(default=42, metadata={"help": "seeds the task split"})
+    test_fraction: float = field(default=0.2, metadata={"help": "share of tasks held out"})
+    split: str = field(default="test", metadata={"choices": ("test", "all"),
+                                                 "help": "webprmbench: held-out tasks or all"})
+    prompt_budget: int | None = field(default=None, metadata={
+        "help": "trl-labels: AXTree characters in the prompt (default: the teacher's)"})
+    preset: str = field(default="heldout", metadata={
+        "choices": PRESETS, "help": "heldout: hold out --test-fraction of the tasks; paper: train on every verified pair"})
+    prompt_template: str | None = field(default=None, metadata={
+        "metavar": "FILE", "help": "re-render the prompts with a YAML template (user, optional system)"})
+    untrusted: str | None = field(default=None, metadata={
+        "choices": UNTRUSTED_MODES,
+        "help": "re-render the prompts with dataset text escaped (escape) or also fenced (fence)"})
+    no_card: bool = field(default=False, metadata={"help": "skip the dataset card and the report"})
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m data.export", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True)
-    ap.add_argument("--format", required=True, choices=FORMATS + ABLATION_FORMATS, action="append",
-                    help="trl, webprmbench or trl-labels (label-only ablation, no teacher needed); "
-                         "repeat the flag for several")
-    ap.add_argument("--seed", type=int, default=42, help="seeds the task split")
-    ap.add_argument("--test-fraction", type=float, default=0.2, help="share of tasks held out")
-    ap.add_argument("--split", choices=("test", "all"), default="test", help="webprmbench: held-out tasks or all")
-    ap.add_argument("--prompt-budget", type=int, default=None,
-                    help="trl-labels: AXTree characters in the prompt (default: the teacher's)")
-    ap.add_argument("--preset", choices=PRESETS, default="heldout",
-                    help="heldout: hold out --test-fraction of the tasks; paper: train on every verified pair")
-    ap.add_argument("--prompt-template", default=None, metavar="FILE",
-                    help="re-render the prompts with a YAML template (user, optional system)")
-    ap.add_argument("--untrusted", choices=UNTRUSTED_MODES, default=None,
-                    help="re-render the prompts with dataset text escaped (escape) or also fenced (fence)")
-    ap.add_argument("--no-card", action="store_true", help="skip the dataset card and the report")
+    ExportOptions.add_args(ap)
     args = ap.parse_args(argv)
+    opts = ExportOptions.from_args(args)
+    if not opts.format:
+        ap.error("--format is required")
     judgment_format = None
-    if args.prompt_template or args.untrusted:
+    if opts.prompt_template or opts.untrusted:
         try:
-            judgment_format = JudgmentFormat.from_options(args.prompt_template, args.untrusted or "escape")
+            judgment_format = JudgmentFormat.from_options(opts.prompt_template, opts.untrusted or "escape")
         except ValueError as e:
             ap.error(str(e))
     try:
-        for i, fmt in enumerate(args.format):
-            last = i == len(args.format) - 1
-            for p in export(args.run, fmt, args.seed, args.test_fraction, args.split, card=last and not args.no_card,
-                            prompt_budget=args.prompt_budget, preset=args.preset, judgment_format=judgment_format):
+        for i, fmt in enumerate(opts.format):
+            last = i == len(opts.format) - 1
+            for p in export(args.run, fmt, opts.seed, opts.test_fraction, opts.split, card=last and not opts.no_card,
+                            prompt_budget=opts.prompt_budget, preset=opts.preset, judgment_format=judgment_format):
                 print(f"wrote {p}")
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -53,11 +53,12 @@ import re
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from data.config import Configurable
 from data.actions import ELEMENT_OPS, SIGNATURES, Action, ActionParseError, parse_action
 from data.judgment import JudgmentFormat, parse_prompt, rerender_prompt
 from prm.judge import judge_expected, make_judge, position_stats
@@ -370,25 +371,11 @@ def compare(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _explicit(args: argparse.Namespace, name: str, prefix: str = "") -> bool:
-    """Whether a setting was given, as a flag or in the ``--llm-config`` file."""
-    dest = prefix.replace("-", "_")
-    if getattr(args, dest + name, None) is not None:
-        return True
-    path = getattr(args, f"{dest}llm_config", None)
-    if not path:
-        return False
-    import yaml
-
-    data = yaml.safe_load(Path(path).read_text()) or {}
-    return name in data.get("llm", data)
-
-
 def judge_config(args: argparse.Namespace, prefix: str = "", config: LLMConfig | None = None) -> LLMConfig:
     """The judge's ``LLMConfig`` from the flags: a judge behind an endpoint gets
     ``max_tokens >= ENDPOINT_MAX_TOKENS`` unless ``max_tokens`` was given (flag or config file)."""
     cfg = config if config is not None else LLMConfig.from_args(args, prefix=prefix)
-    if not cfg.is_local and not _explicit(args, "max_tokens", prefix):
+    if not cfg.is_local and "max_tokens" not in LLMConfig.given_names(args, prefix):   # flag or --llm-config
         cfg = replace(cfg, max_tokens=max(cfg.max_tokens, ENDPOINT_MAX_TOKENS))
     return cfg
 
@@ -436,39 +423,54 @@ def run(config: LLMConfig, bench: str, out: str | Path, both_orders: bool = Fals
     return result
 
 
+@dataclass
+class EvaluateOptions(Configurable):
+    """What ``python -m prm.evaluate`` judges and writes; every field is a flag (``data.config``);
+    the judge itself is an ``LLMConfig`` (``--model``, ``--base-url``, ``--max-tokens``, ...)."""
+
+    ARG_GROUP = "evaluation"
+
+    bench: str | None = field(default=None, metadata={"help": "WebPRMBench-format Parquet, or a TRL export split"})
+    out: str | None = field(default=None, metadata={
+        "help": "result JSON (a .md table and a .pairs.jsonl are written beside it); with --compare: an optional "
+                "Markdown file"})
+    both_orders: bool = field(default=False, metadata={
+        "help": "judge each pair in both orders; correct only if both pick the expected action"})
+    include_sources: list[str] | None = field(default=None, metadata={
+        "nargs": "*", "metavar": "NAME",
+        "help": "bring sources left out of the macro by default (Mind2Web: in-distribution for the SFT data, "
+                "paper §5.1) back in: all of them, or those whose name contains a NAME"})
+    batch_size: int = field(default=8, metadata={"help": "prompts per local generation batch"})
+    candidates: str | None = field(default=None, metadata={
+        "help": "candidates.parquet to join by pair_id (default: found above --bench)"})
+    limit_states: int | None = field(default=None, metadata={"help": "only the first N states (quick checks)"})
+    name: str | None = field(default=None, metadata={"help": "label in tables (default: the model folder's name)"})
+    compare: list[str] | None = field(default=None, metadata={
+        "metavar": "RESULT_JSON", "help": "print several results in one table"})
+    prompt_template: str | None = field(default=None, metadata={
+        "metavar": "FILE", "help": "re-render the benchmark's prompts with a YAML template (user, optional system)"})
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m prm.evaluate", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--bench", help="WebPRMBench-format Parquet, or a TRL export split")
-    ap.add_argument("--out", help="result JSON (a .md table and a .pairs.jsonl are written beside it); "
-                                  "with --compare: an optional Markdown file")
-    ap.add_argument("--both-orders", action="store_true",
-                    help="judge each pair in both orders; correct only if both pick the expected action")
-    ap.add_argument("--include-sources", nargs="*", metavar="NAME", default=None,
-                    help="bring sources left out of the macro by default (Mind2Web: in-distribution for the "
-                         "SFT data, paper §5.1) back in: all of them, or those whose name contains a NAME")
-    ap.add_argument("--batch-size", type=int, default=8, help="prompts per local generation batch")
-    ap.add_argument("--candidates", help="candidates.parquet to join by pair_id (default: found above --bench)")
-    ap.add_argument("--limit-states", type=int, default=None, help="only the first N states (quick checks)")
-    ap.add_argument("--name", help="label in tables (default: the model folder's name)")
-    ap.add_argument("--compare", nargs="+", metavar="RESULT_JSON", help="print several results in one table")
-    ap.add_argument("--prompt-template", metavar="FILE",
-                    help="re-render the benchmark's prompts with a YAML template (user, optional system)")
+    EvaluateOptions.add_args(ap)
     LLMConfig.add_args(ap)
     args = ap.parse_args(argv)
+    opts = EvaluateOptions.from_args(args)
     try:
-        fmt = JudgmentFormat.from_options(args.prompt_template) if args.prompt_template else None
+        fmt = JudgmentFormat.from_options(opts.prompt_template) if opts.prompt_template else None
     except ValueError as e:
         ap.error(str(e))
-    if args.compare:
-        table = compare([json.loads(Path(p).read_text()) for p in args.compare])
-        if args.out:
-            Path(args.out).write_text(table)
+    if opts.compare:
+        table = compare([json.loads(Path(p).read_text()) for p in opts.compare])
+        if opts.out:
+            Path(opts.out).write_text(table)
         print(table)
         return 0
-    if not args.bench or not args.out:
+    if not opts.bench or not opts.out:
         ap.error("--bench and --out are required (or --compare)")
-    result = run(judge_config(args), args.bench, args.out, args.both_orders, args.batch_size,
-                 args.candidates, args.limit_states, args.name, args.include_sources, fmt)
+    result = run(judge_config(args), opts.bench, opts.out, opts.both_orders, opts.batch_size,
+                 opts.candidates, opts.limit_states, opts.name, opts.include_sources, fmt)
     print(markdown(result))
     return 0 if not result["infra_errors"] else 3
 
