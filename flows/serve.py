@@ -41,11 +41,12 @@ def deployments():
         (evaluate_prm_flow, {"bench": "runs/demo/export/trl-labels/test.parquet", "out": "runs/demo/prm/eval-trained.json",
                              "model": "runs/demo/prm/cpu-demo", "max_tokens": 24}),
         # Fails fast with the missing-variable message until the WA_* site URLs are set.
-        (search_webarena_flow, {"prm": "none", "policy": "embedded", "sites": ["shopping"],
-                                "out": "runs/webarena/baseline"}),
+        (search_webarena_flow, {"config": {"prm": "none", "policy": "embedded", "sites": ["shopping"],
+                                           "out": "runs/webarena/baseline"}}),
         # The built-in demo shop with the embedded model (offline); demo=false and task_ids for WebArena.
-        (search_mag_flow, {"prm": "embedded", "policy": "embedded", "demo": True, "n": 3, "max_steps": 4,
-                           "out": "runs/mag-demo/flow", "extra_args": ["--policy-max-tokens", "80", "--prm-max-tokens", "48"]}),
+        (search_mag_flow, {"config": {"prm": "embedded", "policy": "embedded", "demo": True, "n": 3, "max_steps": 4,
+                                      "out": "runs/mag-demo/flow", "policy_llm": {"max_tokens": 80},
+                                      "prm_llm": {"max_tokens": 48}}}),
     ]
     return [f.to_deployment(name="default", entrypoint_type=MODULE, parameters=params) for f, params in flows]
 

@@ -1,8 +1,10 @@
-"""The policy: an LLM that proposes N candidate BrowserGym actions, and feedback on its last action.
+"""The BrowserGym-action agent: an LLM policy that proposes N candidate BrowserGym actions on the
+AXTree, feedback on its last action, and how the episode loop screens and executes them.
 
-    from search.agent import Policy
+    from search.agent import AXTreeAgent, Policy
     policy = Policy(LLMConfig(base_url="http://gpu:8000/v1", model="gpt-4o", temperature=1.0))
     raws = policy.propose(obs, history=["click('12')"], feedback="navigated to /results", n=5)
+    result = search.loop.run_episode(harness, policy.propose, judge_for, agent=AXTreeAgent())
 
 The prompt shows the goal, the URL, the AXTree, the actions taken so far and textual feedback on
 the last action. Feedback follows OpenWebRL's idea: compare the browser state before and after an
@@ -16,10 +18,13 @@ actions out of the answers are pure functions; only ``Policy.propose`` calls the
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from data.actions import ActionParseError, parse_action, split_agent_output
-from llm import LLMClient, LLMConfig
 from data.judgment import budget_axtree
+from llm import LLMClient, LLMConfig
+from search.loop import EpisodeResult, Memory, PolicyError
+from search.tournament import read_actions, screen
 
 SYSTEM = """You are a web agent operating a browser through BrowserGym actions. Each turn you see the \
 goal, the current URL, the page's accessibility tree (elements carry ids in brackets, e.g. [12]), \
@@ -89,10 +94,6 @@ def sample_texts(client: LLMClient, messages: list[dict], n: int, step: int, sta
     return list(result.texts)
 
 
-class PolicyError(RuntimeError):
-    """The policy model gave no answer (an outage, not a format error)."""
-
-
 def _node_value(axtree: str, bid: str):
     from graph.axtree import AXTreeParseError, parse_axtree
 
@@ -133,3 +134,75 @@ def describe_outcome(action: str, before, after) -> str:
     if act.op in ("scroll", "scroll_at") and tuple(after.scroll) == tuple(before.scroll) and not err:
         notes.append("scroll did not move (already at the edge, or nothing to scroll)")
     return "; ".join(notes) or "done, no visible change of URL or tabs"
+
+
+@dataclass(slots=True)
+class AXTreeStep:
+    """One step of a BrowserGym-action episode (a line of ``tasks/<id>.jsonl``)."""
+
+    step: int
+    url: str
+    candidates: list[str]
+    bracket: dict | None
+    chosen: str | None
+    feedback: str = ""
+    error: str = ""
+    policy_s: float = 0.0
+    judge_s: float = 0.0
+    browser_s: float = 0.0
+    proposed: int = 0                  # candidates the policy gave (before screening)
+    screened_invalid: int = 0          # dropped before the bracket: unparseable, bid not in the AXTree, ...
+    screened_duplicate: int = 0        # merged into an earlier candidate
+    judge_calls: int = 0
+    judge_unparsed: int = 0            # judgments without a valid answer (or an outage)
+    judge_truncated: int = 0           # judgments cut at the length limit before an answer
+
+
+@dataclass(slots=True)
+class AXTreeMemory(Memory):
+    feedback: str = ""                 # what the last step did, for the policy
+
+
+ANSWER_OPS = ("send_msg_to_user", "report_infeasible")
+
+
+class AXTreeAgent:
+    """BrowserGym actions on the AXTree (``search.loop.Agent``): the policy sees the goal, URL,
+    AXTree, the actions so far and feedback on the last one (``propose(obs, history, feedback,
+    n, step)``); candidates are screened against the AXTree's bids; a ``goto`` outside the
+    harness's hosts is refused (recorded, not run); ``send_msg_to_user``/``report_infeasible``
+    answer."""
+
+    Result = EpisodeResult
+
+    def reset(self, harness, seed: int):
+        return harness.reset(seed=seed)
+
+    def memory(self) -> AXTreeMemory:
+        return AXTreeMemory()
+
+    def new_step(self, t: int, obs) -> AXTreeStep:
+        return AXTreeStep(t, obs.url, [], None, None)
+
+    def propose(self, policy, obs, memory: AXTreeMemory, n: int, t: int) -> list[str]:
+        return policy(obs, memory.history, memory.feedback, n, t)
+
+    def screen(self, step: AXTreeStep, outputs: list[str], obs, memory: AXTreeMemory):
+        step.candidates = outputs
+        return screen(outputs, read_actions(outputs, obs.axtree))
+
+    def no_winner(self, step: AXTreeStep, candidates, memory: AXTreeMemory) -> None:
+        step.error = "no valid candidate: " + "; ".join(c.dropped or "" for c in candidates)
+        memory.feedback = f"none of your proposed actions was valid ({step.error[:300]})"
+
+    def execute(self, harness, step: AXTreeStep, winner, obs, memory: AXTreeMemory):
+        step.chosen = winner.action
+        action = parse_action(winner.action)
+        refusal = harness.refused(action)
+        memory.history.append(winner.action)
+        if refusal:
+            step.error = memory.feedback = step.feedback = refusal
+            return obs, None
+        after = harness.step(winner.action)
+        step.feedback = memory.feedback = describe_outcome(winner.action, obs, after)
+        return after, (str(action.value) if action.op in ANSWER_OPS else None)

@@ -1,19 +1,38 @@
-"""One episode of knockout best-of-N search: propose N, knock out, execute the winner, repeat.
+"""The one episode loop of knockout best-of-N search: propose N, screen, knock out, execute the
+winner, repeat. Every benchmark runs it; an agent says how its policy's outputs act on the page.
 
     from search.loop import run_episode
-    result = run_episode(harness, propose, judge_for, n=5, max_steps=30, seed=0)
+    result = run_episode(harness, propose, judge_for, n=5, max_steps=30, seed=0)    # BrowserGym actions
+    result = run_episode(harness, propose, judge_for, agent=MagAgent("som"), max_steps=25,
+                         max_format_errors=None)                                   # MAG (search.mag_agent)
     result.termination, result.reward, result.steps
 
-``propose(obs, history, feedback, n, step) -> list[str]`` gives raw candidate actions (a
-``search.agent.Policy``'s ``propose``, or a script in tests). ``judge_for(obs, history) -> pair judge``
-gives the tournament's judge for this state (``search.tournament.prm_pair_judge`` over
-``prm.judge``), or ``judge_for=None`` for the unguided baseline (the first valid candidate).
+``propose`` is the policy (``search.agent.Policy.propose``, ``search.mag_agent.MagPolicy.propose``,
+or a script in tests); the agent calls it with what the policy sees. ``judge_for(obs, history) ->
+pair judge`` gives the tournament's judge for this state (``search.tournament.prm_pair_judge``
+over ``prm.judge``; ``search.runner.judge_factory``), or ``judge_for=None`` for the unguided
+baseline (one greedy sample, executed if valid).
+
+An agent (``Agent``; default ``search.agent.AXTreeAgent``: BrowserGym actions on the AXTree):
+
+    reset(harness, seed) -> obs          start the task; the first observation
+    memory() -> Memory                   what the episode carries across steps (``history``: the
+                                         actions executed so far, which the judge sees)
+    new_step(t, obs) -> step record      a dataclass with the fields of ``STEP_RECORD``
+    propose(policy, obs, memory, n, t)   the policy's raw outputs for this state
+    screen(step, outputs, obs, memory)   tournament candidates (``search.tournament.screen``)
+    no_winner(step, candidates, memory)  note a step without a valid candidate
+    execute(harness, step, winner, obs, memory) -> (obs, answer)
+                                         run the winning candidate; ``answer`` is not None when
+                                         the agent answered (the episode ends)
+    Result                               the episode's result class (``EpisodeResult``)
 
 Every episode ends with a termination reason, so an environment failure is never counted as an
 agent failure:
-- ``answered``: the agent ran ``send_msg_to_user`` or ``report_infeasible``;
-- ``step_budget``: ``max_steps`` actions without an answer;
-- ``format_errors``: ``max_format_errors`` steps in a row without one valid candidate;
+- ``answered``: the agent answered (``send_msg_to_user``/``report_infeasible``, MAG's ``finish``);
+- ``step_budget``: ``max_steps`` steps without an answer;
+- ``format_errors``: ``max_format_errors`` steps in a row without one valid candidate (None: no
+  limit; MAG's invalid steps just use budget);
 - ``env_error``: the browser or the task raised;
 - ``site_unreachable``: the start page did not load;
 - ``policy_error``: the policy model gave no answer (an outage).
@@ -31,35 +50,41 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
-from data.actions import parse_action
-from search.agent import PolicyError, describe_outcome
 from search.env import SiteUnreachable
 from search.tournament import knockout
 
 AGENT_ENDINGS = ("answered", "step_budget", "format_errors")
 STEP_COUNTS = ("proposed", "screened_invalid", "screened_duplicate", "judge_calls", "judge_unparsed",
                "judge_truncated")
+# what the loop writes on every agent's step record
+STEP_RECORD = ("step", "bracket", "error", "policy_s", "judge_s", "browser_s") + STEP_COUNTS
+
+
+class PolicyError(RuntimeError):
+    """The policy model gave no answer (an outage, not a format error): ends the episode."""
 
 
 @dataclass(slots=True)
-class Step:
-    step: int
-    url: str
-    candidates: list[str]
-    bracket: dict | None
-    chosen: str | None
-    feedback: str = ""
-    error: str = ""
-    policy_s: float = 0.0
-    judge_s: float = 0.0
-    browser_s: float = 0.0
-    proposed: int = 0                  # candidates the policy gave (before screening)
-    screened_invalid: int = 0          # dropped before the bracket: unparseable, bid not in the AXTree, ...
-    screened_duplicate: int = 0        # merged into an earlier candidate
-    judge_calls: int = 0
-    judge_unparsed: int = 0            # judgments without a valid answer (or an outage)
-    judge_truncated: int = 0           # judgments cut at the length limit before an answer
+class Memory:
+    """What an episode carries from step to step; agents extend it with what their policy sees."""
+
+    history: list[str] = field(default_factory=list)     # actions executed (or refused), for the judge
+
+
+class Agent(Protocol):
+    """How a policy's outputs act on the page (see the module docstring)."""
+
+    Result: type
+
+    def reset(self, harness, seed: int): ...
+    def memory(self) -> Memory: ...
+    def new_step(self, t: int, obs): ...
+    def propose(self, policy, obs, memory: Memory, n: int, t: int) -> list: ...
+    def screen(self, step, outputs: list, obs, memory: Memory) -> list: ...
+    def no_winner(self, step, candidates: list, memory: Memory) -> None: ...
+    def execute(self, harness, step, winner, obs, memory: Memory) -> tuple: ...
 
 
 def record_bracket(step, bracket) -> None:
@@ -83,7 +108,7 @@ class EpisodeResult:
     termination: str
     reward: float | None = None
     evaluated: bool = False
-    steps: list[Step] = field(default_factory=list)
+    steps: list = field(default_factory=list)
     answer: str | None = None
     error: str = ""
     eval_info: dict = field(default_factory=dict)
@@ -105,82 +130,69 @@ class EpisodeResult:
         return d
 
 
-def _timed_judge(judge, clock: list[float]):
-    def call(pairs):
-        t = time.perf_counter()
-        try:
-            return judge(pairs)
-        finally:
-            clock[0] += time.perf_counter() - t
-    return call
-
-
 def run_episode(harness, propose, judge_for=None, n: int = 5, max_steps: int = 30, seed: int = 0,
-                max_format_errors: int = 3, both_orders: bool = False, on_step=None) -> EpisodeResult:
-    """Run one episode on ``harness`` (a ``search.env.BrowserHarness``); see the module docstring."""
+                max_format_errors: int | None = 3, both_orders: bool = False, on_step=None,
+                agent: Agent | None = None) -> EpisodeResult:
+    """Run one episode on ``harness`` (a ``search.env.BrowserHarness``); see the module docstring.
+    ``on_step(step, obs)`` is called after every step with the observation it was decided on."""
+    if agent is None:
+        from search.agent import AXTreeAgent
+
+        agent = AXTreeAgent()
     try:
-        obs = harness.reset(seed=seed)
+        obs = agent.reset(harness, seed)
     except SiteUnreachable as e:
-        return EpisodeResult("site_unreachable", error=str(e))
+        return agent.Result("site_unreachable", error=str(e))
     except Exception as e:
-        return EpisodeResult("env_error", error=f"reset: {type(e).__name__}: {e}")
-    result = EpisodeResult("step_budget")
-    history: list[str] = []
-    feedback = ""
-    bad_in_a_row = 0
+        return agent.Result("env_error", error=f"reset: {type(e).__name__}: {e}")
+    result = agent.Result("step_budget")
+    memory = agent.memory()
+    invalid_in_a_row = 0
     for t in range(max_steps):
-        step = Step(t, obs.url, [], None, None)
+        step = agent.new_step(t, obs)
         result.steps.append(step)
+        decided_on = obs
         try:
             clock = time.perf_counter()
             try:
-                step.candidates = list(propose(obs, history, feedback, n if judge_for else 1, t))
-                if not judge_for:       # the unguided baseline executes its one (greedy) sample
-                    step.candidates = step.candidates[:1]
+                outputs = list(agent.propose(propose, obs, memory, n if judge_for else 1, t))
             except PolicyError as e:
                 step.error = f"policy: {e}"
                 result.termination, result.error = "policy_error", step.error
                 break
+            if not judge_for:       # the unguided baseline executes its one (greedy) sample
+                outputs = outputs[:1]
             step.policy_s = time.perf_counter() - clock
+            candidates = agent.screen(step, outputs, obs, memory)
             judge_clock = [0.0]
-            judge = _timed_judge(judge_for(obs, history), judge_clock) if judge_for else never_judge
-            bracket = knockout(step.candidates, judge, axtree=obs.axtree, seed=seed * 100_003 + t,
-                               both_orders=both_orders)
-            step.judge_s, step.bracket, step.chosen = judge_clock[0], bracket.to_dict(), bracket.winner
+            judge = _timed(judge_for(obs, memory.history), judge_clock) if judge_for else _never_judge
+            bracket = knockout(candidates, judge, seed=seed * 100_003 + t, both_orders=both_orders)
+            step.judge_s, step.bracket = judge_clock[0], bracket.to_dict()
             record_bracket(step, bracket)
-            if bracket.winner is None:
-                bad_in_a_row += 1
-                step.error = "no valid candidate: " + "; ".join(c.dropped or "" for c in bracket.candidates)
-                feedback = f"none of your proposed actions was valid ({step.error[:300]})"
-                if bad_in_a_row >= max_format_errors:
+            if bracket.winner is None:      # nothing to execute; the step still counts
+                agent.no_winner(step, candidates, memory)
+                invalid_in_a_row += 1
+                if max_format_errors is not None and invalid_in_a_row >= max_format_errors:
                     result.termination = "format_errors"
                     break
                 continue
-            bad_in_a_row = 0
-            action = parse_action(bracket.winner)
-            refusal = harness.refused(action)
-            if refusal:
-                step.error = feedback = step.feedback = refusal
-                history.append(bracket.winner)
-                continue
-            before_s = harness.browser_s
+            invalid_in_a_row = 0
+            winner = next(c for c in candidates if c.dropped is None and c.action == bracket.winner)
+            before = harness.browser_s
             try:
-                after = harness.step(bracket.winner)
+                obs, answer = agent.execute(harness, step, winner, obs, memory)
             except Exception as e:
                 step.error = f"env: {type(e).__name__}: {e}"
                 result.termination, result.error = "env_error", step.error + "\n" + traceback.format_exc(limit=3)
-                step.browser_s = harness.browser_s - before_s
                 break
-            step.browser_s = harness.browser_s - before_s
-            step.feedback = feedback = describe_outcome(bracket.winner, obs, after)
-            history.append(bracket.winner)
-            obs = after
-            if action.op in ("send_msg_to_user", "report_infeasible"):
-                result.termination, result.answer = "answered", str(action.value)
+            finally:
+                step.browser_s = harness.browser_s - before
+            if answer is not None:
+                result.termination, result.answer = "answered", answer
                 break
         finally:
             if on_step:
-                on_step(step)
+                on_step(step, decided_on)
     return evaluate_episode(harness, result)
 
 
@@ -196,5 +208,15 @@ def evaluate_episode(harness, result):
     return result
 
 
-def never_judge(pairs):
+def _timed(judge, clock: list[float]):
+    def call(pairs):
+        t = time.perf_counter()
+        try:
+            return judge(pairs)
+        finally:
+            clock[0] += time.perf_counter() - t
+    return call
+
+
+def _never_judge(pairs):
     raise AssertionError("the unguided baseline proposes one candidate and never judges")

@@ -22,6 +22,9 @@ Tasks: WebArena task ids (``--task-ids``; the configs come from BrowserGym's Web
 gold-guide format is in ``search.mag_metrics`` (JSONL, ``{"task_id": 27, "steps": [{"guide": ...}]}``);
 without gold guides the run reports success and OFCR only. Before any model loads or browser
 starts, the ``WA_*`` variables and the tasks' sites are checked (exit 2 naming what is missing).
+The run itself is ``search.runner``'s (the loop, run folder, resume and summary every benchmark
+shares); this module plugs in WebArena's tasks for MAG, the MAG agent (``search.mag_agent``:
+Set-of-Mark observation, JSON steps with guides, the executor) and MAG's Table-1 scores.
 
 Output in ``--out``: ``tasks/<task_id>.jsonl`` (one line per step: the N outputs, the bracket,
 the executed action and guide, the compliance reason, the browser's error, timings; then one
@@ -36,27 +39,26 @@ and the PRM's unparsed and truncated judgments),
 ``run.json`` (the settings), and with ``--save-screenshots`` ``shots/<task_id>/<step>.png``.
 ``--resume`` skips the tasks the agent finished (environment failures run again), refuses a
 folder whose ``run.json`` has other settings, and rescores every task from its stored guides with
-the current ``--gold-guides`` (a gold file added later fills the guide columns).
+the current ``--gold-guides`` (a gold file added later fills the guide columns). Exit codes: 2 for
+a setup error (nothing ran), 1 when no task could run (every task ended in an environment
+failure), else 0.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import importlib.util
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from search.mag_metrics import load_gold_guides, score_task, summarize
-from search.tournament import prm_format
-from search.webarena import (SetupError, _model_config, env_failure_list, preflight, prm_config, run_tasks,
-                             site_key, site_success, start_run)
+from search.mag_metrics import check_step, load_gold_guides, score_task, summarize  # noqa: F401  (check_step: the MAG contract)
+from search.runner import Benchmark, SearchConfig, SetupError, base_row, main as run_cli, run_summary, site_key
+from search.webarena import preflight, webarena_harness
 
-RUN_SETTINGS = ("prm", "policy", "grounding", "n", "max_steps", "seed", "both_orders", "demo")
 TABLE_COLUMNS = ("SR", "OFCR", "bleu1", "bleu2", "rouge1", "rougeL", "G", "GGS", "tax")
 TABLE_NAMES = ("SR", "OFCR", "BLEU-1", "BLEU-2", "ROUGE-1", "ROUGE-L", "G", "GGS", "Tax")
+MAX_STEPS = 25
 
 
 def config_path() -> Path:
@@ -80,30 +82,31 @@ def load_task_configs(task_ids) -> list[dict]:
     return [by_id[t] for t in dict.fromkeys(wanted)]
 
 
-def summarize_run(results: list[dict], gold: dict | None) -> dict:
+def summarize_run(rows: list[dict], gold: dict | None) -> dict:
     """MAG Table 1 over every task run (each scored from its stored guides and compliance reasons
     against ``gold``; an environment failure as not solved), env failures listed beside."""
-    from search.loop import sum_counts
-
-    evaluated = [r for r in results if r["evaluated"]]
     scores = [score_task(r["task_id"], (r["reward"] or 0.0) if r["evaluated"] else 0.0, r.get("reasons") or [],
                          r.get("guides") or [], gold.get(str(r["task_id"])) if gold is not None else None)
-              for r in results]
+              for r in rows]
     out = summarize(scores)
-    outputs = sum(r.get("n_outputs", 0) for r in results)
-    out["OFCR_outputs"] = sum(r.get("n_outputs_compliant", 0) for r in results) / outputs if outputs else None
-    out["tasks"] = len(results)
-    out["env_failures"] = len(results) - len(evaluated)
-    out["env_failed_tasks"] = env_failure_list(results)
-    out["sites"], macro = site_success([{**r, "success": bool(r["evaluated"] and (r["reward"] or 0) > 0)}
-                                        for r in results])
-    out["macro"] = {"success_rate": macro}
-    out["totals"] = sum_counts([r.get("totals") or {} for r in results])
-    out["terminations"] = {}
-    for r in results:
-        out["terminations"][r["termination"]] = out["terminations"].get(r["termination"], 0) + 1
+    outputs = sum(r.get("n_outputs", 0) for r in rows)
+    out["OFCR_outputs"] = sum(r.get("n_outputs_compliant", 0) for r in rows) / outputs if outputs else None
+    out.update(run_summary(rows))
     out["gold_file"] = gold is not None
     return out
+
+
+def episode_row(task_id, site: str, intent: str, episode, gold: dict | None) -> dict:
+    """The result line of one episode: termination, success, answer and its MAG scores."""
+    reasons = [r for s in episode.steps for r in s.output_reasons]
+    row = {**base_row({"task_id": task_id, "sites": [site], "intent": intent}, "task_id", episode),
+           "guides": episode.guides, "reasons": episode.reasons, "n_outputs": len(reasons),
+           "n_outputs_compliant": sum(r is None for r in reasons)}
+    if episode.evaluated:
+        gold_guides = gold.get(str(task_id)) if gold is not None else None
+        row["score"] = asdict(score_task(task_id, episode.reward or 0.0, episode.reasons, episode.guides,
+                                         gold_guides))
+    return row
 
 
 def table(rows: list[tuple[str, dict]]) -> str:
@@ -116,103 +119,6 @@ def table(rows: list[tuple[str, dict]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from search.mag_loop import MAX_STEPS
-    from search.tournament import add_prm_format_args
-    from llm import LLMConfig
-
-    ap = argparse.ArgumentParser(prog="python -m search.mag", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--prm", required=True, help="PRM: a folder, 'embedded', a model name at --prm-base-url, or 'none'")
-    ap.add_argument("--policy", required=True, help="policy: a folder, 'embedded', or a model name at --policy-base-url")
-    ap.add_argument("--grounding", choices=("som", "coord"), default="som")
-    ap.add_argument("--n", type=int, default=5, help="outputs per step (paper: 5)")
-    ap.add_argument("--task-ids", nargs="*", type=int, help="WebArena task ids (default: those of --gold-guides)")
-    ap.add_argument("--gold-guides", help="gold-guide JSONL (see search.mag_metrics)")
-    ap.add_argument("--max-steps", type=int, default=MAX_STEPS)
-    ap.add_argument("--screenshot", choices=("auto", "on", "off"), default="auto",
-                    help="attach the screenshot to the policy prompt (auto: only for an endpoint policy)")
-    ap.add_argument("--both-orders", action="store_true", help="judge every match in both orders")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="runs/mag", help="output folder")
-    ap.add_argument("--resume", action="store_true", help="skip tasks already finished in --out")
-    ap.add_argument("--baseline", help="a baseline run's folder: table.md shows its row too")
-    ap.add_argument("--save-screenshots", action="store_true", help="keep every marked screenshot")
-    ap.add_argument("--demo", action="store_true",
-                    help="run the built-in demo task (a small shop on 127.0.0.1, gold guides included) instead "
-                         "of WebArena: no sites needed")
-    add_prm_format_args(ap)
-    LLMConfig.add_args(ap, prefix="prm-")
-    LLMConfig.add_args(ap, prefix="policy-")
-    return ap
-
-
-def load_models(args):
-    """(propose, judge_for); models load here, after the preflight."""
-    from prm.judge import make_judge
-    from search.mag_loop import MagPolicy
-    from search.tournament import prm_format, prm_pair_judge, prm_state
-
-    guided = args.prm.lower() != "none"
-    cfg = _model_config(args, "policy-", args.policy, 1.0 if guided else 0.0)
-    screenshot = args.screenshot == "on" or (args.screenshot == "auto" and not cfg.is_local)
-    policy = MagPolicy(cfg, grounding=args.grounding, screenshot=screenshot)
-    judge_for = None
-    if guided:
-        judge = make_judge(prm_config(args))
-        fmt = prm_format(args)
-
-        def judge_for(obs, history):
-            return prm_pair_judge(judge, prm_state(obs, history), fmt=fmt)
-    return policy.propose, judge_for
-
-
-def episode_row(task_id, site: str, intent: str, episode, gold: dict | None) -> dict:
-    """The result line of one episode: termination, success, answer and its MAG scores."""
-    reasons = [r for s in episode.steps for r in s.output_reasons]
-    row = {"type": "result", "task_id": task_id, "site": site, "intent": intent, **episode.to_dict(),
-           "guides": episode.guides, "reasons": episode.reasons,
-           "n_steps": len(episode.steps), "n_outputs": len(reasons),
-           "n_outputs_compliant": sum(r is None for r in reasons)}
-    if episode.evaluated:
-        gold_guides = gold.get(str(task_id)) if gold is not None else None
-        row["score"] = asdict(score_task(task_id, episode.reward or 0.0, episode.reasons, episode.guides,
-                                         gold_guides))
-    return row
-
-
-def webarena_harness(urls: dict):
-    """A harness factory for WebArena tasks (``browsergym.webarena``: WebArena's own login, start
-    pages and evaluators), confined to the configured sites."""
-    from search.env import BrowserHarness, host_of, prepare_webarena_imports
-    from search.som import MAG_ACTION_SUBSETS, VIEWPORT
-
-    prepare_webarena_imports()
-    from browsergym.webarena.task import GenericWebArenaTask   # after the stubs
-
-    def make(config):
-        return BrowserHarness(GenericWebArenaTask, {"task_id": config["task_id"]}, viewport=VIEWPORT,
-                              action_subsets=MAG_ACTION_SUBSETS, allowed_hosts={host_of(u) for u in urls.values()})
-    return make
-
-
-def run_task(config: dict, make_harness, propose, judge_for, args, log, gold, shots: Path | None) -> dict:
-    """One MAG task: one episode in ``make_harness(config)``, the JSONL lines, the result row."""
-    from search.mag_loop import run_mag_episode
-
-    def on_step(step, obs):
-        log({"type": "step", **asdict(step)})
-        if shots is not None:
-            (shots / f"{step.step:02d}.png").write_bytes(obs.screenshot_png)
-
-    with make_harness(config) as harness:
-        episode = run_mag_episode(harness, propose, judge_for, n=args.n, grounding=args.grounding,
-                                  max_steps=args.max_steps, seed=args.seed, both_orders=args.both_orders,
-                                  on_step=on_step)
-    row = episode_row(config["task_id"], site_key(config), config["intent"], episode, gold)
-    log(row)
-    return row
-
-
 def gold_task_ids(gold: dict) -> list[int]:
     """The gold file's task ids as WebArena ids (integers), in numeric order."""
     bad = [t for t in gold if not str(t).isdigit()]
@@ -221,73 +127,101 @@ def gold_task_ids(gold: dict) -> list[int]:
     return sorted(int(t) for t in gold)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    if args.n < 1 or args.max_steps < 1:
-        ap.error("--n and --max-steps must be at least 1")
-    try:
-        prm_format(args)
-    except ValueError as e:
-        ap.error(str(e))
-    out = Path(args.out)
-    settings = {k: getattr(args, k) for k in RUN_SETTINGS}
-    try:
-        gold = load_gold_guides(args.gold_guides)
-        if args.demo:
+@dataclass
+class MagSearch(SearchConfig):
+    """A ``python -m search.mag`` run."""
+
+    out: str = "runs/mag"
+    max_steps: int = MAX_STEPS
+    grounding: str = "som"                  # 'som': a menu id; 'coord': a pixel pair
+    gold_guides: str | None = None          # gold-guide JSONL (search.mag_metrics)
+    screenshot: str = "auto"                # attach the screenshot to the policy prompt: auto (endpoint policies), on, off
+    save_screenshots: bool = False
+
+
+class Mag(Benchmark):
+    """MAG: WebArena tasks from screenshots with a guide per step, scored as MAG's Table 1."""
+
+    name = "search.mag"
+    Config = MagSearch
+    resume_settings = Benchmark.resume_settings + ("grounding",)
+    flag_help = {"n": "outputs per step (paper: 5)", "task_ids": "WebArena task ids (default: those of --gold-guides)",
+                 "baseline": "a baseline run's folder: table.md shows its row too",
+                 "demo": "run the built-in demo task (a small shop on 127.0.0.1, gold guides included) instead "
+                         "of WebArena: no sites needed"}
+
+    @property
+    def harness_kwargs(self) -> dict:
+        from search.som import MAG_ACTION_SUBSETS, VIEWPORT
+
+        return {"viewport": VIEWPORT, "action_subsets": MAG_ACTION_SUBSETS}
+
+    @classmethod
+    def add_args(cls, ap) -> None:
+        ap.add_argument("--grounding", choices=("som", "coord"), default=MagSearch.grounding)
+        ap.add_argument("--gold-guides", help="gold-guide JSONL (see search.mag_metrics)")
+        ap.add_argument("--screenshot", choices=("auto", "on", "off"), default=MagSearch.screenshot,
+                        help="attach the screenshot to the policy prompt (auto: only for an endpoint policy)")
+        ap.add_argument("--save-screenshots", action="store_true", help="keep every marked screenshot")
+
+    def tasks(self) -> list[dict]:
+        c = self.config
+        self.gold = load_gold_guides(c.gold_guides)
+        if c.demo:
             from search.demo_site import GOLD_GUIDES, demo_config
 
-            if args.task_ids:
+            if c.task_ids:
                 raise SetupError("--demo runs the demo task only; drop --task-ids")
-            gold = {**GOLD_GUIDES, **(gold or {})}          # a given file may add or replace the demo's
-            configs, urls = [demo_config()], None
-        else:
-            configs = load_task_configs(args.task_ids or (gold_task_ids(gold) if gold else None))
-            urls = preflight(configs)
-        if args.resume and (out / "run.json").exists():
-            before = json.loads((out / "run.json").read_text())
-            if changed := sorted(k for k in RUN_SETTINGS if before.get(k, ap.get_default(k)) != settings[k]):
-                raise SetupError(f"--resume in {out}: settings differ from the earlier run ({', '.join(changed)}); "
-                                 "use another --out")
-    except (SetupError, ValueError, OSError) as e:
-        print(f"search.mag: {e}", file=sys.stderr)
-        return 2
-    todo, results = start_run(out, configs, "task_id", args.resume)
-    (out / "run.json").write_text(json.dumps(settings, indent=2))
-    if todo:
-        propose, judge_for = load_models(args)
-        with contextlib.ExitStack() as stack:
-            if args.demo:
-                from search.demo_site import Shop, demo_harness
-                from search.som import MAG_ACTION_SUBSETS, VIEWPORT
+            self.gold = {**GOLD_GUIDES, **(self.gold or {})}          # a given file may add or replace the demo's
+            return [demo_config()]
+        tasks = load_task_configs(c.task_ids or (gold_task_ids(self.gold) if self.gold else None))
+        self.urls = preflight(tasks)
+        return tasks
 
-                make_harness = demo_harness(stack.enter_context(Shop()), viewport=VIEWPORT,
-                                            action_subsets=MAG_ACTION_SUBSETS)
-            else:
-                make_harness = webarena_harness(urls)
+    def agent(self):
+        from search.mag_agent import MagAgent
 
-            def run_one(config, log):
-                shots = out / "shots" / str(config["task_id"]) if args.save_screenshots else None
-                if shots is not None:
-                    shots.mkdir(parents=True, exist_ok=True)
-                return run_task(config, make_harness, propose, judge_for, args, log, gold, shots)
-            results += run_tasks(out, [(c["task_id"], c) for c in todo], run_one)
-    write_summary(out, results, gold, args)
-    return 0
+        return MagAgent(self.config.grounding)
+
+    def policy(self, llm):
+        from search.mag_agent import MagPolicy
+
+        c = self.config
+        screenshot = c.screenshot == "on" or (c.screenshot == "auto" and not llm.is_local)
+        return MagPolicy(llm, grounding=c.grounding, screenshot=screenshot).propose
+
+    def site_harnesses(self):
+        return webarena_harness("browsergym.webarena.task.GenericWebArenaTask", "task_id", self.urls,
+                                **self.harness_kwargs)
+
+    def row(self, task: dict, episode) -> dict:
+        return episode_row(task["task_id"], site_key(task), task["intent"], episode, self.gold)
+
+    def on_step(self, task: dict, step, obs) -> None:
+        if self.config.save_screenshots:
+            shots = Path(self.config.out) / "shots" / str(task["task_id"])
+            shots.mkdir(parents=True, exist_ok=True)
+            (shots / f"{step.step:02d}.png").write_bytes(obs.screenshot_png)
+
+    def summarize(self, rows: list[dict], baseline: dict | None) -> dict:
+        return {**summarize_run(rows, self.gold), "grounding": self.config.grounding}
+
+    def report(self, summary: dict, baseline: dict | None) -> None:
+        rows = [(run_name(summary), summary)]
+        if baseline:
+            rows.insert(0, (run_name(baseline), baseline))
+        (Path(self.config.out) / "table.md").write_text(table(rows))
+        print(table(rows), file=sys.stderr)
 
 
-def write_summary(out: Path, results: list[dict], gold: dict | None, args) -> dict:
-    summary = summarize_run(results, gold)
-    summary.update(prm=args.prm, policy=args.policy, n=args.n, grounding=args.grounding)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    name = f"{args.policy} + {'no PRM' if args.prm.lower() == 'none' else args.prm}"
-    rows = [(name, summary)]
-    if args.baseline:
-        base = json.loads((Path(args.baseline) / "summary.json").read_text())
-        rows.insert(0, (f"{base.get('policy')} + {'no PRM' if str(base.get('prm')).lower() == 'none' else base.get('prm')}", base))
-    (out / "table.md").write_text(table(rows))
-    print(table(rows), file=sys.stderr)
-    return summary
+def run_name(summary: dict) -> str:
+    """A run's row name in table.md: 'policy + prm' ('no PRM' for the baseline)."""
+    prm = summary.get("prm")
+    return f"{summary.get('policy')} + {'no PRM' if str(prm).lower() == 'none' else prm}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(Mag, argv, description=__doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""One MAG episode: a policy writes N JSON steps (action + guide), the PRM's knockout picks one,
-the executor runs it on the live page; 25 steps at most.
+"""The MAG agent: a policy writes N JSON steps (action + guide), the PRM's knockout picks one, the
+executor runs it on the live page; 25 steps at most (``search.loop.run_episode`` with ``MagAgent``).
 
-    from search.mag_loop import MagPolicy, run_mag_episode
+    from search.mag_agent import MagPolicy, run_mag_episode
     policy = MagPolicy(LLMConfig(base_url=..., model="gpt-4o", temperature=1.0), grounding="som")
     result = run_mag_episode(harness, policy.propose, judge_for, n=5, grounding="som")
     result.termination, result.reward, result.guides, result.reasons
@@ -14,7 +14,7 @@ gives raw policy outputs; ``judge_for(obs, history) -> pair judge`` the tourname
 Per step: every output goes through ``search.mag_metrics.check_step`` (the one parser) and
 ``search.som.to_code``; unparsable, invalid and unexecutable outputs are dropped with their
 reason, outputs that map to the same page action are merged (the first compliant one's guide is
-kept, else the first one's). The
+kept, else the first one's): ``read_outputs`` and ``search.tournament.screen``. The
 survivors meet in the knockout; the judge sees each as its action on the page, the target's menu
 text and its guide (``to_code``'s ``shown``), with the AXTree, the URL and the actions executed so
 far. A step without a valid output executes nothing and still uses one of the ``max_steps``.
@@ -31,17 +31,15 @@ Terminations: ``answered`` (finish), ``step_budget``, ``env_error``, ``site_unre
 from __future__ import annotations
 
 import time
-import traceback
 from dataclasses import dataclass, field
 
-from search.agent import PolicyError, sample_texts
-from search.env import SiteUnreachable
-from search.mag_metrics import check_step
-from search.loop import EpisodeResult, _timed_judge, evaluate_episode, never_judge, record_bracket
-from search.som import UnexecutableStep, observe, to_code
-from search.tournament import Candidate, knockout
-from llm import LLMClient, LLMConfig
 from data.judgment import fence
+from llm import LLMClient, LLMConfig
+from search.agent import sample_texts
+from search.loop import EpisodeResult, Memory, run_episode
+from search.mag_metrics import check_step
+from search.som import UnexecutableStep, observe, to_code
+from search.tournament import Reading, screen
 
 MAX_STEPS = 25
 
@@ -149,101 +147,99 @@ class MagEpisode(EpisodeResult):
         return d
 
 
-def screen_outputs(outputs: list[str], obs, grounding: str = "som") -> tuple[list[Candidate], dict, dict]:
-    """Tournament candidates for the outputs of one step: (candidates, code by action shown,
-    ``check_step``'s (step, compliance reason) by output index). An output that parses but cannot
-    be mapped onto the page (no select under a pixel) is dropped, yet stays format-compliant."""
-    cands, codes, checked, first = [], {}, {}, {}
-    for i, raw in enumerate(outputs):
-        c = Candidate(i, raw if isinstance(raw, str) else repr(raw))
-        cands.append(c)
+@dataclass(slots=True)
+class MagOutput:
+    """One policy output read against the page: ``check_step``'s (step, compliance reason), and
+    the tournament's reading (``key``: the BrowserGym code; ``shown``: what the judge sees)."""
+
+    step: object
+    reason: str | None
+    reading: Reading
+
+
+def read_outputs(outputs: list[str], obs, grounding: str = "som") -> list[MagOutput]:
+    """Each output checked (``check_step``) and mapped onto the page (``to_code``). An output
+    that parses but cannot be mapped (no select under a pixel) is dropped, yet stays
+    format-compliant; among outputs with the same page action a compliant one represents them."""
+    read = []
+    for raw in outputs:
         step, reason = check_step(raw, obs.menu_ids, grounding)
-        checked[i] = (step, reason)
         if step is None:
-            c.dropped = f"invalid: {reason}"
+            read.append(MagOutput(None, reason, Reading(dropped=f"invalid: {reason}")))
             continue
         try:
             code, shown = to_code(step, obs, grounding)
         except UnexecutableStep as e:
-            c.dropped = f"unexecutable: {e}"
+            read.append(MagOutput(step, reason, Reading(dropped=f"unexecutable: {e}")))
             continue
-        rep = first.get(code)
-        if rep is not None and (checked[rep.index][1] is None or reason is not None):
-            c.dropped = f"duplicate of {rep.index}"
-            rep.count += 1
-            continue
-        if rep is not None:        # a compliant output replaces a leaky duplicate as the representative
-            del codes[rep.action]
-            rep.action, rep.dropped, c.count = None, f"duplicate of {i}", rep.count + 1
-        first[code], c.action, codes[shown] = c, shown, code
-    return cands, codes, checked
+        read.append(MagOutput(step, reason, Reading(key=code, shown=shown, preferred=reason is None)))
+    return read
+
+
+def screen_outputs(outputs: list[str], obs, grounding: str = "som"):
+    """(tournament candidates, the outputs as read) for one step's outputs (``read_outputs``,
+    ``search.tournament.screen``)."""
+    read = read_outputs(outputs, obs, grounding)
+    return screen(outputs, [r.reading for r in read]), read
+
+
+@dataclass(slots=True)
+class MagMemory(Memory):
+    guides: list[str] = field(default_factory=list)      # the executed steps' guides, for the policy
+    read: list[MagOutput] = field(default_factory=list)  # this step's outputs as read
+
+
+class MagAgent:
+    """MAG's JSON steps on a Set-of-Mark (or coordinate) observation (``search.loop.Agent``)."""
+
+    Result = MagEpisode
+
+    def __init__(self, grounding: str = "som"):
+        self.grounding = grounding
+
+    def reset(self, harness, seed: int):
+        harness.reset(seed=seed)
+        return observe(harness, self.grounding)
+
+    def memory(self) -> MagMemory:
+        return MagMemory()
+
+    def new_step(self, t: int, obs) -> MagStep:
+        return MagStep(t, obs.url, len(obs.marks))
+
+    def propose(self, policy, obs, memory: MagMemory, n: int, t: int) -> list[str]:
+        return policy(obs, list(memory.guides), n, t)
+
+    def screen(self, step: MagStep, outputs: list[str], obs, memory: MagMemory):
+        step.outputs = outputs
+        candidates, memory.read = screen_outputs(outputs, obs, self.grounding)
+        step.output_reasons = [r.reason for r in memory.read]
+        return candidates
+
+    def no_winner(self, step: MagStep, candidates, memory: MagMemory) -> None:
+        step.reason = ((memory.read[0].reason or candidates[0].dropped) if candidates
+                       else "no_output: the policy returned nothing")
+
+    def execute(self, harness, step: MagStep, winner, obs, memory: MagMemory):
+        read = memory.read[winner.index]
+        step.chosen, step.code, step.reason = winner.index, read.reading.key, read.reason
+        step.guide = read.step.guide_text
+        memory.guides.append(step.guide)
+        harness.step(step.code)
+        step.error = ((harness.last_obs or {}).get("last_action_error") or "").strip()[:500]
+        finish = read.step.action_type == "finish"
+        if not finish:          # nothing more to see after the answer
+            t_obs = time.perf_counter()
+            obs = observe(harness, self.grounding)
+            step.observe_s = time.perf_counter() - t_obs
+        memory.history.append(step.code)
+        return obs, (read.step.content if finish else None)
 
 
 def run_mag_episode(harness, propose, judge_for=None, n: int = 5, grounding: str = "som",
                     max_steps: int = MAX_STEPS, seed: int = 0, both_orders: bool = False,
                     on_step=None) -> MagEpisode:
-    """Run one MAG episode on ``harness``; see the module docstring. ``on_step(step, obs)`` is
-    called after every step with the observation the step was decided on."""
-    try:
-        harness.reset(seed=seed)
-        obs = observe(harness, grounding)
-    except SiteUnreachable as e:
-        return MagEpisode("site_unreachable", error=str(e))
-    except Exception as e:
-        return MagEpisode("env_error", error=f"reset: {type(e).__name__}: {e}")
-    result = MagEpisode("step_budget")
-    guides: list[str] = []
-    history: list[str] = []            # executed BrowserGym actions, for the judge
-    for t in range(max_steps):
-        step = MagStep(t, obs.url, len(obs.marks))
-        result.steps.append(step)
-        decided_on = obs
-        try:
-            clock = time.perf_counter()
-            try:
-                step.outputs = list(propose(obs, list(guides), n if judge_for else 1, t))
-                if not judge_for:
-                    step.outputs = step.outputs[:1]
-            except PolicyError as e:
-                step.error = f"policy: {e}"
-                result.termination, result.error = "policy_error", step.error
-                break
-            step.policy_s = time.perf_counter() - clock
-            cands, codes, checked = screen_outputs(step.outputs, obs, grounding)
-            step.output_reasons = [checked[i][1] for i in range(len(step.outputs))]
-            judge_clock = [0.0]
-            judge = _timed_judge(judge_for(obs, history), judge_clock) if judge_for else never_judge
-            bracket = knockout(cands, judge, seed=seed * 100_003 + t, both_orders=both_orders)
-            step.judge_s, step.bracket = judge_clock[0], bracket.to_dict()
-            record_bracket(step, bracket)
-            if bracket.winner is None:        # nothing to execute; the step still counts
-                step.reason = ((checked[0][1] or cands[0].dropped) if checked
-                               else "no_output: the policy returned nothing")
-                continue
-            winner = next(c for c in cands if c.action == bracket.winner)
-            step.chosen, step.code = winner.index, codes[bracket.winner]
-            parsed, step.reason = checked[winner.index]
-            step.guide = parsed.guide_text
-            guides.append(parsed.guide_text)
-            before = harness.browser_s
-            try:
-                harness.step(step.code)
-                step.error = ((harness.last_obs or {}).get("last_action_error") or "").strip()[:500]
-                if parsed.action_type != "finish":      # nothing more to see after the answer
-                    t_obs = time.perf_counter()
-                    obs = observe(harness, grounding)
-                    step.observe_s = time.perf_counter() - t_obs
-            except Exception as e:
-                step.error = f"env: {type(e).__name__}: {e}"
-                result.termination, result.error = "env_error", step.error + "\n" + traceback.format_exc(limit=3)
-                break
-            finally:
-                step.browser_s = harness.browser_s - before
-            history.append(step.code)
-            if parsed.action_type == "finish":
-                result.termination, result.answer = "answered", parsed.content
-                break
-        finally:
-            if on_step:
-                on_step(step, decided_on)
-    return evaluate_episode(harness, result)
+    """One MAG episode on ``harness`` (``search.loop.run_episode`` with a ``MagAgent``; a step
+    without a valid output uses budget, however many in a row)."""
+    return run_episode(harness, propose, judge_for, n=n, max_steps=max_steps, seed=seed, both_orders=both_orders,
+                       on_step=on_step, agent=MagAgent(grounding), max_format_errors=None)

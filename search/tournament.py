@@ -5,9 +5,10 @@
                       axtree=obs_axtree_text, seed=7)
     result.winner, result.matches, result.to_dict()
 
-Invalid candidates (unparseable, or targeting a bid absent from the current AXTree) are dropped
-with a reason; duplicates (the same canonical action) are merged into their first occurrence and
-counted. One survivor needs no judge call. Otherwise the survivors are shuffled by ``seed`` and
+Screening (``screen``, the one used by every agent): each proposal is read first (``Reading``:
+BrowserGym actions by ``read_actions``, MAG outputs by ``search.mag_agent``); unreadable ones
+(unparseable, targeting a bid absent from the current AXTree, ...) are dropped with a reason;
+duplicates (the same page action) are merged into one representative and counted. One survivor needs no judge call. Otherwise the survivors are shuffled by ``seed`` and
 paired in order; an odd count gives the last one a bye. The matches of one round go to the judge
 as one batch. N survivors take exactly N-1 matches in ceil(log2 N) rounds (paper).
 
@@ -43,7 +44,7 @@ class Candidate:
 
     index: int                    # position in the policy's list
     raw: str
-    action: str | None = None     # canonical string, None when invalid
+    action: str | None = None     # canonical string (what the judge sees), None when unreadable
     dropped: str | None = None    # reason: 'unparseable: ...', 'bid not in AXTree: ...', 'duplicate of N'
     count: int = 1                # proposals merged into this one (valid survivors only)
 
@@ -132,19 +133,52 @@ def _bids(axtree) -> set[str] | None:
     return set(axtree.by_bid())
 
 
-def screen(candidates: Sequence[str], axtree=None) -> list[Candidate]:
-    """Parse, check targets against the AXTree (text, ``AXTree`` or a set of bids; None: no check)
-    and merge duplicates. Every dropped candidate keeps its reason."""
-    bids = _bids(axtree)
+@dataclass(slots=True, frozen=True)
+class Reading:
+    """What an agent makes of one raw proposal before the bracket (``screen``)."""
+
+    key: str | None = None        # the page action it runs: proposals with the same key are duplicates
+    shown: str | None = None      # what the judge sees of it (default: ``key``); unique per key
+    dropped: str | None = None    # why it cannot enter the bracket ('unparseable: ...', 'invalid: ...')
+    preferred: bool = True        # among duplicates, a preferred proposal represents the group
+
+
+def screen(raws: Sequence, readings: Sequence[Reading]) -> list[Candidate]:
+    """The tournament's candidates for one step's proposals and their ``readings``: a dropped
+    proposal keeps its reason (an unreadable one has no ``action``); duplicates (same ``key``)
+    merge into one representative, the first one unless a later one is ``preferred`` and the
+    first is not, and are counted on it."""
     out: list[Candidate] = []
     first: dict[str, Candidate] = {}
-    for i, raw in enumerate(candidates):
+    for i, (raw, r) in enumerate(zip(raws, readings, strict=True)):
         c = Candidate(i, raw if isinstance(raw, str) else repr(raw))
         out.append(c)
+        if r.dropped is not None or r.key is None:
+            c.dropped = r.dropped or "unreadable"
+            continue
+        c.action = r.shown if r.shown is not None else r.key
+        rep = first.get(r.key)
+        if rep is not None and (readings[rep.index].preferred or not r.preferred):
+            c.dropped = f"duplicate of {rep.index}"
+            rep.count += 1
+            continue
+        if rep is not None:      # a preferred proposal replaces the representative
+            rep.dropped, c.count = f"duplicate of {i}", rep.count + 1
+        first[r.key] = c
+    return out
+
+
+def read_actions(raws: Sequence, axtree=None) -> list[Reading]:
+    """Readings of BrowserGym action strings: parsed (else 'unparseable'), targets checked
+    against the AXTree (text, ``AXTree`` or a set of bids; None: no check), keyed by the
+    canonical action."""
+    bids = _bids(axtree)
+    out = []
+    for raw in raws:
         try:
             action = parse_action(raw if isinstance(raw, str) else "")
         except ActionParseError as e:
-            c.dropped = f"unparseable: {e}"
+            out.append(Reading(dropped=f"unparseable: {e}"))
             continue
         if bids is not None and action.op in ELEMENT_OPS:
             targets = [str(action.args[0][1])]
@@ -152,14 +186,9 @@ def screen(candidates: Sequence[str], axtree=None) -> list[Candidate]:
                 targets.append(str(action.args[1][1]))
             missing = [b for b in targets if b not in bids]
             if missing:
-                c.dropped = f"bid not in AXTree: {missing[0]}"
+                out.append(Reading(dropped=f"bid not in AXTree: {missing[0]}"))
                 continue
-        c.action = action.to_string()
-        if c.action in first:
-            c.dropped = f"duplicate of {first[c.action].index}"
-            first[c.action].count += 1
-            continue
-        first[c.action] = c
+        out.append(Reading(key=action.to_string()))
     return out
 
 
@@ -180,12 +209,12 @@ def _verdict(v) -> tuple[int | None, str, bool]:
 def knockout(candidates: Sequence[str] | Sequence[Candidate], judge: PairJudge, axtree=None,
              seed: int | None = 0, both_orders: bool = False) -> TournamentResult:
     """Pick one candidate by knockout; see the module docstring. ``candidates`` are raw action
-    strings (screened here), or ``Candidate``s a caller screened itself (MAG: each ``action`` is
-    the text the judge sees, unique among survivors)."""
+    strings (screened here against ``axtree``), or ``Candidate``s an agent screened itself
+    (``screen``: each ``action`` is the text the judge sees, unique among survivors)."""
     if candidates and all(isinstance(c, Candidate) for c in candidates):
         screened = list(candidates)
     else:
-        screened = screen(candidates, axtree)
+        screened = screen(candidates, read_actions(candidates, axtree))
     result = TournamentResult(winner=None, candidates=screened, seed=seed)
     alive = [c.action for c in screened if c.dropped is None]
     if not alive:

@@ -17,16 +17,22 @@ Before any model loads or browser starts, the run checks that BrowserGym's ``WA_
 set (``WA_SHOPPING, WA_SHOPPING_ADMIN, WA_REDDIT, WA_GITLAB, WA_WIKIPEDIA, WA_MAP, WA_HOMEPAGE``)
 and that the sites of the selected tasks answer; otherwise it names what is missing and exits 2.
 
+The run itself is ``search.runner``'s (one loop, run folder, resume and summary for every
+benchmark); this module plugs in WebArena-Lite's tasks, sites and harness, with the
+BrowserGym-action agent (``search.agent.AXTreeAgent``).
+
 Output in ``--out``: ``tasks/<task_id>.jsonl`` (one line per step: candidates, bracket, chosen
 action, feedback, errors, timings, the candidates screened out before the bracket and the
 judgments without a verdict, unparsed or truncated; then one ``result`` line with their
-``totals``), ``summary.json`` and ``versions.json``. ``summary.json``: success per site over
+``totals``), ``summary.json``, ``versions.json`` and ``run.json`` (the settings). ``summary.json``: success per site over
 every task run and the macro-average over sites (``macro_success``, ``macro.success_rate``); an
 episode that ended in an environment failure (``site_unreachable``, ``env_error``,
 ``policy_error``) counts as a task not solved, and the failures are listed beside the rates
 (``env_failures`` per site and overall, ``env_failed_tasks``), never dropped from the
 denominator; ``totals`` sums the step counts over the run. ``--resume`` skips tasks the agent
-finished (evaluated); environment failures run again.
+finished (evaluated); environment failures run again; a folder whose ``run.json`` has other
+settings is refused. Exit codes: 2 for a setup error (nothing ran), 1 when no task could run
+(every task ended in an environment failure), else 0.
 The PRM's prompt holds the task's own start URL (``search.env.task_start_url``).
 The PRM behind an endpoint gets ``--prm-max-tokens`` 1024 unless given (a full judgment fits).
 Tasks with ``require_reset`` are preceded by a full reset of the sites when ``WA_FULL_RESET`` is
@@ -35,26 +41,25 @@ set (else they run as they are, flagged ``reset_skipped``).
 
 from __future__ import annotations
 
-import argparse
-import contextlib
+import importlib
 import importlib.util
 import json
 import os
 import sys
-import time
 import urllib.error
 import urllib.request
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
+
+from search.runner import Benchmark, SearchConfig, SetupError, base_row, main as run_cli, run_summary, site_key
+
+__all__ = ["WA_VARS", "SITES", "SetupError", "WebArenaLite", "WebArenaSearch", "load_task_configs", "preflight",
+           "score_answer", "site_key", "summarize_run", "webarena_harness", "main"]
 
 WA_VARS = {"shopping": "WA_SHOPPING", "shopping_admin": "WA_SHOPPING_ADMIN", "reddit": "WA_REDDIT",
            "gitlab": "WA_GITLAB", "wikipedia": "WA_WIKIPEDIA", "map": "WA_MAP", "homepage": "WA_HOMEPAGE"}
 SITES = tuple(k for k in WA_VARS if k != "homepage")
 CONFIG_FILE = "test_webarena_lite.raw.json"
-
-
-class SetupError(RuntimeError):
-    """Something the run needs is missing; the message says what (exit code 2)."""
 
 
 def config_path() -> Path:
@@ -83,10 +88,6 @@ def load_task_configs(task_ids=None, sites=None) -> list[dict]:
             raise SetupError(f"unknown site(s) {bad}; known: {list(SITES)}")
         configs = [c for c in configs if set(c["sites"]) <= set(sites)]
     return configs
-
-
-def site_key(config: dict) -> str:
-    return config["sites"][0] if len(config["sites"]) == 1 else "multi"
 
 
 def _reachable(url: str, timeout: float) -> str | None:
@@ -118,46 +119,33 @@ def preflight(configs: list[dict], environ=os.environ, timeout: float = 5.0, che
     return urls
 
 
-def site_success(results: list[dict]) -> tuple[dict, float | None]:
-    """(per site: tasks, evaluated, success, env_failures, success_rate; the macro-average of the
-    sites' rates). A rate counts every task run: an environment failure is a task not solved."""
-    per: dict[str, dict] = {}
-    for r in results:
-        s = per.setdefault(r["site"], {"tasks": 0, "evaluated": 0, "success": 0, "env_failures": 0})
-        s["tasks"] += 1
-        if r["evaluated"]:
-            s["evaluated"] += 1
-            s["success"] += int(bool(r["success"]))
-        else:
-            s["env_failures"] += 1
-    for s in per.values():
-        s["success_rate"] = s["success"] / s["tasks"]
-    rates = [s["success_rate"] for s in per.values()]
-    return per, (sum(rates) / len(rates) if rates else None)
+def webarena_harness(task_class: str, task_id_key: str, urls: dict, **harness_kwargs):
+    """A harness factory (``task config -> BrowserHarness``) for a BrowserGym WebArena task class
+    named by its import path (WebArena-Lite's, or WebArena's own for MAG), confined to the
+    configured sites."""
+    from search.env import BrowserHarness, host_of, prepare_webarena_imports
+
+    prepare_webarena_imports()
+    module, name = task_class.rsplit(".", 1)
+    task_entrypoint = getattr(importlib.import_module(module), name)     # after the stubs
+
+    def make(config):
+        return BrowserHarness(task_entrypoint, {"task_id": config[task_id_key]},
+                              allowed_hosts={host_of(u) for u in urls.values()}, **harness_kwargs)
+    return make
 
 
-def env_failure_list(results: list[dict]) -> list[dict]:
-    """The tasks that ended in an environment failure, with why."""
-    return [{"task_id": r.get("task_id"), "site": r.get("site"), "termination": r["termination"],
-             "error": str(r.get("error") or "")[:300]} for r in results if not r["evaluated"]]
-
-
-def summarize(results: list[dict], baseline: dict | None = None) -> dict:
-    """Success per site and macro-average over every task run; environment failures listed beside
-    the rates (per site and overall), not dropped from them; step counts summed (``totals``)."""
-    from search.loop import sum_counts
-
-    per, macro = site_success(results)
-    out = {"sites": per, "macro_success": macro, "macro": {"success_rate": macro},
-           "tasks": len(results), "env_failures": sum(not r["evaluated"] for r in results),
-           "env_failed_tasks": env_failure_list(results), "terminations": {},
-           "totals": sum_counts([r.get("totals") or {} for r in results])}
-    for r in results:
-        out["terminations"][r["termination"]] = out["terminations"].get(r["termination"], 0) + 1
+def summarize_run(rows: list[dict], baseline: dict | None = None) -> dict:
+    """Success per site and macro-average over every task run (``macro_success`` as well);
+    environment failures listed beside the rates (per site and overall), not dropped from them;
+    step counts summed (``totals``); with a ``baseline`` summary, the differences."""
+    out = run_summary(rows)
+    out = {"sites": out["sites"], "macro_success": out["macro"]["success_rate"], **out}
     if baseline:
+        per, macro = out["sites"], out["macro_success"]
         out["baseline_macro_success"] = baseline.get("macro_success")
-        if out["macro_success"] is not None and baseline.get("macro_success") is not None:
-            out["macro_difference"] = out["macro_success"] - baseline["macro_success"]
+        if macro is not None and baseline.get("macro_success") is not None:
+            out["macro_difference"] = macro - baseline["macro_success"]
         out["site_difference"] = {
             k: v["success_rate"] - baseline["sites"][k]["success_rate"] for k, v in per.items()
             if k in baseline.get("sites", {}) and v["success_rate"] is not None
@@ -165,208 +153,74 @@ def summarize(results: list[dict], baseline: dict | None = None) -> dict:
     return out
 
 
-def run_tasks(out: Path, todo: list[tuple], run_one) -> list[dict]:
-    """``run_one(config, log)`` for each ``(task_id, config)``: ``log(row)`` appends a flushed line
-    to ``out/tasks/<task_id>.jsonl`` (a crash keeps the finished lines); progress on stderr.
-    Returns the result rows."""
-    results = []
-    for i, (task_id, config) in enumerate(todo, 1):
-        t = time.perf_counter()
-        with (out / "tasks" / f"{task_id}.jsonl").open("w") as f:
-            def log(row):
-                f.write(json.dumps(row, default=str) + "\n")
-                f.flush()
-            row = run_one(config, log)
-        results.append(row)
-        print(f"[{i}/{len(todo)}] task {task_id} ({row['site']}): {row['termination']}, reward {row['reward']}, "
-              f"{row['n_steps']} steps, {time.perf_counter() - t:.0f}s", file=sys.stderr)
-    return results
+@dataclass
+class WebArenaSearch(SearchConfig):
+    """A ``python -m search.webarena`` run."""
+
+    out: str = "runs/webarena"
+    max_steps: int = 30
+    max_format_errors: int | None = 3
+    sites: list[str] | None = None
 
 
-def start_run(out: Path, configs: list[dict], key: str, resume: bool) -> tuple[list[dict], list[dict]]:
-    """Create ``out/tasks``, write ``versions.json``; with ``resume``, the finished tasks' result
-    rows are kept. Returns (configs still to run, result rows already there)."""
-    (out / "tasks").mkdir(parents=True, exist_ok=True)
-    (out / "versions.json").write_text(json.dumps(_versions(), indent=2))
-    done = finished_tasks(out) if resume else {}
-    todo = [c for c in configs if c[key] not in done]
-    print(f"{len(configs)} tasks, {len(done)} already done, {len(todo)} to run", file=sys.stderr)
-    return todo, [done[c[key]] for c in configs if c[key] in done]
+class WebArenaLite(Benchmark):
+    """WebArena-Lite's 165 tasks (BrowserGym's ``webarenalite``), BrowserGym actions on the AXTree."""
 
+    name = "search.webarena"
+    Config = WebArenaSearch
+    task_key = "old_task_id"
+    resume_settings = Benchmark.resume_settings + ("max_format_errors",)
+    flag_help = {"task_ids": "WebArena task ids (default: all 165 of WebArena-Lite)"}
 
-def finished_tasks(out: Path) -> dict:
-    """task id -> result line of the tasks the agent finished (resume): their JSONL in
-    ``out/tasks`` ends with an evaluated result. Environment failures run again."""
-    done = {}
-    for f in (out / "tasks").glob("*.jsonl"):
-        lines = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
-        if lines and lines[-1].get("type") == "result" and lines[-1].get("evaluated"):
-            done[lines[-1]["task_id"]] = lines[-1]
-    return done
+    @classmethod
+    def add_args(cls, ap) -> None:
+        ap.add_argument("--sites", nargs="*", help=f"only tasks on these sites: {', '.join(SITES)}")
+        ap.add_argument("--max-format-errors", type=int, default=WebArenaSearch.max_format_errors)
 
-
-def _versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": sys.version.split()[0]}
-    for p in ("surfprm", "browsergym-core", "browsergym-webarenalite", "playwright", "transformers", "torch"):
-        try:
-            out[p] = version(p)
-        except PackageNotFoundError:
-            out[p] = None
-    return out
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from search.tournament import add_prm_format_args
-    from llm import LLMConfig
-
-    ap = argparse.ArgumentParser(prog="python -m search.webarena", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--prm", required=True, help="PRM: a folder, 'embedded', a model name at --prm-base-url, or 'none'")
-    ap.add_argument("--policy", required=True, help="policy: a folder, 'embedded', or a model name at --policy-base-url")
-    ap.add_argument("--n", type=int, default=5, help="candidates per step (paper: 5)")
-    ap.add_argument("--task-ids", nargs="*", type=int, help="WebArena task ids (default: all 165 of WebArena-Lite)")
-    ap.add_argument("--sites", nargs="*", help=f"only tasks on these sites: {', '.join(SITES)}")
-    ap.add_argument("--max-steps", type=int, default=30)
-    ap.add_argument("--max-format-errors", type=int, default=3)
-    ap.add_argument("--both-orders", action="store_true", help="judge every match in both orders")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="runs/webarena", help="output folder")
-    ap.add_argument("--resume", action="store_true", help="skip tasks already finished in --out")
-    ap.add_argument("--baseline", help="a baseline run's folder: the summary adds the differences")
-    ap.add_argument("--demo", action="store_true",
-                    help="run the built-in demo task (a small shop on 127.0.0.1) instead of WebArena-Lite: no sites needed")
-    add_prm_format_args(ap)
-    LLMConfig.add_args(ap, prefix="prm-")
-    LLMConfig.add_args(ap, prefix="policy-")
-    return ap
-
-
-def _model_config(args, prefix: str, name: str, temperature: float | None = None):
-    from llm import LLMConfig
-
-    cfg = LLMConfig.from_args(args, prefix=prefix)
-    if getattr(args, prefix.replace("-", "_") + "model") is None:
-        cfg = replace(cfg, model=None if name == "embedded" else name)
-    if temperature is not None and getattr(args, prefix.replace("-", "_") + "temperature") is None:
-        cfg = replace(cfg, temperature=temperature)
-    return cfg
-
-
-def _load_models(args):
-    """(propose, judge_for); models load here, after the preflight."""
-    from prm.judge import make_judge
-    from search.agent import Policy
-    from search.tournament import prm_format, prm_pair_judge, prm_state
-
-    guided = args.prm.lower() != "none"
-    policy = Policy(_model_config(args, "policy-", args.policy, 1.0 if guided else 0.0))
-    judge_for = None
-    if guided:
-        judge = make_judge(prm_config(args))
-        fmt = prm_format(args)
-
-        def judge_for(obs, history):
-            return prm_pair_judge(judge, prm_state(obs, history), fmt=fmt)
-    return policy.propose, judge_for
-
-
-def prm_config(args):
-    """The PRM's ``LLMConfig``: as ``_model_config``, and behind an endpoint ``max_tokens`` >= 1024
-    unless ``--prm-max-tokens`` (or ``--prm-llm-config``) sets it (``prm.evaluate.judge_config``)."""
-    from prm.evaluate import judge_config
-
-    return judge_config(args, "prm-", _model_config(args, "prm-", args.prm))
-
-
-def webarena_lite_harness(urls: dict):
-    """A harness factory (``config -> BrowserHarness``) for WebArena-Lite tasks, confined to the
-    configured sites."""
-    from search.env import BrowserHarness, host_of, prepare_webarena_imports
-
-    prepare_webarena_imports()
-    from browsergym.webarenalite.task import WebArenaLiteTask   # after the stubs
-
-    def make(config):
-        return BrowserHarness(WebArenaLiteTask, {"task_id": config["old_task_id"]},
-                              allowed_hosts={host_of(u) for u in urls.values()})
-    return make
-
-
-def run_task(config: dict, make_harness, propose, judge_for, args, log) -> dict:
-    """One task: optional reset, one episode in ``make_harness(config)``, the JSONL lines, the result row."""
-    from search.loop import run_episode
-
-    task_id = config["old_task_id"]
-    extra = {}
-    if config.get("require_reset"):
-        if os.environ.get("WA_FULL_RESET"):
-            from browsergym.webarena.instance import WebArenaInstance
-
-            WebArenaInstance().full_reset()
-        else:
-            extra["reset_skipped"] = True
-    with make_harness(config) as harness:
-        result = run_episode(harness, propose, judge_for, n=args.n, max_steps=args.max_steps,
-                             seed=args.seed, max_format_errors=args.max_format_errors,
-                             both_orders=args.both_orders, on_step=lambda s: log({"type": "step", **_step(s)}))
-    row = {"type": "result", "task_id": task_id, "site": site_key(config), "intent": config["intent"],
-           **{k: v for k, v in result.to_dict().items() if k != "steps"}, "n_steps": len(result.steps), **extra}
-    log(row)
-    return row
-
-
-def _step(s) -> dict:
-    from dataclasses import asdict
-
-    return asdict(s)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = build_parser()
-    args = ap.parse_args(argv)
-    out = Path(args.out)
-    try:
-        from search.tournament import prm_format
-
-        prm_format(args)
-    except ValueError as e:
-        ap.error(str(e))
-    try:
-        if args.demo:
+    def tasks(self) -> list[dict]:
+        c = self.config
+        if c.demo:
             from search.demo_site import demo_config
 
-            if args.task_ids or args.sites:
+            if c.task_ids or c.sites:
                 raise SetupError("--demo runs the demo task only; drop --task-ids/--sites")
-            configs, urls = [demo_config()], None
-        else:
-            configs = load_task_configs(args.task_ids, args.sites)
-            urls = preflight(configs)
-    except SetupError as e:
-        print(f"search.webarena: {e}", file=sys.stderr)
-        return 2
-    todo, results = start_run(out, configs, "old_task_id", args.resume)
-    if todo:
-        propose, judge_for = _load_models(args)
-        with contextlib.ExitStack() as stack:
-            if args.demo:
-                from search.demo_site import Shop, demo_harness
+            return [demo_config()]
+        tasks = load_task_configs(c.task_ids, c.sites)
+        self.urls = preflight(tasks)
+        return tasks
 
-                make_harness = demo_harness(stack.enter_context(Shop()))
-            else:
-                make_harness = webarena_lite_harness(urls)
-            results += run_tasks(out, [(c["old_task_id"], c) for c in todo],
-                                 lambda config, log: run_task(config, make_harness, propose, judge_for, args, log))
-    baseline = json.loads((Path(args.baseline) / "summary.json").read_text()) if args.baseline else None
-    summary = summarize(results, baseline)
-    summary["prm"], summary["policy"], summary["n"] = args.prm, args.policy, args.n
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(json.dumps({k: summary[k] for k in ("macro_success", "tasks", "terminations")}), file=sys.stderr)
-    return 0
+    def agent(self):
+        from search.agent import AXTreeAgent
 
+        return AXTreeAgent()
 
-if __name__ == "__main__":
-    sys.exit(main())
+    def policy(self, llm):
+        from search.agent import Policy
+
+        return Policy(llm).propose
+
+    def site_harnesses(self):
+        make = webarena_harness("browsergym.webarenalite.task.WebArenaLiteTask", "old_task_id", self.urls)
+
+        def make_after_reset(config):
+            if config.get("require_reset") and os.environ.get("WA_FULL_RESET"):
+                from browsergym.webarena.instance import WebArenaInstance
+
+                WebArenaInstance().full_reset()
+            return make(config)
+        return make_after_reset
+
+    def row(self, task: dict, episode) -> dict:
+        row = base_row(task, self.task_key, episode)
+        if task.get("require_reset") and not os.environ.get("WA_FULL_RESET"):
+            row["reset_skipped"] = True
+        return row
+
+    def summarize(self, rows: list[dict], baseline: dict | None) -> dict:
+        return summarize_run(rows, baseline)
+
+    def report(self, summary: dict, baseline: dict | None) -> None:
+        print(json.dumps({k: summary[k] for k in ("macro_success", "tasks", "terminations")}), file=sys.stderr)
 
 
 def score_answer(config: dict, answer: str | None, urls: dict, evaluators: str = "webarenalite") -> float:
@@ -407,3 +261,11 @@ def score_answer(config: dict, answer: str | None, urls: dict, evaluators: str =
                                               page=PseudoPage(None, urls[config["sites"][0]]), client=None))
     finally:
         os.unlink(f.name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(WebArenaLite, argv, description=__doc__.split("\n\n")[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -31,8 +31,8 @@ def test_webarena_evaluator_scores_a_mag_answer_offline():
 
 
 def _run_cli(args, env, tmp_path):
-    code = ("import sys, search.mag as mag\n"
-            "mag.load_models = lambda a: sys.exit('models loaded')\n"
+    code = ("import sys, search.mag as mag, search.runner as runner\n"
+            "runner.load_models = lambda bench: sys.exit('models loaded')\n"
             "rc = mag.main(sys.argv[1:])\n"
             "assert not [m for m in sys.modules if m.startswith(('browsergym.', 'playwright', 'torch'))]\n"
             "sys.exit(rc)")
@@ -87,8 +87,8 @@ def test_summary_and_table_in_the_papers_layout():
 
 
 def _resume(out, *extra, prm="my-prm"):
-    code = ("import sys, search.mag as mag\n"
-            "mag.load_models = lambda a: sys.exit('models loaded')\n"
+    code = ("import sys, search.mag as mag, search.runner as runner\n"
+            "runner.load_models = lambda bench: sys.exit('models loaded')\n"
             "mag.preflight = lambda configs: {}\n"
             "sys.exit(mag.main(sys.argv[1:]))")
     return subprocess.run([sys.executable, "-c", code, "--prm", prm, "--policy", "p", "--resume", "--out", str(out),

@@ -13,7 +13,7 @@ from prm.judge import make_judge
 from search.env import BrowserHarness, host_of
 from search.loop import AGENT_ENDINGS
 from search.mag import episode_row, summarize_run, table
-from search.mag_loop import MagPolicy, run_mag_episode
+from search.mag_agent import MagPolicy, run_mag_episode
 from search.som import MAG_ACTION_SUBSETS, VIEWPORT
 from search.tournament import prm_pair_judge
 from llm.embedded import default_model_dir

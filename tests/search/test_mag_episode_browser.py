@@ -12,7 +12,7 @@ import pytest
 from search.demo_site import Shop, make_task
 from shop_scripts import GUIDES, mag_output, right_output_for
 from search.env import BrowserHarness, host_of
-from search.mag_loop import run_mag_episode
+from search.mag_agent import run_mag_episode
 from search.mag_metrics import ofcr, score_task
 from search.som import MAG_ACTION_SUBSETS, VIEWPORT
 

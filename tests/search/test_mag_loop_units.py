@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from search.mag_loop import build_messages, screen_outputs
+from search.mag_agent import build_messages, screen_outputs
 from search.mag_metrics import parse_step
 from search.som import Mark, SomObservation, UnexecutableStep, render_menu, to_code
 
@@ -47,17 +47,17 @@ def test_screen_outputs_drops_merges_and_keeps_reasons():
                out(target=9),                            # not in the menu
                "no json here",
                out("type", 1, "kettle", "Type kettle into the search box.")]
-    cands, codes, checked = screen_outputs(outputs, obs)
+    cands, read = screen_outputs(outputs, obs)
     assert [c.dropped for c in cands][:2] == ["duplicate of 1", None] and cands[1].count == 2
     assert cands[2].dropped.startswith("invalid: id_not_in_menu") and cands[3].dropped.startswith("invalid: no_json")
-    assert sorted(codes.values()) == ["click('a7')", "fill('a5', 'kettle')"]
+    codes = [r.reading.key for c, r in zip(cands, read) if c.dropped is None]     # what the survivors run
+    assert sorted(codes) == ["click('a7')", "fill('a5', 'kettle')"]
     assert cands[1].action == "click('a7')\ntarget: BUTTON Go\nguide: Click Go."
-    assert checked[0][1] == "guide_leak: mark_word" and checked[1][1] is None
+    assert read[0].reason == "guide_leak: mark_word" and read[1].reason is None
 
     coord = obs_with(MARKS)
-    cands, codes, checked = screen_outputs([out("select", [150, 20], "Blue", "Pick Blue.", key="coordinates")],
-                                           coord, "coord")
-    assert cands[0].dropped.startswith("unexecutable: no select element at (150, 20)") and checked[0][1] is None
+    cands, read = screen_outputs([out("select", [150, 20], "Blue", "Pick Blue.", key="coordinates")], coord, "coord")
+    assert cands[0].dropped.startswith("unexecutable: no select element at (150, 20)") and read[0].reason is None
 
 
 def test_mark_geometry():

@@ -11,6 +11,7 @@ import pytest
 from data.judgment import parse_prompt
 from prm.judge import Judgment, judge_pairs
 from search import webarena as wa
+from search.runner import SearchConfig, llm_settings, prm_llm_config
 from search.env import Observation, task_start_url
 from search.loop import STEP_COUNTS, run_episode, sum_counts
 from search.tournament import knockout, prm_pair_judge, prm_state
@@ -130,7 +131,7 @@ def test_success_counts_every_task_and_lists_env_failures():
     t = dict.fromkeys(STEP_COUNTS, 1)
     rows = [_row(1, "shopping", True, True, "answered", t), _row(2, "shopping", False, False, "site_unreachable"),
             _row(3, "shopping", False, False, "env_error", t), _row(4, "reddit", True, False, "step_budget", t)]
-    s = wa.summarize(rows)
+    s = wa.summarize_run(rows)
     assert s["sites"]["shopping"]["success_rate"] == pytest.approx(1 / 3)       # not 1/1
     assert s["sites"]["shopping"]["env_failures"] == 2 and s["sites"]["reddit"]["success_rate"] == 0.0
     assert s["macro"]["success_rate"] == s["macro_success"] == pytest.approx((1 / 3 + 0) / 2)
@@ -148,10 +149,17 @@ def _args(*argv):
     return ap.parse_args(["--prm", *argv])
 
 
+def prm_config(args):
+    return prm_llm_config(SearchConfig(prm=args.prm, policy="p", prm_llm=llm_settings(args, "prm-")))
+
+
 def test_endpoint_prm_gets_a_full_judgments_length(tmp_path):
-    assert wa.prm_config(_args("my-prm", "--prm-base-url", "http://gpu:8000/v1")).max_tokens == 1024
-    assert wa.prm_config(_args("my-prm", "--prm-base-url", "http://gpu:8000/v1", "--prm-max-tokens", "48")).max_tokens == 48
+    assert prm_config(_args("my-prm", "--prm-base-url", "http://gpu:8000/v1")).max_tokens == 1024
+    assert prm_config(_args("my-prm", "--prm-base-url", "http://gpu:8000/v1", "--prm-max-tokens", "48")).max_tokens == 48
     cfg = tmp_path / "llm.yaml"
     cfg.write_text("max_tokens: 300\n")
-    assert wa.prm_config(_args("my-prm", "--prm-base-url", "http://x/v1", "--prm-llm-config", str(cfg))).max_tokens == 300
-    assert wa.prm_config(_args("embedded")).max_tokens == 256         # local judges: unchanged here
+    assert prm_config(_args("my-prm", "--prm-base-url", "http://x/v1", "--prm-llm-config", str(cfg))).max_tokens == 300
+    assert prm_config(_args("embedded")).max_tokens == 256         # local judges: unchanged here
+    # the model is the name given, unless --prm-model names it
+    assert prm_config(_args("my-prm", "--prm-base-url", "http://x/v1")).model == "my-prm"
+    assert prm_config(_args("embedded")).model is None and prm_config(_args("embedded")).is_local

@@ -31,13 +31,14 @@ def _block(text, name):
     return re.search(rf"<<<BEGIN {name}>>>\n(.*?)\n<<<END {name}>>>", text, re.S).group(1)
 
 
-def _keys(tmp_path, *prefixes):
-    return [a for p in prefixes for a in (f"--{p}-api-key-env", "SURFPRM_TEST_KEY_UNSET",
-                                          f"--{p}-cache-dir", str(tmp_path / "llm"))]
+def _llm(tmp_path, base_url):
+    return {"base_url": base_url, "api_key_env": "SURFPRM_TEST_KEY_UNSET", "cache_dir": str(tmp_path / "llm")}
 
 
 def test_search_flows_on_the_demo_shop(prefect_harness, tmp_path):
     from flows.search import search_mag_flow, search_webarena_flow
+    from search.mag import MagSearch
+    from search.webarena import WebArenaSearch
 
     def wa_policy(payload):        # BrowserGym actions: a wrong link, then the right action
         user = payload["messages"][-1]["content"]
@@ -62,12 +63,13 @@ def test_search_flows_on_the_demo_shop(prefect_harness, tmp_path):
     servers = {k: scripted_server(f) for k, f in
                (("wa_policy", wa_policy), ("wa_prm", wa_prm), ("mag_policy", mag_policy), ("mag_prm", mag_prm))}
     try:
-        wa = search_webarena_flow(prm="scripted-prm", policy="scripted", out=str(tmp_path / "wa"), n=2, max_steps=12,
-                                  prm_base_url=servers["wa_prm"].base_url, policy_base_url=servers["wa_policy"].base_url,
-                                  demo=True, extra_args=_keys(tmp_path, "prm", "policy"))
-        mg = search_mag_flow(prm="scripted-prm", policy="scripted", out=str(tmp_path / "mag"), n=3, max_steps=10,
-                             prm_base_url=servers["mag_prm"].base_url, policy_base_url=servers["mag_policy"].base_url,
-                             demo=True, extra_args=_keys(tmp_path, "prm", "policy"))
+        wa = search_webarena_flow(WebArenaSearch(
+            prm="scripted-prm", policy="scripted", out=str(tmp_path / "wa"), n=2, max_steps=12, demo=True,
+            prm_llm=_llm(tmp_path, servers["wa_prm"].base_url), policy_llm=_llm(tmp_path, servers["wa_policy"].base_url)))
+        # as a deployment passes it: the config as JSON-like parameters
+        mg = search_mag_flow({"prm": "scripted-prm", "policy": "scripted", "out": str(tmp_path / "mag"), "n": 3,
+                              "max_steps": 10, "demo": True, "prm_llm": _llm(tmp_path, servers["mag_prm"].base_url),
+                              "policy_llm": _llm(tmp_path, servers["mag_policy"].base_url)})
     finally:
         for s in servers.values():
             s.shutdown()

@@ -11,7 +11,7 @@ from local_pages import Pages
 from prm.judge import Judgment
 from search.env import BrowserHarness, host_of
 from search.loop import run_episode
-from search.mag_loop import run_mag_episode
+from search.mag_agent import run_mag_episode
 from search.som import MAG_ACTION_SUBSETS, VIEWPORT
 from search.tournament import prm_pair_judge, prm_state
 from shop_scripts import mag_output

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from prm.judge import Judgment
-from search.tournament import expected_rounds, knockout, screen
+from search.tournament import expected_rounds, knockout, read_actions, screen
 
 AXTREE = "\n".join([
     "RootWebArea 'Shop', focused",
@@ -76,14 +76,14 @@ def test_duplicates_are_merged_and_counted():
 def test_invalid_candidates_are_dropped_with_a_reason():
     cands = ["click('999')", "clik('12')", "", "I would click the cart", "drag_and_drop('12', '77')",
              "scroll(0, 200)", "fill('10', 'x')"]
-    got = screen(cands, AXTREE)
+    got = screen(cands, read_actions(cands, AXTREE))
     assert got[0].dropped == "bid not in AXTree: 999"
     assert got[1].dropped.startswith("unparseable") and got[2].dropped.startswith("unparseable")
     assert got[3].dropped.startswith("unparseable")
     assert got[4].dropped == "bid not in AXTree: 77"
     assert [c.action for c in got if c.dropped is None] == ["scroll(0, 200)", "fill('10', 'x')"]
     # without an AXTree only parsing is checked
-    assert screen(["click('999')"])[0].dropped is None
+    assert screen(["click('999')"], read_actions(["click('999')"]))[0].dropped is None
 
 
 def test_one_survivor_needs_no_judge_and_none_gives_no_winner():

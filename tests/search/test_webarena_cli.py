@@ -39,8 +39,8 @@ def test_preflight_names_missing_variables_and_unreachable_sites():
 
 def test_cli_exits_2_without_traceback_before_loading_anything(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path)}
-    code = ("import sys, search.webarena as wa\n"
-            "wa._load_models = lambda a: sys.exit('models loaded')\n"
+    code = ("import sys, search.webarena as wa, search.runner as runner\n"
+            "runner.load_models = lambda bench: sys.exit('models loaded')\n"
             "rc = wa.main(sys.argv[1:])\n"
             "assert not [m for m in sys.modules if m.startswith(('browsergym.', 'playwright', 'torch'))]\n"
             "sys.exit(rc)")
@@ -60,25 +60,26 @@ def test_summary_per_site_macro_and_baseline_difference():
             {"site": "shopping", "evaluated": True, "success": False, "termination": "step_budget"},
             {"site": "gitlab", "evaluated": True, "success": True, "termination": "answered"},
             {"site": "gitlab", "evaluated": False, "success": False, "termination": "site_unreachable"}]
-    s = wa.summarize(rows)
+    s = wa.summarize_run(rows)
     # every task counts: gitlab's unreachable site is a task not solved, listed beside the rate
     assert s["sites"]["shopping"]["success_rate"] == 0.5 and s["sites"]["gitlab"]["success_rate"] == 0.5
     assert s["sites"]["gitlab"]["env_failures"] == 1 and s["macro_success"] == 0.5
     assert s["macro"]["success_rate"] == 0.5 and s["env_failures"] == 1
     assert [f["termination"] for f in s["env_failed_tasks"]] == ["site_unreachable"]
     assert s["terminations"] == {"answered": 2, "step_budget": 1, "site_unreachable": 1}
-    base = wa.summarize(rows[1:2] + rows[3:])
-    d = wa.summarize(rows, base)
+    base = wa.summarize_run(rows[1:2] + rows[3:])
+    d = wa.summarize_run(rows, base)
     assert d["macro_difference"] == pytest.approx(0.5 - 0.0) and d["site_difference"] == {"shopping": 0.5,
                                                                                           "gitlab": 0.5}
 
 
 def test_main_writes_jsonl_summary_and_resumes(tmp_path, monkeypatch):
+    import search.runner as runner
     from search.demo_site import Shop
 
     ran = []
 
-    def fake_run_task(config, make_harness, propose, judge_for, args, log):
+    def fake_run_task(bench, config, make_harness, agent, propose, judge_for, log):
         assert make_harness == "lite harness"
         ran.append(config["old_task_id"])
         log({"type": "step", "step": 0, "chosen": "click('1')"})
@@ -88,9 +89,9 @@ def test_main_writes_jsonl_summary_and_resumes(tmp_path, monkeypatch):
         log(row)
         return row
 
-    monkeypatch.setattr(wa, "run_task", fake_run_task)
-    monkeypatch.setattr(wa, "webarena_lite_harness", lambda urls: "lite harness")
-    monkeypatch.setattr(wa, "_load_models", lambda args: (None, None))
+    monkeypatch.setattr(runner, "run_task", fake_run_task)
+    monkeypatch.setattr(wa.WebArenaLite, "site_harnesses", lambda self: "lite harness")
+    monkeypatch.setattr(runner, "load_models", lambda bench: (None, None))
     with Shop() as shop:
         for var in wa.WA_VARS.values():
             monkeypatch.setenv(var, shop.url)
@@ -106,3 +107,5 @@ def test_main_writes_jsonl_summary_and_resumes(tmp_path, monkeypatch):
         ran.clear()
         assert wa.main(args + ["--resume"]) == 0
         assert ran == [71]
+        # a resume with other settings is refused before anything runs
+        assert wa.main(args + ["--resume", "--n", "3"]) == 2 and ran == [71]

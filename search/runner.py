@@ -1,0 +1,463 @@
+"""The one search runner: a benchmark's tasks, one episode each (``search.loop``), one run folder
+with resume, one summary. Every search CLI (``python -m search.webarena``, ``search.mag``, ...) is
+``main(Benchmark, argv)``; flows call ``run_search(Benchmark, config)`` with a typed config.
+
+    from search.runner import run_search
+    from search.webarena import WebArenaLite, WebArenaSearch
+    summary = run_search(WebArenaLite, WebArenaSearch(prm="none", policy="embedded", demo=True, out="runs/x"))
+    summary["macro"]["success_rate"]
+
+A benchmark is one module with a ``Benchmark`` subclass, built once per run with its config:
+
+    name                       the CLI's module ('search.webarena'): messages, --help
+    Config                     its ``SearchConfig`` subclass (its own flags are its own fields)
+    add_args(ap)               (classmethod) its own flags
+    task_key                   the task config's id key ('task_id')
+    resume_settings            config fields a ``--resume`` must share with the earlier run
+    tasks()                    the task configs, checked before any model loads or browser starts
+                               (raise ``SetupError``: missing variables, unreachable sites, ...)
+    agent()                    how its episodes act (``search.agent.AXTreeAgent``, ``search.mag_agent.MagAgent``)
+    policy(llm)                the policy's ``propose`` for an ``llm.LLMConfig``
+    harness_kwargs             ``BrowserHarness`` options (MAG: viewport, action subsets)
+    site_harnesses()           ``task -> BrowserHarness`` on the real sites (``--demo``: the demo shop instead)
+    row(task, episode)         the task's result line (``base_row`` plus its own scores)
+    on_step(task, step, obs)   after each step, beside its JSONL line (MAG: screenshots)
+    summarize(rows, baseline)  ``summary.json`` (``run_summary`` plus its own columns)
+    report(summary, baseline)  extra files and the line printed at the end
+
+Run folder (``--out``): ``tasks/<task_id>.jsonl`` (one ``step`` line per step, flushed, then one
+``result`` line), ``summary.json``, ``versions.json``, ``run.json`` (the settings). ``--resume``
+keeps the tasks the agent finished (their last line is an evaluated result), runs environment
+failures again, and refuses a folder whose ``run.json`` has other ``resume_settings``.
+
+``summary.json`` always holds ``macro.success_rate`` (success per site, ``sites``, macro-averaged),
+``tasks``, ``terminations``, the environment failures (``env_failures``, ``env_failed_tasks``:
+counted as tasks not solved, never dropped from the denominator), ``totals`` (the step counts of
+``search.loop.STEP_COUNTS`` summed), ``prm``, ``policy`` and ``n``.
+
+Exit codes: 0; 2 when the setup is wrong (nothing ran: tasks, flags, ``WA_*`` variables, sites,
+a resume with other settings, a missing baseline); 1 when no task could run (every task ended in
+an environment failure, e.g. ``site_unreachable``), after the summary is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from search.loop import run_episode, sum_counts
+
+
+class SetupError(RuntimeError):
+    """Something the run needs is missing; the message says what (exit code 2)."""
+
+
+@dataclass
+class SearchConfig:
+    """One search run: the flags every search CLI shares (a benchmark's config adds its own)."""
+
+    prm: str                                   # a folder, 'embedded', a model name at the PRM's base_url, or 'none'
+    policy: str                                # a folder, 'embedded', or a model name at the policy's base_url
+    out: str = "runs/search"
+    n: int = 5                                 # candidates per step (paper: 5)
+    task_ids: list[int | str] | None = None
+    max_steps: int = 30
+    max_format_errors: int | None = None       # steps in a row without a valid candidate that end it (None: no limit)
+    seed: int = 0
+    both_orders: bool = False
+    resume: bool = False
+    baseline: str | None = None                # a baseline run's folder
+    demo: bool = False                         # the built-in demo task on a local shop
+    prm_prompt_template: str | None = None
+    prm_llm: dict = field(default_factory=dict)       # ``llm.LLMConfig`` settings given for the PRM
+    policy_llm: dict = field(default_factory=dict)    # ... and for the policy (base_url, max_tokens, ...)
+
+    @property
+    def guided(self) -> bool:
+        return self.prm.lower() != "none"
+
+    def check(self) -> None:
+        """ValueError naming a bad setting."""
+        if self.n < 1 or self.max_steps < 1:
+            raise ValueError("--n and --max-steps must be at least 1")
+        from search.tournament import prm_format
+
+        prm_format(self)            # a bad --prm-prompt-template
+
+
+class Benchmark:
+    """What a benchmark plugs into the runner; see the module docstring."""
+
+    name = "search"
+    Config = SearchConfig
+    task_key = "task_id"
+    resume_settings = ("prm", "policy", "n", "max_steps", "seed", "both_orders", "demo")
+    harness_kwargs: dict = {}
+    flag_help: dict = {}            # help texts of the shared flags, where the benchmark says it better
+
+    def __init__(self, config: SearchConfig):
+        self.config = config
+
+    @classmethod
+    def add_args(cls, ap: argparse.ArgumentParser) -> None:
+        pass
+
+    def tasks(self) -> list[dict]:
+        raise NotImplementedError
+
+    def agent(self):
+        raise NotImplementedError
+
+    def policy(self, llm):
+        raise NotImplementedError
+
+    def site_harnesses(self):
+        raise NotImplementedError
+
+    def row(self, task: dict, episode) -> dict:
+        return base_row(task, self.task_key, episode)
+
+    def on_step(self, task: dict, step, obs) -> None:
+        pass
+
+    def summarize(self, rows: list[dict], baseline: dict | None) -> dict:
+        return run_summary(rows)
+
+    def report(self, summary: dict, baseline: dict | None) -> None:
+        pass
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+def run_search(benchmark: type[Benchmark], config: SearchConfig) -> dict:
+    """Run (or resume) ``config`` on ``benchmark``; write the run folder; return the summary.
+    ``SetupError`` before anything heavy starts when the setup is wrong."""
+    bench = benchmark(config)
+    run = RunFolder(Path(config.out))
+    settings = {k: getattr(config, k) for k in bench.resume_settings}
+    try:
+        config.check()
+        tasks = bench.tasks()
+        baseline = read_summary(config.baseline) if config.baseline else None
+        if config.resume:
+            run.check_settings(settings, {f.name: f.default for f in fields(benchmark.Config)})
+    except (ValueError, OSError) as e:
+        raise SetupError(str(e)) from e
+    todo, rows = run.start(tasks, bench.task_key, config.resume, settings)
+    if todo:
+        propose, judge_for = load_models(bench)
+        agent = bench.agent()
+        with contextlib.ExitStack() as stack:
+            if config.demo:
+                from search.demo_site import Shop, demo_harness
+
+                make_harness = demo_harness(stack.enter_context(Shop()), **bench.harness_kwargs)
+            else:
+                make_harness = bench.site_harnesses()
+            for i, task in enumerate(todo, 1):
+                clock = time.perf_counter()
+                with run.task_log(task[bench.task_key]) as log:
+                    row = run_task(bench, task, make_harness, agent, propose, judge_for, log)
+                rows.append(row)
+                print(f"[{i}/{len(todo)}] task {row['task_id']} ({row['site']}): {row['termination']}, "
+                      f"reward {row['reward']}, {row['n_steps']} steps, {time.perf_counter() - clock:.0f}s",
+                      file=sys.stderr)
+    summary = bench.summarize(rows, baseline)
+    summary.update(prm=config.prm, policy=config.policy, n=config.n)
+    run.write("summary.json", summary)
+    bench.report(summary, baseline)
+    return summary
+
+
+def run_task(bench: Benchmark, task: dict, make_harness, agent, propose, judge_for, log) -> dict:
+    """One task: one episode in ``make_harness(task)``, a JSONL line per step, the result row."""
+    c = bench.config
+
+    def on_step(step, obs):
+        log({"type": "step", **asdict(step)})
+        bench.on_step(task, step, obs)
+
+    with make_harness(task) as harness:
+        episode = run_episode(harness, propose, judge_for, n=c.n, max_steps=c.max_steps, seed=c.seed,
+                              max_format_errors=c.max_format_errors, both_orders=c.both_orders,
+                              on_step=on_step, agent=agent)
+    row = bench.row(task, episode)
+    log(row)
+    return row
+
+
+def nothing_ran(summary: dict) -> str | None:
+    """Why no task could run (every task ended in an environment failure), else None."""
+    if summary.get("tasks") and summary.get("env_failures") == summary["tasks"]:
+        why = ", ".join(f"{k}: {v}" for k, v in sorted(summary.get("terminations", {}).items()))
+        return f"no task could run: every task ended in an environment failure ({why})"
+    return None
+
+
+# -- models -------------------------------------------------------------------------------------
+
+def model_config(name: str, given: dict, temperature: float | None = None):
+    """An ``llm.LLMConfig`` for a model named on the command line (a folder, 'embedded', or a
+    name at ``given['base_url']``) and the settings ``given`` for it; ``temperature`` is the
+    default when none is given."""
+    from llm import LLMConfig
+
+    cfg = replace(LLMConfig(), **given)
+    if "model" not in given:
+        cfg = replace(cfg, model=None if name == "embedded" else name)
+    if temperature is not None and "temperature" not in given:
+        cfg = replace(cfg, temperature=temperature)
+    return cfg.validate()
+
+
+def prm_llm_config(config: SearchConfig):
+    """The PRM's ``LLMConfig``: as ``model_config``, and behind an endpoint ``max_tokens`` >= 1024
+    (``prm.evaluate.ENDPOINT_MAX_TOKENS``: a full judgment fits) unless given."""
+    from prm.evaluate import ENDPOINT_MAX_TOKENS
+
+    cfg = model_config(config.prm, config.prm_llm)
+    if not cfg.is_local and "max_tokens" not in config.prm_llm:
+        cfg = replace(cfg, max_tokens=max(cfg.max_tokens, ENDPOINT_MAX_TOKENS))
+    return cfg
+
+
+def policy_llm_config(config: SearchConfig):
+    """The policy's ``LLMConfig``: N samples at temperature 1.0 when guided, one greedy sample
+    for the baseline, unless a temperature is given."""
+    return model_config(config.policy, config.policy_llm, 1.0 if config.guided else 0.0)
+
+
+def judge_factory(config: SearchConfig):
+    """``judge_for(obs, history) -> pair judge`` over the PRM (``prm.judge``), in the
+    comparative-judgment format or ``--prm-prompt-template``'s; None for ``--prm none``."""
+    if not config.guided:
+        return None
+    from prm.judge import make_judge
+    from search.tournament import prm_format, prm_pair_judge, prm_state
+
+    judge, fmt = make_judge(prm_llm_config(config)), prm_format(config)
+
+    def judge_for(obs, history):
+        return prm_pair_judge(judge, prm_state(obs, history), fmt=fmt)
+    return judge_for
+
+
+def load_models(bench: Benchmark):
+    """(propose, judge_for); models load here, after the setup checks."""
+    return bench.policy(policy_llm_config(bench.config)), judge_factory(bench.config)
+
+
+# -- the run folder -----------------------------------------------------------------------------
+
+class RunFolder:
+    """``--out``: task logs, settings, versions and the summary (see the module docstring)."""
+
+    def __init__(self, out: Path):
+        self.out = Path(out)
+        self.tasks = self.out / "tasks"
+
+    def check_settings(self, settings: dict, defaults: dict) -> None:
+        """SetupError when the earlier run's ``run.json`` has other settings (a key it lacks
+        means the default: it was written before the setting existed)."""
+        path = self.out / "run.json"
+        if not path.exists():
+            return
+        before = json.loads(path.read_text())
+        if changed := sorted(k for k in settings if before.get(k, defaults.get(k)) != settings[k]):
+            raise SetupError(f"--resume in {self.out}: settings differ from the earlier run ({', '.join(changed)}); "
+                             "use another --out")
+
+    def start(self, tasks: list[dict], key: str, resume: bool, settings: dict) -> tuple[list[dict], list[dict]]:
+        """Create the folder, write ``versions.json`` and ``run.json``; with ``resume``, keep the
+        finished tasks' result rows. Returns (tasks still to run, result rows already there)."""
+        self.tasks.mkdir(parents=True, exist_ok=True)
+        self.write("versions.json", versions())
+        self.write("run.json", settings)
+        done = self.finished() if resume else {}
+        todo = [t for t in tasks if t[key] not in done]
+        print(f"{len(tasks)} tasks, {len(done)} already done, {len(todo)} to run", file=sys.stderr)
+        return todo, [done[t[key]] for t in tasks if t[key] in done]
+
+    def finished(self) -> dict:
+        """task id -> result line of the tasks the agent finished: their JSONL ends with an
+        evaluated result. Environment failures run again."""
+        done = {}
+        for f in self.tasks.glob("*.jsonl"):
+            lines = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
+            if lines and lines[-1].get("type") == "result" and lines[-1].get("evaluated"):
+                done[lines[-1]["task_id"]] = lines[-1]
+        return done
+
+    @contextlib.contextmanager
+    def task_log(self, task_id):
+        """``log(row)`` appends a flushed line to ``tasks/<task_id>.jsonl`` (a crash keeps the
+        finished lines)."""
+        with (self.tasks / f"{task_id}.jsonl").open("w") as f:
+            def log(row):
+                f.write(json.dumps(row, default=str) + "\n")
+                f.flush()
+            yield log
+
+    def write(self, name: str, obj) -> None:
+        (self.out / name).write_text(json.dumps(obj, indent=2))
+
+
+def read_summary(folder: str) -> dict:
+    """A finished run's ``summary.json`` (``--baseline``)."""
+    path = Path(folder) / "summary.json"
+    if not path.exists():
+        raise SetupError(f"--baseline {folder}: no summary.json there (run the baseline first)")
+    return json.loads(path.read_text())
+
+
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": sys.version.split()[0]}
+    for p in ("surfprm", "browsergym-core", "browsergym-webarenalite", "playwright", "transformers", "torch"):
+        try:
+            out[p] = version(p)
+        except PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+# -- rows and the summary -----------------------------------------------------------------------
+
+def site_key(task: dict) -> str:
+    """A task's site for the per-site rates: its one site, or 'multi'."""
+    return task["sites"][0] if len(task["sites"]) == 1 else "multi"
+
+
+def base_row(task: dict, key: str, episode) -> dict:
+    """The result line every benchmark writes: the task, the episode (without its steps), steps."""
+    return {"type": "result", "task_id": task[key], "site": site_key(task), "intent": task["intent"],
+            **{k: v for k, v in episode.to_dict().items() if k != "steps"}, "n_steps": len(episode.steps)}
+
+
+def solved(row: dict) -> bool:
+    """An evaluated task with success (``success``, else a positive ``reward``)."""
+    if not row["evaluated"]:
+        return False
+    return bool(row["success"]) if "success" in row else (row.get("reward") or 0) > 0
+
+
+def site_success(rows: list[dict]) -> tuple[dict, float | None]:
+    """(per site: tasks, evaluated, success, env_failures, success_rate; the macro-average of the
+    sites' rates). A rate counts every task run: an environment failure is a task not solved."""
+    per: dict[str, dict] = {}
+    for r in rows:
+        s = per.setdefault(r["site"], {"tasks": 0, "evaluated": 0, "success": 0, "env_failures": 0})
+        s["tasks"] += 1
+        if r["evaluated"]:
+            s["evaluated"] += 1
+            s["success"] += int(solved(r))
+        else:
+            s["env_failures"] += 1
+    for s in per.values():
+        s["success_rate"] = s["success"] / s["tasks"]
+    rates = [s["success_rate"] for s in per.values()]
+    return per, (sum(rates) / len(rates) if rates else None)
+
+
+def env_failure_list(rows: list[dict]) -> list[dict]:
+    """The tasks that ended in an environment failure, with why."""
+    return [{"task_id": r.get("task_id"), "site": r.get("site"), "termination": r["termination"],
+             "error": str(r.get("error") or "")[:300]} for r in rows if not r["evaluated"]]
+
+
+def run_summary(rows: list[dict]) -> dict:
+    """What every search summary holds: success per site and its macro-average over every task
+    run, the environment failures beside them, terminations, step totals."""
+    per, macro = site_success(rows)
+    terminations: dict[str, int] = {}
+    for r in rows:
+        terminations[r["termination"]] = terminations.get(r["termination"], 0) + 1
+    return {"sites": per, "macro": {"success_rate": macro}, "tasks": len(rows),
+            "env_failures": sum(not r["evaluated"] for r in rows), "env_failed_tasks": env_failure_list(rows),
+            "terminations": terminations, "totals": sum_counts([r.get("totals") or {} for r in rows])}
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+def build_parser(benchmark: type[Benchmark], description: str = "") -> argparse.ArgumentParser:
+    """The flags every search CLI shares, then the benchmark's own, then the LLM flags."""
+    from llm import LLMConfig
+    from search.tournament import add_prm_format_args
+
+    d = {f.name: f.default for f in fields(benchmark.Config)}
+    h = {"n": "candidates per step (paper: 5)", "task_ids": "task ids", "baseline":
+         "a baseline run's folder: the summary adds the differences",
+         "demo": "run the built-in demo task (a small shop on 127.0.0.1) instead: no sites needed",
+         **benchmark.flag_help}
+    ap = argparse.ArgumentParser(prog=f"python -m {benchmark.name}", description=description)
+    ap.add_argument("--prm", required=True, help="PRM: a folder, 'embedded', a model name at --prm-base-url, or 'none'")
+    ap.add_argument("--policy", required=True, help="policy: a folder, 'embedded', or a model name at --policy-base-url")
+    ap.add_argument("--n", type=int, default=d["n"], help=h["n"])
+    ap.add_argument("--task-ids", nargs="*", type=int, help=h["task_ids"])
+    ap.add_argument("--max-steps", type=int, default=d["max_steps"])
+    ap.add_argument("--both-orders", action="store_true", help="judge every match in both orders")
+    ap.add_argument("--seed", type=int, default=d["seed"])
+    ap.add_argument("--out", default=d["out"], help="output folder")
+    ap.add_argument("--resume", action="store_true", help="skip tasks already finished in --out")
+    ap.add_argument("--baseline", help=h["baseline"])
+    ap.add_argument("--demo", action="store_true", help=h["demo"])
+    benchmark.add_args(ap)
+    add_prm_format_args(ap)
+    LLMConfig.add_args(ap, prefix="prm-")
+    LLMConfig.add_args(ap, prefix="policy-")
+    return ap
+
+
+def llm_settings(args: argparse.Namespace, prefix: str) -> dict:
+    """The ``LLMConfig`` settings a command line gives for ``prefix`` ('prm-'): those of its
+    ``--<prefix>llm-config`` file, then its ``--<prefix>*`` flags."""
+    import yaml
+    from llm import LLMConfig
+
+    dest = prefix.replace("-", "_")
+    full = LLMConfig.from_args(args, prefix=prefix)         # checks the file and the values
+    named = set()
+    if path := getattr(args, f"{dest}llm_config", None):
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        named |= set(data.get("llm", data))
+    named |= {f.name for f in fields(LLMConfig) if getattr(args, dest + f.name, None) is not None}
+    return {f.name: getattr(full, f.name) for f in fields(LLMConfig) if f.name in named}
+
+
+def config_from_args(benchmark: type[Benchmark], args: argparse.Namespace) -> SearchConfig:
+    """The benchmark's typed config from its parsed flags."""
+    names = {f.name for f in fields(benchmark.Config)} - {"prm_llm", "policy_llm"}
+    return benchmark.Config(**{k: getattr(args, k) for k in names if hasattr(args, k)},
+                            prm_llm=llm_settings(args, "prm-"), policy_llm=llm_settings(args, "policy-"))
+
+
+def parse_config(benchmark: type[Benchmark], argv: list[str] | None = None, description: str = "") -> SearchConfig:
+    """Parse a search command line into the benchmark's config; bad flags exit 2 with usage."""
+    ap = build_parser(benchmark, description)
+    args = ap.parse_args(argv)
+    try:
+        config = config_from_args(benchmark, args)
+        config.check()
+    except (ValueError, OSError) as e:
+        ap.error(str(e))
+    return config
+
+
+def main(benchmark: type[Benchmark], argv: list[str] | None = None, description: str = "") -> int:
+    """A search CLI: 0, 2 on a setup error, 1 when no task could run (module docstring)."""
+    config = parse_config(benchmark, argv, description)
+    try:
+        summary = run_search(benchmark, config)
+    except SetupError as e:
+        print(f"{benchmark.name}: {e}", file=sys.stderr)
+        return 2
+    if why := nothing_ran(summary):
+        print(f"{benchmark.name}: {why}", file=sys.stderr)
+        return 1
+    return 0
