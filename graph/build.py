@@ -28,7 +28,8 @@ import pyarrow.parquet as pq
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet, atomic_write_text
 from graph import passes
 from graph.passes import STAGE, next_urls
-from graph.schema import EDGE_SCHEMA, NODE_SCHEMA, STEP_SCHEMA, pinned_table, reading, require_columns
+from graph.schema import (EDGE_SCHEMA, NODE_SCHEMA, STEP_SCHEMA, check_outputs, pinned_table, reading,
+                          require_columns)
 
 INGEST = "python -m data.ingest"
 PLAN_COLUMNS = ["traj_id", "step_idx", "site", "url", "success", "source_path"]
@@ -223,6 +224,9 @@ def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int
     run.check_inputs(STAGE, run.trajectories)
     rows = load_plan_rows(run)
     per_site, plan_rejects = plan(rows, include_failed)
+    check_outputs(run, files=(str(run.graph_manifest.relative_to(run.root)),),
+                  dirs=(str(run.graphs.relative_to(run.root)),
+                        *(str(run.graph_dir(s).relative_to(run.root)) for s in per_site)))
     # Largest sites first, so the pool does not end waiting on one big site.
     jobs = [(str(run.root), site, sp) for site, sp in sorted(per_site.items(), key=lambda kv: -len(kv[1]["steps"]))]
     workers = min(workers or os.cpu_count() or 1, len(jobs))
@@ -250,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{t['sites']} site graphs: {t['element_nodes']} element nodes, {t['virtual_nodes']} virtual nodes, "
           f"{t['containment_edges']} containment edges, {t['interaction_edges']} interaction edges; "
           f"ambiguity rate {t['ambiguity_rate']:.4%}")
-    print(f"wrote {Path(args.run) / 'graphs' / 'manifest.json'}")
+    print(f"wrote {RunDir(args.run).graph_manifest}")
     return 0 if stats.n_out else 1
 
 

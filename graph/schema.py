@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data.rundir import RunDirError
+from data.rundir import RunDirError, RunDirNotWritable
 
 NODE_SCHEMA = pa.schema([
     pa.field("node_id", pa.string(), nullable=False),
@@ -82,3 +82,17 @@ def require_columns(path: str | Path, columns, producer: str) -> list[str]:
     if missing:
         raise RunDirError(f"cannot read {path}: no column {', '.join(missing)} (rewrite it with `{producer}`)")
     return names
+
+
+def check_outputs(run, files: tuple[str, ...] = (), dirs: tuple[str, ...] = ()) -> None:
+    """Before the work: each output file (relative to the run directory) can be replaced and each
+    output folder is a folder that accepts a new file (``RunDirNotWritable`` otherwise; the run
+    directory itself and the stage's declared outputs are probed by ``RunDir.check_inputs``)."""
+    for rel in files:
+        if (run.root / rel).is_dir():
+            raise RunDirNotWritable(f"cannot write to {run.root / rel}: it is a directory")
+    for rel in dirs:
+        path = run.root / rel
+        if path.exists() and not path.is_dir():
+            raise RunDirNotWritable(f"cannot write to {path}: it is not a directory")
+    run.check_writable(*[rel for rel in dirs if (run.root / rel).is_dir()])

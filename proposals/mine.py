@@ -34,7 +34,7 @@ from data.config import Configurable
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from graph.identity import NodeKind
 from graph.passes import Observation, ObservationRejected, Observations, demonstrated_steps, next_urls, observe
-from graph.schema import pinned_table, reading, require_columns
+from graph.schema import check_outputs, pinned_table, reading, require_columns
 from proposals.affordance import (FILL_ATTEMPTS, FILL_TEMPERATURE, current_values, fill_prompt, page_context,
                                   pick_option, pick_value, valid_fill)
 from proposals.audit import audit_webprm_rejected, write_audit
@@ -405,6 +405,7 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
         raise FileNotFoundError(f"{run.root / 'graphs'} not found: run `python -m graph.build` first "
                                 f"(or mine with --no-graph)")
     run.check_inputs(STAGE, run.trajectories, *(() if config.no_graph else (run.graphs,)))   # same upstream run
+    check_outputs(run, files=("candidates.parquet", "audit/candidates.json"), dirs=("audit",))
     if not config.no_graph:
         check_graphs(run)      # the graph tables open (the trajectories: in load_rows)
     t0 = time.perf_counter()
@@ -483,7 +484,7 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     rng = random.Random(config.seed)
     for i in rng.sample(range(len(cands)), min(config.budget, len(cands))):
         cands[i]["sampled"] = True
-    atomic_write_parquet(run.root / "candidates.parquet", pinned_table(cands, CANDIDATE_SCHEMA))
+    atomic_write_parquet(run.candidates, pinned_table(cands, CANDIDATE_SCHEMA))
 
     stats = StageStats(STAGE, n_in=miner.proposed, n_out=len(cands), rejected=miner.drops)
     stats.extra = {
@@ -531,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_audit(stats))
-    print(f"wrote {Path(args.run) / 'candidates.parquet'}")
+    print(f"wrote {RunDir(args.run).candidates}")
     return 0 if stats.n_out else 1
 
 

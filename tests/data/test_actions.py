@@ -47,3 +47,20 @@ def test_split_agent_output_takes_last_block():
     assert thought.startswith("I think")
     with pytest.raises(ActionParseError):
         split_agent_output("no code here")
+
+
+def test_signatures_match_browsergym():
+    """Every action the grammar accepts has BrowserGym's name, parameters (names and order) and
+    defaults, and every BrowserGym action is accepted (browsergym.core.action.functions)."""
+    import inspect
+
+    functions = pytest.importorskip("browsergym.core.action.functions")
+    from data.actions import _NO_DEFAULT, SIGNATURES
+
+    theirs = {name: fn for name, fn in inspect.getmembers(functions, inspect.isfunction)
+              if fn.__module__ == functions.__name__ and not name.startswith("_")}
+    assert set(SIGNATURES) == set(theirs)
+    for op, params in SIGNATURES.items():
+        expected = [(p.name, _NO_DEFAULT if p.default is inspect.Parameter.empty else p.default)
+                    for p in inspect.signature(theirs[op]).parameters.values()]
+        assert list(params) == expected, op

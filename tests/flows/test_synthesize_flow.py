@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from scripted_teacher import ScriptedTeacher, make_run, start
 
 
+@pytest.mark.slow      # starts a Prefect server (prefect_harness)
 def test_verify_pairs_flow_writes_the_dataset(prefect_harness, tmp_path):
     from flows.synthesize import verify_pairs_flow
 

@@ -142,7 +142,9 @@ def test_grounding_drops_absent_and_virtual_targets(tmp_path):
     assert stats.rejected["ambiguous_target"] == 0
     assert stats.rejected["absent_target"] >= 1
     assert stats.rejected["virtual_target"] >= 1
-    assert all(not c["neg_node"].startswith("v-") for c in _cands(tmp_path))
+    kinds = {n["node_id"]: n["kind"] for n in
+             pq.read_table(tmp_path / "graphs" / "forms.example.com" / "nodes.parquet").to_pylist()}
+    assert {kinds[c["neg_node"]] for c in _cands(tmp_path)} == {"element"}
 
 
 @pytest.mark.parametrize("text,current,positive,expected", [

@@ -77,12 +77,15 @@ def test_same_seed_same_bytes(mined):
     assert digest == digest2
 
 
-def test_gmcp_and_residual_are_consistent(mined):
+def test_gmcp_and_residual_are_consistent(mined, bundled_run):
     stats, _, rows, _, _ = mined
+    kinds = {n["node_id"]: n["kind"] for n in pq.read_table(bundled_run / "graphs" / "servicenow" / "nodes.parquet",
+                                                           columns=["node_id", "kind"]).to_pylist()}
     for c in rows:
         assert c["gmcp"] == (c["pos_kind"] == "element" and c["op_pos"] == c["op_neg"])
         assert c["action_neg"] != c["action_pos"]
-        assert not c["neg_node"].startswith("v-")          # never a virtual negative
+        assert kinds[c["neg_node"]] == "element"              # never a virtual negative
+        assert kinds[c["pos_node"]] == c["pos_kind"]
     for s in (stats.extra["audit"], stats.extra["audit"]["sample"]):
         assert s["gmcp"] + s["virtual_positive"] + s["affordance_mismatch"] + s["other"] == s["pairs"]
         assert s["gmcp"] == sum(g["gmcp"] for g in s["by_rule"].values()) == sum(g["gmcp"] for g in s["by_axis"].values())
