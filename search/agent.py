@@ -18,7 +18,7 @@ actions out of the answers are pure functions; only ``Policy.propose`` calls the
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from data.actions import ActionParseError, parse_action, split_agent_output
 from data.judgment import budget_axtree

@@ -52,13 +52,13 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from search.mag_agent import MAX_STEPS, MagAgent, MagPolicy
 from search.mag_metrics import check_step, load_gold_guides, score_task, summarize  # noqa: F401  (check_step: the MAG contract)
 from search.runner import Benchmark, SearchConfig, SetupError, base_row, main as run_cli, run_summary, site_key
 from search.webarena import preflight, webarena_harness
 
 TABLE_COLUMNS = ("SR", "OFCR", "bleu1", "bleu2", "rouge1", "rougeL", "G", "GGS", "tax")
 TABLE_NAMES = ("SR", "OFCR", "BLEU-1", "BLEU-2", "ROUGE-1", "ROUGE-L", "G", "GGS", "Tax")
-MAX_STEPS = 25
 
 
 def config_path() -> Path:
@@ -179,13 +179,9 @@ class Mag(Benchmark):
         return tasks
 
     def agent(self):
-        from search.mag_agent import MagAgent
-
         return MagAgent(self.config.grounding)
 
     def policy(self, llm):
-        from search.mag_agent import MagPolicy
-
         c = self.config
         screenshot = c.screenshot == "on" or (c.screenshot == "auto" and not llm.is_local)
         return MagPolicy(llm, grounding=c.grounding, screenshot=screenshot).propose

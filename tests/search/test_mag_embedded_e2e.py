@@ -15,10 +15,9 @@ from search.loop import AGENT_ENDINGS
 from search.mag import episode_row, summarize_run, table
 from search.mag_agent import MagPolicy, run_mag_episode
 from search.som import MAG_ACTION_SUBSETS, VIEWPORT
-from search.tournament import prm_pair_judge
+from recorders import recording_judge_for
 from llm.embedded import default_model_dir
 from llm import LLMConfig
-from data.judgment import State
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,
@@ -31,16 +30,7 @@ def test_embedded_policy_and_prm_on_mag(tmp_path):
     policy = MagPolicy(LLMConfig(temperature=1.0, max_tokens=80, cache_dir=str(tmp_path / "llm")))
     judge = make_judge(LLMConfig(max_tokens=32, cache_dir=str(tmp_path / "llm")), batch_size=4)
     judged = []
-
-    def judge_for(obs, history):
-        inner = prm_pair_judge(judge, State(intent=obs.goal, axtree=obs.axtree, url=obs.url, history=list(history)),
-                               budget=1500)
-
-        def call(pairs):
-            verdicts = inner(pairs)
-            judged.extend(zip(pairs, verdicts))
-            return verdicts
-        return call
+    judge_for = recording_judge_for(judge, judged)
 
     def with_two_valid(obs, guides, n, step):
         """The real policy's outputs plus two valid steps, so that the real PRM has a match."""

@@ -11,7 +11,8 @@ import pytest
 
 from search.demo_site import Shop, make_task
 from shop_scripts import GUIDES, mag_output, right_output_for
-from search.env import BrowserHarness, host_of
+import recorders
+from search.env import host_of
 from search.mag_agent import run_mag_episode
 from search.mag_metrics import ofcr, score_task
 from search.som import MAG_ACTION_SUBSETS, VIEWPORT
@@ -44,14 +45,8 @@ def picks_right(calls):
     return judge_for
 
 
-class Recording(BrowserHarness):
-    def __init__(self, *a, **k):
-        super().__init__(*a, viewport=VIEWPORT, action_subsets=MAG_ACTION_SUBSETS, **k)
-        self.executed = []
-
-    def step(self, action):
-        self.executed.append(action)
-        return super().step(action)
+def Recording(*a, **k):
+    return recorders.Recording(*a, viewport=VIEWPORT, action_subsets=MAG_ACTION_SUBSETS, **k)
 
 
 def test_mag_episode_executes_the_judges_picks_and_succeeds():

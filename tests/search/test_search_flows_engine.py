@@ -37,7 +37,6 @@ def _llm(tmp_path, base_url):
 
 def test_search_flows_on_the_demo_shop(prefect_harness, tmp_path):
     from flows.search import search_mag_flow, search_webarena_flow
-    from search.mag import MagSearch
     from search.webarena import WebArenaSearch
 
     def wa_policy(payload):        # BrowserGym actions: a wrong link, then the right action

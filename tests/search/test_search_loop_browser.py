@@ -8,6 +8,7 @@ import pytest
 
 from search.demo_site import Shop, make_task
 from shop_scripts import find, right_action
+from recorders import Recording
 from search.env import BrowserHarness, host_of
 from search.loop import run_episode
 
@@ -33,16 +34,6 @@ def scripted_judge_for(calls):
             return [(2 if a2 == right else 1, f"prefers {right}") for a1, a2 in pairs]
         return judge
     return judge_for
-
-
-class Recording(BrowserHarness):
-    def __init__(self, *a, **k):
-        super().__init__(*a, **k)
-        self.executed = []
-
-    def step(self, action):
-        self.executed.append(action)
-        return super().step(action)
 
 
 def test_loop_executes_the_judges_picks_and_succeeds():

@@ -109,3 +109,28 @@ def test_main_writes_jsonl_summary_and_resumes(tmp_path, monkeypatch):
         assert ran == [71]
         # a resume with other settings is refused before anything runs
         assert wa.main(args + ["--resume", "--n", "3"]) == 2 and ran == [71]
+
+
+@pytest.mark.parametrize("module", ["search.webarena", "search.mag"])
+def test_cli_exits_1_when_no_task_could_run(tmp_path, monkeypatch, capsys, module):
+    """Every task ended in an environment failure: the summary is written, the exit code says so."""
+    import importlib
+
+    import search.runner as runner
+
+    cli = importlib.import_module(module)
+    monkeypatch.setattr(runner, "load_models", lambda bench: (None, None))
+    monkeypatch.setattr(runner, "run_task", lambda bench, task, *a: {
+        "type": "result", "task_id": task["task_id"], "site": "demo", "termination": "site_unreachable",
+        "evaluated": False, "reward": None, "n_steps": 0, "error": "net::ERR_CONNECTION_REFUSED"})
+    out = tmp_path / "o"
+    assert cli.main(["--demo", "--prm", "none", "--policy", "embedded", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{module}: no task could run: every task ended in an environment failure (site_unreachable: 1)" in err
+    s = json.loads((out / "summary.json").read_text())
+    assert s["tasks"] == s["env_failures"] == 1 and s["macro"]["success_rate"] == 0.0
+    # once a task has run, the run succeeds again (the resumed task counts)
+    monkeypatch.setattr(runner, "run_task", lambda bench, task, *a: {
+        "type": "result", "task_id": task["task_id"], "site": "demo", "termination": "step_budget",
+        "evaluated": True, "success": False, "reward": 0.0, "n_steps": 1})
+    assert cli.main(["--demo", "--prm", "none", "--policy", "embedded", "--out", str(out), "--resume"]) == 0
