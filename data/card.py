@@ -3,8 +3,8 @@
     python -m data.card --run RUN [--license apache-2.0]
 
 A YAML header (license, language, task categories, tags, size category, one ``configs`` entry
-per file that exists with its ``data_files``, and ``dataset_info`` features derived from each
-file's pinned Parquet schema), then what the data is, how it was made (counts per stage from
+per config with its non-empty ``data_files`` splits, and ``dataset_info`` with features derived
+from each file's pinned Parquet schema and each split's size), then what the data is, how it was made (counts per stage from
 ``stats.json``), how to load and train on it, and its limits. Written from the files alone:
 the same run gives the same card.
 """
@@ -46,24 +46,41 @@ def _features(path: Path) -> list | None:
         return None
 
 
+def _rows(path: Path) -> int:
+    return pq.read_metadata(path).num_rows
+
+
+def _num_bytes(path: Path) -> int:
+    """The split's uncompressed size (what ``datasets`` records as ``num_bytes``)."""
+    meta = pq.read_metadata(path)
+    return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+
+
 def header(run_dir: str | Path, license: str = "apache-2.0") -> dict:
-    """The card's YAML header as a dict."""
+    """The card's YAML header as a dict. Only non-empty splits are listed (the pinned ``datasets``
+    cannot load an empty Parquet split), a config without one is left out, and every split in
+    ``dataset_info`` carries ``name``, ``num_bytes`` and ``num_examples`` (without all three
+    ``datasets`` ignores the splits with a warning)."""
     root = Path(run_dir)
     configs, infos = [], []
     for name, files in CONFIGS:
-        present = {split: rel for split, rel in files.items() if (root / rel).exists()}
+        present = {split: rel for split, rel in files.items() if (root / rel).exists() and _rows(root / rel) > 0}
         if not present:
             continue
         configs.append({"config_name": name,
-                        "data_files": [{"split": s, "path": p} for s, p in present.items()],
-                        **({"default": True} if name == "preferences" else {})})
-        splits = [{"name": s, "num_examples": pq.read_metadata(root / p).num_rows} for s, p in present.items()]
-        info = {"config_name": name, "splits": splits}
+                        "data_files": [{"split": s, "path": p} for s, p in present.items()]})
+        splits = [{"name": s, "num_bytes": _num_bytes(root / p), "num_examples": _rows(root / p)}
+                  for s, p in present.items()]
+        info = {"config_name": name, "splits": splits,
+                "dataset_size": sum(s["num_bytes"] for s in splits)}
         feats = _features(root / next(iter(present.values())))
         if feats is not None:
-            info = {"config_name": name, "features": feats, "splits": splits}
+            info = {"config_name": name, "features": feats, **info}
         infos.append(info)
-    n = pq.read_metadata(root / "preferences.parquet").num_rows if (root / "preferences.parquet").exists() else 0
+    if configs:     # the default: preferences when it has rows, else the first listed config
+        default = next((c for c in configs if c["config_name"] == "preferences"), configs[0])
+        default["default"] = True
+    n = _rows(root / "preferences.parquet") if (root / "preferences.parquet").exists() else 0
     return {"license": license, "language": ["en"], "pretty_name": f"surfPRM process preferences ({root.name})",
             "task_categories": ["text-generation", "text-classification"],
             "tags": ["process-reward-model", "web-agents", "preference", "browsergym", "surfprm"],
@@ -104,9 +121,11 @@ of the better one (`label`), and a teacher model's judgment that agrees with it.
 
 Teacher: `{v.get('teacher_model', 'n/a')}`, Action-Only pairwise prompt (no candidate thoughts),
 order by a fair coin per pair, temperature {v.get('config', {}).get('temperature', 'n/a')}, a fixed seed
-per attempt, up to K={v.get('config', {}).get('k', 'n/a')} sequential attempts; a pair is kept at the
-first attempt whose verdict agrees with the demonstration and whose text analyses both responses
-and ends in the right answer tag, and discarded when no attempt does. GMCP ratio of the verified
+per attempt, up to K={v.get('config', {}).get('k', 'n/a')} sequential attempts; verdict mode
+`{v.get('config', {}).get('verdict_mode', 'generate')}`. With `generate` a pair is kept at the first
+attempt whose written judgment ends in the answer tag that agrees with the demonstration, and
+discarded when no attempt does; with `score` (a local teacher) the verdict is the likelier of the
+two answer tags, one attempt, and the kept judgment is the bare answer tag (a label-only row). GMCP ratio of the verified
 sample: {gmcp} (paper: 74.60% for surfPRM-data, 24.19% for WebArbiter's data). The report in
 [`report/`](report/README.md) has the distributions, outcomes and costs.
 
@@ -121,12 +140,14 @@ sample: {gmcp} (paper: 74.60% for surfPRM-data, 24.19% for WebArbiter's data). T
   prompt, source_name`), `expected` the position (1 or 2) of the better response.
 - `discarded`: the pairs no attempt agreed on, with every verdict and answer.
 
+Only configs and splits with rows are listed (an empty split cannot be loaded).
+
 ## Use
 
 ```python
 from datasets import load_dataset
-ds = load_dataset("parquet", data_files={{"train": "export/trl/train.parquet",
-                                          "test": "export/trl/test.parquet"}})
+ds = load_dataset("path/to/{root.name}", "trl")      # any config listed in the header
+# or: load_dataset("parquet", data_files={{"train": "export/trl/train.parquet", "test": "export/trl/test.parquet"}})
 # TRL: SFTTrainer(model=..., train_dataset=ds["train"], args=SFTConfig(...))
 ```
 
