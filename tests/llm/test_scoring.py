@@ -1,0 +1,83 @@
+"""Verdicts by scoring (``llm.scoring``) on a tiny random model: the two answer tags' likelihoods
+match a plain full-sequence computation, the verdict always parses, and ``LocalJudge``'s modes."""
+
+from __future__ import annotations
+
+import pytest
+
+from tiny_lm import tiny_lm
+from data.judgment import ANSWER_TAG, parse_verdict
+
+TEXTS = ["which response is better click scroll fill the page",
+         "<Answer>Response 1</Answer> <Answer>Response 2</Answer> Response 1 Response 2",
+         "system user assistant think Criteria Analysis because"]
+MSGS = [{"role": "system", "content": "which response is better"},
+        {"role": "user", "content": "Response 1 click the page Response 2 scroll the page"}]
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_lm(TEXTS, seed=3)
+
+
+def _full_logprob(model, tok, prefix: str, tag: str) -> float:
+    """log p(tag | prefix) by one plain forward pass over prefix + tag."""
+    import torch
+
+    ids = tok(prefix + tag, add_special_tokens=False)["input_ids"]
+    n_shared = len(tok(prefix + "<Answer>Response", add_special_tokens=False)["input_ids"])
+    with torch.inference_mode():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].float(), -1)
+    return sum(float(logp[i - 1, ids[i]]) for i in range(n_shared, len(ids)))
+
+
+@pytest.mark.parametrize("rationale", ["", "think the page because click"])
+def test_scores_match_a_full_forward_pass(lm, rationale):
+    from llm.scoring import prompt_text, score_answers
+
+    model, tok = lm
+    s = score_answers(model, tok, MSGS, rationale)
+    prefix = prompt_text(tok, MSGS, rationale)
+    assert s.logprob_1 == pytest.approx(_full_logprob(model, tok, prefix, ANSWER_TAG.format(1)), abs=1e-4)
+    assert s.logprob_2 == pytest.approx(_full_logprob(model, tok, prefix, ANSWER_TAG.format(2)), abs=1e-4)
+    assert s.verdict == (1 if s.logprob_1 >= s.logprob_2 else 2)
+    assert parse_verdict(s.text) == s.verdict and s.margin == s.logprob_1 - s.logprob_2
+    assert s.prompt_tokens > 0
+
+
+def test_verdict_follows_the_likelier_tag():
+    from llm.scoring import TagScore
+
+    assert TagScore(-1.0, -2.0).verdict == 1 and TagScore(-3.0, -2.0).verdict == 2
+    assert TagScore(-1.0, -1.0).tie and TagScore(-1.0, -1.0).verdict == 1
+
+
+def test_a_tokenizer_that_cannot_tell_the_tags_apart_is_refused():
+    from llm.scoring import score_answers
+
+    model, tok = tiny_lm(["which response is better"])      # '1' and '2' are both <unk>
+    with pytest.raises(ValueError, match="tell the two answer tags apart"):
+        score_answers(model, tok, MSGS)
+
+
+def test_rationale_is_cut_before_the_answer():
+    from llm.scoring import rationale_of
+
+    assert rationale_of("<think>a</think> <Answer>Response 2</Answer>") == "<think>a</think> "
+    assert rationale_of("no tag") == "no tag"
+
+
+def test_local_judge_modes(lm):
+    from prm.judge import LocalJudge
+
+    model, tok = lm
+    prompts = [MSGS, [MSGS[0], {"role": "user", "content": "Response 1 fill Response 2 click"}]]
+    gen = LocalJudge(model, tok, max_tokens=3).judge_prompts(prompts)
+    assert all(j.mode == "generate" and j.margin is None for j in gen)
+    scored = LocalJudge(model, tok, mode="score").judge_prompts(prompts)
+    assert all(j.mode == "score" and j.verdict in (1, 2) and parse_verdict(j.text) == j.verdict for j in scored)
+    assert all(j.outcome == "verdict" and not j.truncated for j in scored)
+    rat = LocalJudge(model, tok, max_tokens=4, mode="rationale").judge_prompts(prompts)
+    assert all(j.mode == "rationale" and parse_verdict(j.text) == j.verdict for j in rat)
+    with pytest.raises(ValueError):
+        LocalJudge(model, tok, mode="vote")
