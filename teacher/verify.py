@@ -318,6 +318,9 @@ def format_summary(stats: StageStats) -> str:
         lines.append(f"teacher {e['teacher_model']}: {e['calls_decided']} calls ({e['calls_decided'] / decided:.2f} "
                      f"per pair), {llm['cached']} from cache, kept at attempt {e['kept_at_attempt']}, "
                      f"verdicts {e['verdict_outcomes']}, ${llm['cost_usd']:.4f}")
+    elif e.get("verdict_modes"):      # scoring only: no chat completions were requested
+        lines.append(f"teacher {e['teacher_model']}: verdicts by {e['config']['verdict_mode']} "
+                     f"{e['verdict_modes']}, outcomes {e['verdict_outcomes']}")
     return "\n".join(lines)
 
 
