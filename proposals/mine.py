@@ -162,11 +162,14 @@ class Miner:
         self.rejects.append(Reject(STAGE, reason, row.get("source_path") or row["traj_id"], detail, key))
 
     # -- one trajectory -------------------------------------------------------------------
-    def step_mapping(self, rows: list[dict], observed: dict[int, Observation]) -> dict[int, tuple[str, NodeKind]]:
+    def step_mapping(self, rows: list[dict], observation) -> dict[int, tuple[str, NodeKind]]:
         """step_idx -> (node, kind) of the trajectory's demonstrated steps: the mapping the graph
         build wrote (``graphs/<site>/steps.parquet``), or, without a graph (the No-Graph
-        ablation), the same mapping computed by the build's own pass."""
+        ablation), the same mapping computed by the build's own pass over the demonstrated
+        steps and their landing observations (``observation(step_idx)``, resolved on demand)."""
         out: dict[int, tuple[str, NodeKind]] = {}
+        demonstrated = {r["step_idx"] for r in rows if r["action"] and not r["action_error"]}
+        wanted = demonstrated | {i + 1 for i in demonstrated}
         for site in dict.fromkeys(r["site"] for r in rows):
             site_rows = [r for r in rows if r["site"] == site]
             graph = self.graph(site)
@@ -176,7 +179,8 @@ class Miner:
                     if got is not None:
                         out[r["step_idx"]] = got
                 continue
-            obs = Observations(site, [observed[r["step_idx"]] for r in site_rows if r["step_idx"] in observed])
+            seen = [observation(r["step_idx"]) for r in site_rows if r["step_idx"] in wanted]
+            obs = Observations(site, [o for o in seen if isinstance(o, Observation)])
             for s in demonstrated_steps(site, obs).steps:
                 if s.node_id is not None:
                     out[s.step_idx] = (s.node_id, s.kind)
@@ -204,23 +208,31 @@ class Miner:
                                         {"traj_id": row["traj_id"], "step_idx": row["step_idx"]}))
 
     def trajectory(self, rows: list[dict]) -> list[_Pending]:
-        # Pass 1 of the graph build: the observations it rejects (unparseable, a repeated bid)
-        # are not mined either.
-        observed: dict[int, Observation] = {}
-        refused: dict[int, ObservationRejected] = {}
-        for row, next_url in zip(rows, next_urls(rows)):
-            try:
-                observed[row["step_idx"]] = observe(row, row["site"], next_url)
-            except ObservationRejected as e:
-                refused[row["step_idx"]] = e
-        mapping = self.step_mapping(rows, observed)
+        # Pass 1 of the graph build, on demand (failed actions' observations are never read):
+        # the observations it rejects (unparseable, a repeated bid) are not mined either.
+        by_step = {r["step_idx"]: r for r in rows}
+        next_url = dict(zip(by_step, next_urls(rows)))
+        memo: dict[int, Observation | ObservationRejected] = {}
+
+        def observation(step_idx: int) -> Observation | ObservationRejected:
+            if step_idx not in memo:
+                row = by_step[step_idx]
+                try:
+                    memo[step_idx] = observe(row, row["site"], next_url[step_idx])
+                except ObservationRejected as e:
+                    memo[step_idx] = e
+            return memo[step_idx]
+
+        mapping = self.step_mapping(rows, observation)
 
         # The demonstrated steps as TrajSteps (failed actions are no demonstration).
         steps: list[TrajStep] = []
         where: dict[int, int] = {}
         for row in rows:
-            o = observed.get(row["step_idx"])
-            if o is None or not isinstance(o.action, Action) or row["action_error"]:
+            if not row["action"] or row["action_error"]:
+                continue
+            o = observation(row["step_idx"])
+            if not isinstance(o, Observation) or not isinstance(o.action, Action):
                 continue
             node, kind = mapping.get(row["step_idx"], (None, None))
             where[row["step_idx"]] = len(steps)
@@ -233,16 +245,15 @@ class Miner:
             if not row["action"]:
                 continue
             self.steps_in += 1
-            o = observed.get(row["step_idx"])
             if row["action_error"]:
                 self.skip_step("action_failed", row, row["action_error"][:300])
                 continue
-            if o is not None and not isinstance(o.action, Action):
-                self.skip_step("unparseable_action", row, str(o.action))
+            o = observation(row["step_idx"])
+            if isinstance(o, ObservationRejected):
+                self.skip_step(o.reason, row, f"observation rejected as by graph.build: {o.detail}")
                 continue
-            if o is None:
-                e = refused[row["step_idx"]]
-                self.skip_step(e.reason, row, f"observation rejected as by graph.build: {e.detail}")
+            if not isinstance(o.action, Action):
+                self.skip_step("unparseable_action", row, str(o.action))
                 continue
             ts = steps[where[row["step_idx"]]]
             if ts.kind is None:

@@ -80,13 +80,14 @@ def test_mapping_read_from_the_build_equals_the_no_graph_one(tmp_path):
     for traj, trows in by_traj.items():
         if not trows[0]["success"]:
             continue
-        observed = {}
-        for row, nxt in zip(trows, next_urls(trows)):
+        by_step, nxt = {r["step_idx"]: r for r in trows}, dict(zip((r["step_idx"] for r in trows), next_urls(trows)))
+
+        def observation(i):
             try:
-                observed[row["step_idx"]] = observe(row, row["site"], nxt)
-            except ObservationRejected:
-                pass
-        a, b = with_graph.step_mapping(trows, observed), without.step_mapping(trows, observed)
+                return observe(by_step[i], by_step[i]["site"], nxt[i])
+            except ObservationRejected as e:
+                return e
+        a, b = with_graph.step_mapping(trows, observation), without.step_mapping(trows, observation)
         assert a == b, traj
         assert {(traj, i): n for i, (n, _) in a.items()} == {k: v for k, v in written.items() if k[0] == traj}
         virtual += sum(kind is NodeKind.VIRTUAL for _, kind in a.values())
