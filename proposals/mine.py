@@ -3,7 +3,8 @@
     python -m proposals.mine --run RUN [--budget 10000 --seed 42 --axes spatial,temporal,spatiotemporal --no-graph
                                         --prefer-same-op]
 
-Reads ``RUN/trajectories.parquet`` and the graphs of ``graph.build``; writes the full pool to
+Reads ``RUN/trajectories.parquet`` and the graphs of ``graph.build`` (with the step-to-node
+mapping it wrote; observations it rejected are not mined: ``steps`` in stats.json); writes the full pool to
 ``RUN/candidates.parquet`` with ``sampled`` marking the seeded sample of ``--budget`` rows the
 teacher will verify, then audits that file with ``proposals.audit`` (re-derived from the files:
 ``RUN/audit/candidates.json``, copied into the ``proposals.mine`` entry of ``stats.json`` with
