@@ -8,50 +8,130 @@ Defaults to the embedded SmolLM2-135M-Instruct. Endpoints: ``POST /v1/chat/compl
 ``--base-url http://127.0.0.1:8011/v1 --model SmolLM2-135M-Instruct``, so every code path,
 the demo included, can run through the real HTTP client.
 
-A request that is not a valid chat completion (malformed JSON, a field of the wrong type or
-out of range, a bad ``Content-Length``) is answered 400 with an OpenAI error body, so clients
-do not retry it; only a fault while answering a valid request is a 500.
+Every error is an OpenAI error body (``{"error": {"message", "type", "code"}}``), never an
+HTML page. A request that cannot be served is a 4xx, which clients do not retry: 400 for
+malformed JSON (too deeply nested included), a field of the wrong type, out of range or not
+finite (NaN, Infinity), ``max_tokens`` above ``--max-tokens-cap``, a prompt that does not fit
+the model's context with its ``max_tokens`` (vLLM's check and message), or bytes that are not
+HTTP (a TLS handshake); 413 for a body over ``--max-body-bytes`` (refused from its
+``Content-Length``, before a byte of it is read); 411 for a chunked body; 405 for a wrong
+method; 404 for an unknown path. Only faults are 5xx: 429 (with ``Retry-After``) when
+``--max-queue`` requests already wait, 503 when a generation runs past ``--time-limit-s``,
+500 for a fault while answering a valid request.
 
-A threaded stdlib HTTP server is enough: one model answers one request at a time (generation
-holds a lock), and a handful of connections wait their turn. For throughput use vLLM or SGLang.
+The model runs one decoding step at a time for up to ``--max-active`` generations, which take
+turns step by step (so a short request is not stuck behind a long one); further requests wait
+in arrival order. ``/health`` and ``/v1/models`` answer at once whatever runs. A generation
+stops within a step when its client disconnects. For throughput use vLLM or SGLang.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import logging
+import select
+import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from llm.local import check_request
+from llm.local import Cancelled, check_request
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 32 * 1024 * 1024     # a chat request far beyond any context window is refused
+MAX_BODY_BYTES = 4 * 1024 * 1024     # a chat request for an 8K-token context is well under 1 MB
+DEFAULT_MAX_TOKENS_CAP = 1024        # SmolLM2-135M on 2 busy cores: see --help
+DEFAULT_TIME_LIMIT_S = 300.0
+DEFAULT_MAX_ACTIVE = 4
+DEFAULT_MAX_QUEUE = 32
+RETRY_AFTER_S = 5
+IDLE_TIMEOUT_S = 60                  # a connection that sends nothing for this long is closed
+DRAIN_BYTES, DRAIN_S = 64 * 1024 * 1024, 5.0   # unread input discarded before closing
+
+
+class RequestError(ValueError):
+    """A request refused with ``status`` (a 4xx) before it reaches the model."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON (numbers must be finite)")
+
+
+def client_gone(sock: socket.socket) -> bool:
+    """Whether the peer closed or reset ``sock`` (one non-blocking poll, no read)."""
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+        events = poller.poll(0)
+        if not events:
+            return False
+        if events[0][1] & (select.POLLHUP | select.POLLERR):
+            return True
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""   # readable and empty: EOF
+    except BlockingIOError:
+        return False
+    except (OSError, ValueError):
+        return True
 
 
 class ChatServer(ThreadingHTTPServer):
     """An OpenAI-protocol server around ``complete(request_body) -> response_body``.
 
-    Requests are validated (``llm.local.check_request``) before ``complete`` sees them;
-    ``complete`` raises ``ValueError`` for a request it still cannot answer (HTTP 400)."""
+    Requests are validated (``llm.local.check_request``, ``max_tokens`` at most
+    ``max_tokens_cap``, then ``check(request)`` if given, e.g. the model's context) before
+    ``complete`` sees them; ``complete`` raises ``ValueError`` for a request it still cannot
+    answer (HTTP 400). A ``complete`` that takes a ``stop`` keyword gets a callable returning
+    ``"disconnected"`` once the client is gone or ``"time_limit"`` after ``time_limit_s``, and
+    may raise ``llm.local.Cancelled`` with it. ``max_inflight`` bounds the requests being
+    checked or completed at once (429 beyond). The defaults set no limit but the body size, so
+    a scripted ``complete`` answers any number of requests at once."""
 
     daemon_threads = True
     request_queue_size = 128        # the stdlib default (5) refuses bursts of new connections
 
-    def __init__(self, address: tuple[str, int], complete: Callable[[dict], dict], model_id: str,
-                 handler: type[BaseHTTPRequestHandler] | None = None):
+    def __init__(self, address: tuple[str, int], complete: Callable[..., dict], model_id: str,
+                 handler: type[BaseHTTPRequestHandler] | None = None, *, check: Callable[[dict], None] | None = None,
+                 max_tokens_cap: int | None = None, max_inflight: int | None = None,
+                 time_limit_s: float | None = None, max_body_bytes: int = MAX_BODY_BYTES):
         super().__init__(address, handler or OpenAIHandler)
         self.complete = complete
         self.model_id = model_id
+        self.check = check
+        self.max_tokens_cap = max_tokens_cap
+        self.max_inflight = max_inflight
+        self.time_limit_s = time_limit_s
+        self.max_body_bytes = max_body_bytes
+        try:
+            self.complete_takes_stop = "stop" in inspect.signature(complete).parameters
+        except (TypeError, ValueError):
+            self.complete_takes_stop = False
+        self.inflight = 0
+        self.cancelled = {"disconnected": 0, "time_limit": 0}
+        self._inflight_lock = threading.Lock()
 
     @property
     def base_url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://{host}:{port}/v1"
+
+    def admit(self) -> bool:
+        with self._inflight_lock:
+            if self.max_inflight is not None and self.inflight >= self.max_inflight:
+                return False
+            self.inflight += 1
+            return True
+
+    def release(self) -> None:
+        with self._inflight_lock:
+            self.inflight -= 1
 
 
 class OpenAIHandler(BaseHTTPRequestHandler):
@@ -61,10 +141,14 @@ class OpenAIHandler(BaseHTTPRequestHandler):
     # Headers and body leave in separate writes; with Nagle on, the client's delayed ACK adds
     # ~40 ms to every response (16 req/s lost at 80 req/s in bench/llm_client.py).
     disable_nagle_algorithm = True
+    timeout = IDLE_TIMEOUT_S          # a silent or half-sent request does not hold a thread forever
     server: ChatServer
+    _linger = 0                       # bytes of unread input to discard before closing
 
     def log_message(self, fmt, *args) -> None:   # access lines go to logging, not stderr
         log.debug("%s %s", self.address_string(), fmt % args)
+
+    # -- responses ------------------------------------------------------------------------
 
     def send_json(self, status: int, obj, headers: dict | None = None) -> None:
         data = json.dumps(obj).encode("utf-8")
@@ -76,61 +160,221 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def send_error_json(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
-        self.send_json(status, {"error": {"message": message, "type": kind, "code": status}})
+    def send_error_json(self, status: int, message: str, kind: str = "invalid_request_error",
+                        headers: dict | None = None) -> None:
+        self.send_json(status, {"error": {"message": message, "type": kind, "code": status}}, headers)
 
-    def read_json(self) -> dict:
-        """The request body as a JSON object (``ValueError`` for anything else)."""
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib's protocol errors (bad request line, header too long, ...) as JSON, and
+        the connection closed (its input may be unread: drained first, see ``finish``)."""
+        self.close_connection = True
+        self._linger = max(self._linger, 1)
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"     # answer with a status line and headers
+        message = (message or self.responses.get(code, ("error",))[0])[:300]
+        self.log_error("code %d, message %s", code, message)
+        kind = "server_error" if code >= 500 else "not_found_error" if code == 404 else "invalid_request_error"
+        self.send_error_json(code, message, kind, {"Connection": "close"})
+
+    def _refuse_and_close(self, status: int, message: str, kind: str = "invalid_request_error",
+                          linger: int = 1) -> None:
+        """Answer an error and close the connection, its unread input drained (``finish``)."""
+        self.close_connection = True
+        self._linger = max(self._linger, linger)
+        self.send_error_json(status, message, kind, {"Connection": "close"})
+
+    # -- connection handling ----------------------------------------------------------------
+
+    def handle_one_request(self) -> None:
+        # A request line starts with a method name (or a stray CRLF): anything else, e.g. a TLS
+        # ClientHello, is refused at once rather than waited on for a line end that never comes.
+        try:
+            first = self.rfile.peek(1)[:1]
+        except (TimeoutError, OSError):
+            self.close_connection = True
+            return
+        if first and not (first.isalpha() or first in b"\r\n"):
+            self.requestline, self.request_version, self.command = "", "HTTP/1.1", ""
+            hint = " (a TLS handshake? this server speaks plain HTTP)" if first in b"\x16\x80" else ""
+            self.send_error(400, f"not an HTTP request{hint}")
+            return
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        if self.request_version == "HTTP/0.9":
+            self.send_error(400, "HTTP/0.9 requests are not supported")
+            return False
+        return True
+
+    def handle_expect_100(self) -> bool:
+        # Refuse an unacceptable body before the client sends it.
+        problem = self._body_problem()
+        if problem:
+            self._refuse_and_close(*problem, linger=0)      # the client sends nothing more
+            return False
+        return super().handle_expect_100()
+
+    def finish(self) -> None:
+        try:
+            if not self.wfile.closed:
+                self.wfile.flush()
+        except OSError:
+            pass
+        if self._linger:
+            self._drain()
+        super().finish()
+
+    def _drain(self) -> None:
+        """Discard (a bounded amount of) unread input before closing: closing a socket with
+        unread data sends a reset, which can destroy the error response before the client reads
+        it -- and a client retries a connection error. Memory stays at one 64 KB buffer."""
+        sock, deadline, left = self.connection, time.monotonic() + DRAIN_S, DRAIN_BYTES
+        try:
+            sock.shutdown(socket.SHUT_WR)
+            while left > 0 and (remaining := deadline - time.monotonic()) > 0:
+                sock.settimeout(min(1.0, remaining))
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:
+            pass
+
+    # -- bodies ----------------------------------------------------------------------------
+
+    def _body_problem(self) -> tuple[int, str] | None:
+        """(status, message) when the request's body must be refused from its headers."""
+        if self.headers.get("Transfer-Encoding"):
+            return 411, "chunked request bodies are not supported: send a Content-Length"
         raw = self.headers.get("Content-Length") or "0"
         try:
             length = int(raw)
         except ValueError:
             length = -1
-        if not 0 <= length <= MAX_BODY_BYTES:
-            # The body's end is unknown (or not worth reading): answer, then drop the connection.
+        if length < 0 or len(raw) > 20:
+            return 400, f"bad Content-Length {raw[:40]!r}"
+        if length > self.server.max_body_bytes:
+            return 413, (f"request body of {length} bytes is over this server's limit of "
+                         f"{self.server.max_body_bytes} bytes (--max-body-bytes)")
+        return None
+
+    def read_json(self) -> dict:
+        """The request body as a JSON object. ``RequestError`` (a ``ValueError``) for a body
+        refused from its headers -- the connection is then closed unread -- and ``ValueError``
+        for anything but a JSON object."""
+        problem = self._body_problem()
+        if problem:
             self.close_connection = True
-            raise ValueError(f"bad Content-Length {raw[:40]!r} (0 to {MAX_BODY_BYTES} bytes)")
-        body = json.loads(self.rfile.read(length) or b"null")
+            self._linger = 1
+            raise RequestError(*problem)
+        length = int(self.headers.get("Content-Length") or "0")
+        try:
+            body = json.loads(self.rfile.read(length) or b"null", parse_constant=_refuse_constant)
+        except RecursionError:
+            raise ValueError("request body is nested too deeply") from None
         if not isinstance(body, dict):
             raise ValueError("request body must be a JSON object")
         return body
+
+    # -- routes ----------------------------------------------------------------------------
 
     def do_GET(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
         if path in ("/v1/models", "/models"):
             self.send_json(200, {"object": "list", "data": [
                 {"id": self.server.model_id, "object": "model", "created": 0, "owned_by": "surfprm"}]})
-        elif path == "/health":
-            self.send_json(200, {"status": "ok"})
+        elif path in ("/health", "/v1/health"):
+            self.send_json(200, {"status": "ok", "inflight": self.server.inflight})
         else:
             self.send_error_json(404, f"no route {path}", "not_found_error")
+
+    def _method_not_allowed(self) -> None:
+        self._refuse_and_close(405, f"method {self.command} is not allowed: GET /v1/models, /health; "
+                                    "POST /v1/chat/completions")
+
+    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = do_CONNECT = _method_not_allowed
 
     def do_POST(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
         if path not in ("/v1/chat/completions", "/chat/completions"):
-            self.send_error_json(404, f"no route {path}", "not_found_error")
+            self._refuse_and_close(404, f"no route {path}", "not_found_error")
             return
+        srv = self.server
         try:
             request = self.read_json()
-            check_request(request)
-            response = self.server.complete(request)
+            check_request(request, srv.max_tokens_cap)
+        except RequestError as e:          # refused from its headers, unread
+            self._refuse_and_close(e.status, str(e))
+            return
         except ValueError as e:            # a bad request, JSON decoding errors included
+            self.send_error_json(400, str(e))
+            return
+        if not srv.admit():
+            self.send_error_json(429, f"{srv.max_inflight} requests are in progress or waiting; retry later",
+                                 "rate_limit_error", {"Retry-After": str(RETRY_AFTER_S)})
+            return
+        try:
+            if srv.check is not None:
+                srv.check(request)
+            if srv.complete_takes_stop:
+                response = srv.complete(request, stop=self._stopper())
+            else:
+                response = srv.complete(request)
+        except Cancelled as e:
+            srv.cancelled[e.reason] = srv.cancelled.get(e.reason, 0) + 1
+            if e.reason == "time_limit":
+                self.send_error_json(503, f"the generation ran past this server's time limit of {srv.time_limit_s:g} s",
+                                     "server_error", {"Retry-After": str(RETRY_AFTER_S)})
+            else:                          # the client is gone: nobody to answer
+                log.info("%s: generation stopped (%s)", self.address_string(), e.reason)
+                self.close_connection = True
+        except ValueError as e:            # a request the model cannot serve (e.g. past its context)
             self.send_error_json(400, str(e))
         except Exception as e:             # a server fault: the client retries 5xx
             log.exception("completion failed")
             self.send_error_json(500, f"{type(e).__name__}: {e}", "server_error")
         else:
             self.send_json(200, response)
+        finally:
+            srv.release()
+
+    def _stopper(self) -> Callable[[], str | None]:
+        """``stop()`` for ``complete``: ``"disconnected"`` once the client is gone,
+        ``"time_limit"`` after the server's time limit (counted from now)."""
+        sock, limit = self.connection, self.server.time_limit_s
+        deadline = None if limit is None else time.monotonic() + limit
+
+        def stop() -> str | None:
+            if client_gone(sock):
+                return "disconnected"
+            if deadline is not None and time.monotonic() > deadline:
+                return "time_limit"
+            return None
+
+        return stop
 
 
-def serve_in_thread(complete: Callable[[dict], dict], model_id: str, host: str = "127.0.0.1",
-                    port: int = 0, handler: type[BaseHTTPRequestHandler] | None = None) -> ChatServer:
-    """Start a server on a background thread (port 0: any free port); ``shutdown()`` stops it."""
-    server = ChatServer((host, port), complete, model_id, handler)
+def serve_in_thread(complete: Callable[..., dict], model_id: str, host: str = "127.0.0.1",
+                    port: int = 0, handler: type[BaseHTTPRequestHandler] | None = None, **limits) -> ChatServer:
+    """Start a server on a background thread (port 0: any free port); ``shutdown()`` stops it.
+    ``limits``: ``ChatServer``'s keyword arguments (``check``, ``max_tokens_cap``, ...)."""
+    server = ChatServer((host, port), complete, model_id, handler, **limits)
     # A short poll interval: shutdown() returns within 50 ms (tests start and stop many servers).
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"serve:{server.base_url}",
                      daemon=True).start()
     return server
+
+
+def model_server(model, host: str = "127.0.0.1", port: int = 0, *, max_tokens_cap: int = DEFAULT_MAX_TOKENS_CAP,
+                 max_active: int = DEFAULT_MAX_ACTIVE, max_queue: int = DEFAULT_MAX_QUEUE,
+                 time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, max_body_bytes: int = MAX_BODY_BYTES) -> ChatServer:
+    """A ``ChatServer`` for a ``llm.local.LocalModel`` with the limits of ``python -m llm.serve``
+    (not started: ``serve_forever()`` it)."""
+    model.max_active = max_active
+    return ChatServer((host, port), model.complete, model.name, check=model.check, max_tokens_cap=max_tokens_cap,
+                      max_inflight=max_active + max_queue, time_limit_s=time_limit_s, max_body_bytes=max_body_bytes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,13 +382,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", help="transformers model folder (default: the embedded SmolLM2-135M-Instruct)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8011)
+    ap.add_argument("--max-tokens-cap", type=int, default=DEFAULT_MAX_TOKENS_CAP,
+                    help="largest max_tokens a request may ask for (400 above; default %(default)s: about 40 s "
+                         "for SmolLM2-135M on 2 cores)")
+    ap.add_argument("--max-active", type=int, default=DEFAULT_MAX_ACTIVE,
+                    help="generations that take turns on the model step by step (default %(default)s)")
+    ap.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
+                    help="requests that may wait beyond those (429 with Retry-After above; default %(default)s)")
+    ap.add_argument("--time-limit-s", type=float, default=DEFAULT_TIME_LIMIT_S,
+                    help="a generation still running this many seconds after its request arrived ends with 503 "
+                         "(default %(default)s; 0: no limit)")
+    ap.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
+                    help="larger request bodies get 413 before they are read (default %(default)s)")
     args = ap.parse_args(argv)
+    if min(args.max_tokens_cap, args.max_active, args.max_body_bytes) < 1 or args.max_queue < 0:
+        ap.error("--max-tokens-cap, --max-active and --max-body-bytes must be >= 1, --max-queue >= 0")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from llm.local import load_local_model
 
     model = load_local_model(args.model)   # load before listening: the first request is not slow
-    server = ChatServer((args.host, args.port), model.complete, model.name)
-    print(f"serving {model.name} at {server.base_url}", flush=True)
+    server = model_server(model, args.host, args.port, max_tokens_cap=args.max_tokens_cap,
+                          max_active=args.max_active, max_queue=args.max_queue,
+                          time_limit_s=args.time_limit_s or None, max_body_bytes=args.max_body_bytes)
+    print(f"serving {model.name} at {server.base_url} (max_tokens <= {args.max_tokens_cap}, context "
+          f"{model.context} tokens, {args.max_active} active + {args.max_queue} waiting, time limit "
+          f"{args.time_limit_s:g} s)", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -3,17 +3,24 @@ client does not retry a hopeless request), through real HTTP on 127.0.0.1, witho
 
 from __future__ import annotations
 
+import json
 import socket
 
 import httpx
 import pytest
 
-from fake_openai import echo_completion
 from llm import LLMClient, LLMConfig
 from llm.local import MAX_N, check_request
 from llm.serve import MAX_BODY_BYTES, serve_in_thread
 
 MSG = [{"role": "user", "content": "Name one color."}]
+
+
+def echo_completion(request: dict) -> dict:
+    return {"id": "chatcmpl-test", "object": "chat.completion", "model": request.get("model", ""),
+            "choices": [{"index": i, "message": {"role": "assistant", "content": request["messages"][-1]["content"]},
+                         "finish_reason": "stop"} for i in range(request.get("n", 1))],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
 
 BAD_REQUESTS = {
     "n a list": {"messages": MSG, "n": [1]},
@@ -33,6 +40,11 @@ BAD_REQUESTS = {
     "role a list": {"messages": [{"role": ["user"], "content": "hi"}]},
     "stream a string": {"messages": MSG, "stream": "yes"},
     "stream requested": {"messages": MSG, "stream": True},
+    "temperature NaN": {"messages": MSG, "temperature": float("nan")},
+    "temperature infinite": {"messages": MSG, "temperature": float("inf")},
+    "top_p NaN": {"messages": MSG, "top_p": float("nan")},
+    "max_tokens infinite": {"messages": MSG, "max_tokens": float("inf")},
+    "n NaN": {"messages": MSG, "n": float("nan")},
 }
 
 
@@ -57,6 +69,14 @@ def test_check_request_refuses_wrong_types_and_ranges(body):
         check_request(body)
 
 
+def test_check_request_caps_max_tokens():
+    assert check_request({"messages": MSG, "max_tokens": 100}, max_tokens_cap=100)["max_tokens"] == 100
+    assert check_request({"messages": MSG}, max_tokens_cap=50)["max_tokens"] == 50, "the default obeys the cap"
+    for key in ("max_tokens", "max_completion_tokens"):
+        with pytest.raises(ValueError, match=key):
+            check_request({"messages": MSG, key: 101}, max_tokens_cap=100)
+
+
 def test_check_request_defaults_and_accepts_openai_forms():
     assert check_request({"messages": MSG}) == {"messages": MSG, "n": 1, "temperature": 1.0, "top_p": 1.0,
                                                 "max_tokens": 256, "seed": None}
@@ -71,7 +91,8 @@ def test_check_request_defaults_and_accepts_openai_forms():
 def test_bad_requests_get_400_with_an_openai_error_body(echo_server):
     with httpx.Client(base_url=echo_server.base_url, timeout=5) as http:
         for name, body in BAD_REQUESTS.items():
-            r = http.post("/chat/completions", json=body)
+            # json.dumps writes NaN/Infinity (not JSON, but Python's json and many clients send them).
+            r = http.post("/chat/completions", content=json.dumps(body), headers={"Content-Type": "application/json"})
             assert r.status_code == 400, (name, r.status_code, r.text)
             error = r.json()["error"]
             assert error["type"] == "invalid_request_error" and error["code"] == 400 and error["message"], name
@@ -102,9 +123,17 @@ def _raw_post(server, content_length: str, body: bytes = b"") -> bytes:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize("length", ["-1", "-99999", str(MAX_BODY_BYTES + 1), "1" + "0" * 30, "lots"])
+@pytest.mark.parametrize("length", ["-1", "-99999", "1" + "0" * 30, "lots"])
 def test_bad_content_length_is_refused_at_once(echo_server, length):
     reply = _raw_post(echo_server, length, b'{"messages": []}')
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400") and b"Content-Length" in body
+    assert not echo_server.calls
+
+
+@pytest.mark.timeout(30)
+def test_content_length_over_the_limit_is_413(echo_server):
+    reply = _raw_post(echo_server, str(MAX_BODY_BYTES + 1), b'{"messages": []}')
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413") and b"--max-body-bytes" in body
     assert not echo_server.calls
