@@ -14,7 +14,10 @@ default) and ``--pairs`` of them (spread over the rules, seeded) are judged by e
 
 * ``generate``: ``prm.judge.LocalJudge`` writes a judgment (greedy, ``--max-tokens``) and its
   answer tag is read (``parse_verdict``); on the first ``--gen-pairs`` pairs only (slow on CPU);
-* ``score``: the likelier of the two answer tags after the prompt (``llm.scoring``).
+* ``score``: the likelier of the two answer tags after the prompt (``llm.scoring``);
+* ``score, both orders (debiased)``, derived from the ``score`` run: one verdict per pair from
+  ``margin(as given) - margin(swapped)`` (``margin = log p(tag 1) - log p(tag 2)``), which
+  cancels a constant pull toward one position; two forward passes per verdict.
 
 Each pair is judged in both orders (the prompt as rendered and with the responses swapped).
 Reported per model and mode: parsed share of verdicts, agreement with the demonstrated label
@@ -98,13 +101,30 @@ def measure(judge, pairs) -> dict:
     n = len(verdicts)
     parsed = sum(j.verdict is not None for j, _ in verdicts)
     pos = position_stats(outcomes)
-    return {"pairs": len(pairs), "verdicts": n,
+    row = {"pairs": len(pairs), "verdicts": n,
             "parsed": parsed / n, "truncated": sum(j.truncated for j, _ in verdicts) / n,
             "agree_verdicts": sum(j.verdict == e for j, e in verdicts) / n,
             "agree_first_order": sum(o.first.verdict == o.expected for o in outcomes) / len(outcomes),
             "pairs_right_both_orders": sum(o.correct for o in outcomes) / len(outcomes),
             "chose_position_1": pos["chose_position_1"], "position_biased_pairs": pos["position_biased"],
-            "s_per_verdict": seconds / n, "seconds": seconds}
+            "s_per_verdict": seconds / n, "seconds": seconds,
+            "margins": [[o.first.margin, o.swapped.margin, o.expected] for o in outcomes]}
+    return row
+
+
+def debiased(row: dict) -> dict | None:
+    """Scoring with both orders combined: the pair's preference for the response shown first is
+    ``margin(as given) - margin(swapped)`` (a constant pull toward one position cancels), one
+    verdict per pair from two forward passes; position bias is nil by construction."""
+    if not row["margins"] or row["margins"][0][0] is None:
+        return None
+    right = [(1 if m1 - m2 > 0 else 2) == e for m1, m2, e in row["margins"]]
+    n = len(right)
+    return {**{k: row[k] for k in ("model", "pairs", "load_avg")}, "mode": "score, both orders (debiased)",
+            "verdicts": n, "parsed": 1.0, "truncated": 0.0, "agree_verdicts": sum(right) / n,
+            "agree_first_order": sum(right) / n, "pairs_right_both_orders": sum(right) / n,
+            "chose_position_1": None, "position_biased_pairs": 0,
+            "s_per_verdict": 2 * row["s_per_verdict"], "seconds": row["seconds"], "margins": []}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
                    "load_avg": round((load0 + os.getloadavg()[0]) / 2, 2)}
             results["rows"].append(row)
             print(json.dumps(row), flush=True)
+            if mode == "score" and (d := debiased(row)) is not None:
+                results["rows"].append(d)
+                print(json.dumps(d), flush=True)
         del judge
         assert name in MODELS
     print("\n| model | mode | pairs (verdicts) | parsed | agree (verdicts) | right both orders | "

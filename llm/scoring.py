@@ -14,6 +14,10 @@ the tag's tokens. The tokens both tagged sequences share (the prompt, the ration
 forward pass over the prompt, never a generation, and always parses. The likelier tag is the
 verdict; a tie (only seen with degenerate models) goes to Response 1 and is flagged.
 
+``score_both_orders`` scores the prompt as given and with the two responses swapped and takes
+``margin(given) - margin(swapped)``: a constant pull toward one position (measured: Qwen2.5-Coder
+-0.5B picks Response 1 on every one of 16 scored verdicts) cancels, at two forward passes a verdict.
+
 This is the local models' second way to a verdict besides generating a judgment
 (``prm.judge.LocalJudge(mode="score")``, ``teacher.verify`` with a local teacher); an endpoint
 only generates. Scoring does not write the judgment's sections: what a caller keeps as text is
@@ -27,7 +31,7 @@ import inspect
 import threading
 from dataclasses import dataclass
 
-from data.judgment import ANSWER_TAG
+from data.judgment import ANSWER_TAG, swap_responses
 
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -118,3 +122,41 @@ def rationale_of(text: str) -> str:
     """A generated judgment cut before its first answer tag (what scoring may follow)."""
     i = text.find("<Answer>")
     return text if i < 0 else text[:i]
+
+
+@dataclass(frozen=True, slots=True)
+class BothOrdersScore:
+    """Tag scores of a prompt as given and with its two responses swapped. Small models pull
+    hard toward one position; ``margin_given - margin_swapped`` is the preference for the response
+    shown first with a constant pull cancelled, so the verdict names the same *response* whichever
+    order it is shown in (no position bias by construction)."""
+
+    given: TagScore
+    swapped: TagScore
+
+    @property
+    def margin(self) -> float:
+        """> 0 prefers the response at position 1 of the prompt as given."""
+        return self.given.margin - self.swapped.margin
+
+    @property
+    def verdict(self) -> int:
+        return 1 if self.margin >= 0 else 2
+
+    @property
+    def text(self) -> str:
+        return ANSWER_TAG.format(self.verdict)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.given.prompt_tokens + self.swapped.prompt_tokens
+
+
+def score_both_orders(model, tokenizer, messages: list[dict], rationale: str = "") -> BothOrdersScore:
+    """``score_answers`` on the prompt as given and with Response 1 and 2 swapped (two forward
+    passes); ``ValueError`` when the prompt lacks the two response blocks."""
+    swapped = swap_responses(messages)
+    if swapped is None:
+        raise ValueError("the prompt has no [The Begin of Response 1/2] blocks to swap")
+    return BothOrdersScore(score_answers(model, tokenizer, messages, rationale),
+                           score_answers(model, tokenizer, swapped, rationale))

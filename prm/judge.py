@@ -60,7 +60,7 @@ def read_judgment(text: str, finish_reason: str) -> Judgment:
     return Judgment(text, verdict, truncated=verdict is None and finish_reason == "length")
 
 
-JUDGE_MODES = ("generate", "score", "rationale")
+JUDGE_MODES = ("generate", "score", "score-both", "rationale")
 
 
 class LocalJudge:
@@ -69,6 +69,8 @@ class LocalJudge:
     ``mode``: ``generate`` writes a judgment and reads its answer tag (may be unparsed or
     truncated); ``score`` compares the likelihoods of the two answer tags right after the prompt
     (``llm.scoring``: one forward pass, always a verdict; the judgment text is the bare tag);
+    ``score-both`` scores the prompt as given and swapped and takes the difference of the margins
+    (``llm.scoring.score_both_orders``: two forward passes, no position bias by construction);
     ``rationale`` generates up to ``max_tokens``, cuts the text before any answer tag and scores
     the two tags after it (always a verdict; the text is the rationale and the chosen tag)."""
 
@@ -127,9 +129,21 @@ class LocalJudge:
             out.append(Judgment(text, s.verdict, mode="rationale" if rationales else "score", margin=s.margin))
         return out
 
+    def score_both(self, prompts: list[list[dict]]) -> list[Judgment]:
+        """Verdicts by both orders' tag scores (``llm.scoring.score_both_orders``)."""
+        from llm.scoring import score_both_orders
+
+        out = []
+        for p in prompts:
+            s = score_both_orders(self.model, self.tokenizer, p)
+            out.append(Judgment(s.text, s.verdict, mode="score-both", margin=s.margin))
+        return out
+
     def judge_prompts(self, prompts: list[list[dict]]) -> list[Judgment]:
         if self.mode == "score":
             return self.score(prompts)
+        if self.mode == "score-both":
+            return self.score_both(prompts)
         if self.mode == "rationale":
             from llm.scoring import rationale_of
 

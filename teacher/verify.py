@@ -60,7 +60,7 @@ from data.pairs import Pair, load_pairs
 from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
 
 STAGE = "teacher.verify"
-VERDICT_MODES = ("auto", "generate", "score")
+VERDICT_MODES = ("auto", "generate", "score", "score-both")
 @dataclass
 class VerifyConfig(Configurable):
     """How pairs are verified (the paper's settings by default); every field is a flag
@@ -97,7 +97,7 @@ class VerifyConfig(Configurable):
         """The verdict mode used with a local (True) or endpoint (False) teacher."""
         if self.verdict_mode not in VERDICT_MODES:
             raise ValueError(f"verdict_mode must be one of {VERDICT_MODES}, not {self.verdict_mode!r}")
-        if self.verdict_mode == "score" and not is_local:
+        if self.verdict_mode.startswith("score") and not is_local:
             raise ValueError("verdict_mode 'score' needs a local teacher (an endpoint only generates)")
         if self.verdict_mode == "auto":
             return "score" if is_local else "generate"
@@ -134,15 +134,17 @@ async def score_pair(client, pair: Pair, config: VerifyConfig) -> Decision:
     (scoring is deterministic; another would repeat it), kept when it agrees with the label, the
     gold judgment then the bare answer tag (a label-only row in the benchmark's format)."""
     from llm.local import load_local_model
-    from llm.scoring import score_answers
+    from llm.scoring import score_answers, score_both_orders
 
+    mode = config.mode_for(True)
+    scorer = score_both_orders if mode == "score-both" else score_answers
     try:
         model = await asyncio.to_thread(load_local_model, client.config.local_model_dir())
-        s = await asyncio.to_thread(score_answers, model.model, model.tokenizer, pair.messages)
+        s = await asyncio.to_thread(scorer, model.model, model.tokenizer, pair.messages)
     except (OSError, RuntimeError) as e:          # a model that cannot load or run is no attempt
         return Decision(pair, "pending", [], infra_error=f"local_error: {type(e).__name__}: {e}")
     outcome = "agree" if s.verdict == pair.label else "disagree"
-    attempt = Attempt(1, config.seed, s.verdict, outcome, s.text, s.prompt_tokens, 0, 0.0, mode="score")
+    attempt = Attempt(1, config.seed, s.verdict, outcome, s.text, s.prompt_tokens, 0, 0.0, mode=mode)
     if outcome == "agree":
         return Decision(pair, "kept", [attempt], judgment=answer_text(pair.label))
     return Decision(pair, "discarded", [attempt], reason="all_attempts_disagree")
@@ -151,7 +153,7 @@ async def score_pair(client, pair: Pair, config: VerifyConfig) -> Decision:
 async def verify_pair(client, pair: Pair, config: VerifyConfig) -> Decision:
     """Up to K sequential attempts on one pair (see the module doc for the rules); a local
     teacher in 'score' mode decides by ``score_pair``."""
-    if config.mode_for(client.config.is_local) == "score":
+    if config.mode_for(client.config.is_local).startswith("score"):
         return await score_pair(client, pair, config)
     attempts: list[Attempt] = []
     for i in range(config.k):

@@ -81,3 +81,26 @@ def test_local_judge_modes(lm):
     assert all(j.mode == "rationale" and parse_verdict(j.text) == j.verdict for j in rat)
     with pytest.raises(ValueError):
         LocalJudge(model, tok, mode="vote")
+
+
+BLOCKS = [{"role": "system", "content": "which response is better"},
+          {"role": "user", "content": "[The Begin of Response 1]\nclick the page\n[The End of Response 1]\n"
+                                      "[The Begin of Response 2]\nscroll\n[The End of Response 2]"}]
+
+
+def test_both_orders_cancel_a_position_pull(lm):
+    from data.judgment import swap_responses
+    from llm.scoring import score_answers, score_both_orders
+    from prm.judge import LocalJudge
+
+    model, tok = lm
+    both = score_both_orders(model, tok, BLOCKS)
+    assert both.margin == pytest.approx(score_answers(model, tok, BLOCKS).margin
+                                        - score_answers(model, tok, swap_responses(BLOCKS)).margin)
+    flipped = score_both_orders(model, tok, swap_responses(BLOCKS))
+    assert flipped.margin == pytest.approx(-both.margin)          # the same response wins either way
+    assert {both.verdict, flipped.verdict} == {1, 2} and parse_verdict(both.text) == both.verdict
+    j = LocalJudge(model, tok, mode="score-both").judge_prompts([BLOCKS])[0]
+    assert (j.mode, j.verdict) == ("score-both", both.verdict)
+    with pytest.raises(ValueError, match="no \\[The Begin"):
+        score_both_orders(model, tok, MSGS)

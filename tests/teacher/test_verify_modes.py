@@ -84,3 +84,15 @@ def test_mode_resolution():
         VerifyConfig(verdict_mode="score").mode_for(False)
     with pytest.raises(ValueError):
         VerifyConfig(verdict_mode="vote").mode_for(True)
+
+
+def test_score_both_mode_is_recorded(tiny_run, tmp_path):
+    from llm import LLMConfig
+
+    src, pairs, model = tiny_run
+    run = _copy(src, tmp_path / "run")
+    stats = verify(run, VerifyConfig(verdict_mode="score-both"), LLMConfig(model=model, cache_dir=str(tmp_path / "c")),
+                   progress=False)
+    assert stats.extra["verdict_modes"] == {"score-both": len(pairs)}
+    kept = pq.read_table(run / "preferences.parquet").to_pylist()
+    assert all(r["verdicts"][0]["mode"] == "score-both" and r["judgment"] == answer_text(r["label"]) for r in kept)
