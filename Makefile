@@ -5,8 +5,9 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 RUN ?= runs/demo
 # The embedded teacher (Qwen2.5-Coder-0.5B, chosen by bench/embedded_models.py) gives its verdict
-# by scoring the two answer tags (teacher.verify's verdict mode 'auto': one forward pass per
-# pair, always parses; the kept judgment is the bare answer tag): a small sample, short prompts.
+# by scoring the two answer tags in both orders (teacher.verify's verdict mode 'auto' =
+# 'score-both' locally: two forward passes per pair, always parses, no position bias; the kept
+# judgment is the bare answer tag): a small sample, short prompts.
 # A real teacher generates full judgments:
 #   make run BUDGET=200 VERIFY_ARGS="--k 5" TEACHER="--base-url http://host:8000/v1 --model M"
 BUDGET ?= 8

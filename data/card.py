@@ -124,8 +124,9 @@ order by a fair coin per pair, temperature {v.get('config', {}).get('temperature
 per attempt, up to K={v.get('config', {}).get('k', 'n/a')} sequential attempts; verdict mode
 `{v.get('config', {}).get('verdict_mode', 'generate')}`. With `generate` a pair is kept at the first
 attempt whose written judgment ends in the answer tag that agrees with the demonstration, and
-discarded when no attempt does; with `score` (a local teacher) the verdict is the likelier of the
-two answer tags, one attempt, and the kept judgment is the bare answer tag (a label-only row). GMCP ratio of the verified
+discarded when no attempt does; with `score` / `score-both` (a local teacher) the verdict is the
+likelier of the two answer tags (`score-both`: both orders combined), one attempt, and the kept
+judgment is the bare answer tag (a label-only row). GMCP ratio of the verified
 sample: {gmcp} (paper: 74.60% for surfPRM-data, 24.19% for WebArbiter's data). The report in
 [`report/`](report/README.md) has the distributions, outcomes and costs.
 

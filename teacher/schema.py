@@ -10,7 +10,7 @@ MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False),
 # One teacher attempt: its seed, the response it preferred (null: no valid answer) and the outcome
 # ('agree', 'disagree', 'truncated' (cut off at max_tokens before a valid answer) or 'unparsed')
 # and what produced the verdict ('generate': a written judgment's answer tag; 'score': the likelier
-# of the two answer tags under a local teacher, llm.scoring).
+# of the two answer tags under a local teacher, llm.scoring; 'score-both': the same, both orders).
 VERDICT = pa.struct([pa.field("attempt", pa.int8(), nullable=False),
                      pa.field("seed", pa.int64(), nullable=False),
                      pa.field("verdict", pa.int8()),

@@ -23,9 +23,13 @@ the likelier of the two answer tags after the prompt (``llm.scoring``: one forwa
 verdict). Scoring is deterministic, so it is one attempt: the pair is kept when it agrees with the
 label, else discarded (``all_attempts_disagree``). Its gold judgment is the bare answer tag
 ``<Answer>Response N</Answer>`` for the label: a label-only row, still a valid answer in the
-benchmark's format (the three sections count as missing). The default ``auto`` scores with a
-local teacher (the embedded model: small models rarely finish a parsable judgment) and generates
-with an endpoint.
+benchmark's format (the three sections count as missing). ``score-both`` scores the prompt as
+given and with the responses swapped and combines the margins (``llm.scoring.score_both_orders``):
+a small model's pull toward one position cancels, so the kept pairs are not simply those whose
+positive sits at the favoured position (measured: single scoring with Qwen2.5-Coder-0.5B picks
+Response 1 every time and keeps exactly the label-1 pairs). The default ``auto`` is ``score-both``
+with a local teacher (the embedded models rarely finish a parsable judgment) and ``generate`` with
+an endpoint.
 
 An infrastructure failure (no answer after the client's retries) is no attempt: the pair stays
 pending, is written nowhere, and a rerun resumes it. Requests are a pure function of the pair
@@ -82,12 +86,14 @@ class VerifyConfig(Configurable):
         "metavar": "FILE", "help": "YAML template (user, optional system) rendering a user's exact prompt text"})
 
     # -- verdict mode (issue 15; kept last; --verdict-mode) --
-    # 'auto': 'score' for a local (in-process) teacher, 'generate' for an endpoint; 'generate':
+    # 'auto': 'score-both' for a local (in-process) teacher, 'generate' for an endpoint; 'generate':
     # the teacher writes a judgment; 'score': a local teacher's verdict by the answer tags'
-    # likelihoods (llm.scoring), one deterministic attempt, gold judgment = the bare answer tag.
+    # likelihoods (llm.scoring), one deterministic attempt, gold judgment = the bare answer tag;
+    # 'score-both': the same with both orders' margins combined (no position bias).
     verdict_mode: str = field(default="auto", metadata={
         "choices": VERDICT_MODES, "help": "generate: the teacher writes a judgment; score: a local teacher's verdict "
-                                          "by the answer tags' likelihoods; auto: score locally, generate at an endpoint"})
+                                          "by the answer tags' likelihoods (score-both: both orders combined); auto: score-both locally, "
+                                          "generate at an endpoint"})
 
     @property
     def format(self) -> JudgmentFormat:
@@ -100,7 +106,7 @@ class VerifyConfig(Configurable):
         if self.verdict_mode.startswith("score") and not is_local:
             raise ValueError("verdict_mode 'score' needs a local teacher (an endpoint only generates)")
         if self.verdict_mode == "auto":
-            return "score" if is_local else "generate"
+            return "score-both" if is_local else "generate"
         return self.verdict_mode
 
 

@@ -34,7 +34,7 @@ def test_schema_records_the_mode():
     assert VERDICT.field("mode").type == "string" and not VERDICT.field("mode").nullable
 
 
-def test_local_teacher_scores_by_default(tiny_run, tmp_path):
+def test_local_teacher_scores(tiny_run, tmp_path):
     from llm import LLMConfig
     from llm.local import load_local_model
     from llm.scoring import score_answers
@@ -44,7 +44,8 @@ def test_local_teacher_scores_by_default(tiny_run, tmp_path):
 
     src, pairs, model = tiny_run
     run = _copy(src, tmp_path / "run")
-    stats = verify(run, VerifyConfig(k=3), LLMConfig(model=model, cache_dir=str(tmp_path / "c")), progress=False)
+    stats = verify(run, VerifyConfig(k=3, verdict_mode="score"), LLMConfig(model=model, cache_dir=str(tmp_path / "c")),
+                   progress=False)
     assert stats.extra["config"]["verdict_mode"] == "score"
     assert stats.extra["verdict_modes"] == {"score": len(pairs)} and stats.extra["pending"] == 0
     kept = pq.read_table(run / "preferences.parquet").to_pylist()
@@ -78,7 +79,7 @@ def test_generate_mode_is_recorded(tiny_run, tmp_path):
 
 
 def test_mode_resolution():
-    assert VerifyConfig().mode_for(True) == "score" and VerifyConfig().mode_for(False) == "generate"
+    assert VerifyConfig().mode_for(True) == "score-both" and VerifyConfig().mode_for(False) == "generate"
     assert VerifyConfig(verdict_mode="generate").mode_for(True) == "generate"
     with pytest.raises(ValueError, match="local teacher"):
         VerifyConfig(verdict_mode="score").mode_for(False)
@@ -86,13 +87,13 @@ def test_mode_resolution():
         VerifyConfig(verdict_mode="vote").mode_for(True)
 
 
-def test_score_both_mode_is_recorded(tiny_run, tmp_path):
+def test_local_teacher_scores_both_orders_by_default(tiny_run, tmp_path):
     from llm import LLMConfig
 
     src, pairs, model = tiny_run
     run = _copy(src, tmp_path / "run")
-    stats = verify(run, VerifyConfig(verdict_mode="score-both"), LLMConfig(model=model, cache_dir=str(tmp_path / "c")),
-                   progress=False)
+    stats = verify(run, VerifyConfig(), LLMConfig(model=model, cache_dir=str(tmp_path / "c")), progress=False)
+    assert stats.extra["config"]["verdict_mode"] == "score-both"
     assert stats.extra["verdict_modes"] == {"score-both": len(pairs)}
     kept = pq.read_table(run / "preferences.parquet").to_pylist()
     assert all(r["verdicts"][0]["mode"] == "score-both" and r["judgment"] == answer_text(r["label"]) for r in kept)
