@@ -92,8 +92,8 @@ class VerifyConfig(Configurable):
     # 'score-both': the same with both orders' margins combined (no position bias).
     verdict_mode: str = field(default="auto", metadata={
         "choices": VERDICT_MODES, "help": "generate: the teacher writes a judgment; score: a local teacher's verdict "
-                                          "by the answer tags' likelihoods (score-both: both orders combined); auto: score-both locally, "
-                                          "generate at an endpoint"})
+                                          "by the answer tags' likelihoods (score-both: both orders "
+                                          "combined); auto: score-both locally, generate at an endpoint"})
 
     @property
     def format(self) -> JudgmentFormat:
