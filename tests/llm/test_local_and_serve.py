@@ -3,6 +3,7 @@ serves the OpenAI protocol through `python -m llm.serve` (real model, real HTTP)
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import socket
@@ -96,6 +97,24 @@ def test_serve_answers_a_real_chat_request_with_usage(embedded, tmp_path):
 
         bad = httpx.post(f"{base}/chat/completions", json={"messages": MSG, "stream": True}, timeout=10)
         assert bad.status_code == 400 and "stream" in bad.json()["error"]["message"]
+
+        # Hostile requests (issue 18) against the real model: refused before generating.
+        r = httpx.post(f"{base}/chat/completions", json={"messages": MSG, "max_tokens": 10**9}, timeout=30)
+        assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"]
+        past = [{"role": "user", "content": "color " * 9000}]
+        r = httpx.post(f"{base}/chat/completions", json={"messages": past}, timeout=60)
+        assert r.status_code == 400 and "maximum context length is 8192" in r.json()["error"]["message"]
+
+        # A long generation whose client leaves: /health answers meanwhile, and it stops.
+        body = json.dumps({"messages": [{"role": "user", "content": "Count from 1 to 1000, one number a line."}],
+                           "max_tokens": 1024, "temperature": 0}).encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            time.sleep(2)
+            health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).json()
+            assert health["status"] == "ok" and health["inflight"] == 1
+        _wait_for_line(proc, "generation stopped (disconnected)", 60)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
