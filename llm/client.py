@@ -9,18 +9,26 @@ Stage code builds one ``LLMClient`` and calls ``achat``/``achat_many`` (async) o
 configured the embedded model answers in-process (``llm.local``); with ``base_url`` any
 OpenAI-compatible server does (OpenAI, vLLM, SGLang, llama.cpp, ``python -m llm.serve``).
 
-The request body is built and the response body parsed by pure functions (``build_request``,
-``parse_response``); only ``LLMClient._fetch`` touches the network. We talk to the endpoint
-with httpx rather than the ``openai`` SDK because the fault policy is the point of this module:
-the SDK retries on its own (hidden attempts, its own backoff), turns bodies into pydantic
-objects that we would turn back into dicts for the cache, and reports faults through a second
-exception hierarchy. Here one loop decides what is retried, honours ``Retry-After``, counts
-every attempt, and turns whatever still fails into ``ChatResult.infra_error`` -- an outage is
-never a model answer, so the teacher can never count it as a disagreement.
+The request body is built and the response body checked by pure functions (``build_request``,
+``parse_response``); only ``LLMClient._fetch`` touches the network, through the ``openai`` SDK's
+``AsyncOpenAI``. The SDK carries the wire (URL, headers, key, JSON, the connection pool) and
+reports faults as typed errors with the status and headers; its own retries are off
+(``max_retries=0``) because the fault policy is the point of this module: one loop decides what
+is retried, honours ``Retry-After``, counts every attempt, and turns whatever still fails into
+``ChatResult.infra_error`` -- an outage is never a model answer, so the teacher can never count
+it as a disagreement.
+
+Requests go through the SDK's generic ``post`` with the body ``build_request`` made and come back
+as the JSON the server sent (``cast_to=object``), not through ``chat.completions.create``: that
+re-walks every request through the SDK's TypedDict transform and builds a ``ChatCompletion``
+without validating it, which we would only dump back to a dict for ``parse_response`` and the
+cache -- 1.8 instead of 1.2 ms of CPU per request, a fifth of the throughput at 64 in flight
+(bench/RESULTS.md).
 
 The API key is read from the environment variable named by ``api_key_env`` when a client is
 built; it goes into the Authorization header and nowhere else (not the config, the cache key,
-the cache files, logs or error messages).
+the cache files, logs or error messages). With no key set, the header carries the placeholder
+``NO_KEY`` (the SDK requires some key; local servers ignore it), masked like a real key.
 """
 
 from __future__ import annotations
@@ -33,12 +41,10 @@ import json
 import logging
 import os
 import random
-import socket
 import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-
 
 from llm.cache import ResponseCache, request_key
 from llm.config import LLMConfig
@@ -50,6 +56,11 @@ log = logging.getLogger(__name__)
 # cannot fix (bad key, unknown model, malformed request).
 RETRYABLE_STATUS = {408, 409, 429}
 SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_tokens", "n")
+# Sent as the key when none is configured: the SDK will not send a request without one, and the
+# servers that need no key (vLLM, SGLang, ``llm.serve``) ignore it.
+NO_KEY = "surfprm-no-key"
+# What ``chat.completions.create`` passes to ``post``: send the key as a Bearer token.
+_REQUEST_OPTIONS = {"security": {"bearer_auth": True}}
 
 
 @dataclass(slots=True)
@@ -93,7 +104,7 @@ class InfraError(RuntimeError):
 
 
 class MalformedResponse(ValueError):
-    """A 200 response that is not a chat completion."""
+    """A 200 response that is not a chat completion, or one with a choice that holds no answer."""
 
 
 # -- pure request building and response parsing -----------------------------------------------
@@ -122,7 +133,12 @@ def parse_response(body: dict, price: tuple[float, float] = (0.0, 0.0)) -> ChatR
     shape (choices that are not objects, an ``index`` that is not a distinct integer, content
     that is neither a string nor null, ``usage`` that is not an object of integer counts) -- and
     never another exception: the client retries it, then reports an infrastructure failure, and
-    a cache entry that fails here is a miss."""
+    a cache entry that fails here is a miss.
+
+    A choice whose content is null and that calls no tool is no answer either: the server
+    produced nothing for it (we never ask for tools), so it fails like a malformed body, is
+    retried, and is never cached -- not read as an empty answer that a rerun would serve again.
+    Null content beside tool calls reads as ''."""
     try:
         return _parse_response(body, price)
     except MalformedResponse:
@@ -145,13 +161,15 @@ def _parse_response(body, price: tuple[float, float]) -> ChatResult:
         index = choice.get("index", position)
         if not _is_int(index):
             raise MalformedResponse(f"a choice's 'index' is not an integer: {index!r:.40}")
-        content = choice["message"].get("content")
+        message = choice["message"]
+        content = message.get("content")
+        if content is None and not (isinstance(message.get("tool_calls"), list) and message["tool_calls"]):
+            raise MalformedResponse(f"choice {index} has null content and no tool calls")
         if content is not None and not isinstance(content, str):
             raise MalformedResponse(f"a choice's content is a {type(content).__name__}, not a string")
         reason = choice.get("finish_reason")
         if reason is not None and not isinstance(reason, str):
             raise MalformedResponse(f"a choice's finish_reason is a {type(reason).__name__}, not a string")
-        # null content (a refusal, a tool call) reads as ''
         indexed.append((index, content or "", reason or ""))
     if len({i for i, _, _ in indexed}) != len(indexed):
         raise MalformedResponse("two choices share an 'index'")
@@ -202,27 +220,29 @@ def backoff_s(retry: int, config: LLMConfig, rng: random.Random) -> float:
 class LLMClient:
     """Chat completions with a disk cache, bounded concurrency, retries and usage per stage.
 
-    Nothing happens at construction beyond reading the key from the environment: the HTTP
-    connection pool is opened by the first call (per event loop) and the local model is loaded
-    by the first local call. ``usage[stage]`` totals what each stage used.
+    Nothing happens at construction beyond reading the key from the environment: the SDK client
+    and its connection pool are opened by the first call (per event loop) and the local model is
+    loaded by the first local call. ``usage[stage]`` totals what each stage used.
 
     A pool belongs to the event loop that opened it and is closed with that loop: by
     ``aclose()`` (``async with client``, the sync ``chat``/``chat_many``), else when
-    ``asyncio.run`` (or any runner that shuts down async generators) ends the loop, else when
-    the client is next used from another loop."""
+    ``asyncio.run`` (or any runner that shuts down async generators) ends the loop, else, when
+    the client is next used from another loop, on its own loop if that still runs elsewhere. A
+    pool whose loop was closed without that (a hand-run loop) can no longer be closed through
+    it: its sockets close when it is garbage collected."""
 
     def __init__(self, config: LLMConfig | None = None, **overrides):
         self.config = replace(config or LLMConfig(), **overrides).validate()
         self.usage: dict[str, UsageTotals] = defaultdict(UsageTotals)
         self.requests_sent = 0        # HTTP requests (every attempt) or local generations
         self._cache = None if self.config.no_cache else ResponseCache(self.config.cache_dir)
-        self._key = None if self.config.is_local else os.environ.get(self.config.api_key_env) or None
-        if not self.config.is_local and self._key is None:
-            log.info("no API key in $%s; requests go without Authorization", self.config.api_key_env)
+        self._key = None if self.config.is_local else os.environ.get(self.config.api_key_env) or NO_KEY
+        if not self.config.is_local and self._key == NO_KEY:
+            log.info("no API key in $%s; requests carry a placeholder key", self.config.api_key_env)
         self._loop = None
         self._sem: asyncio.Semaphore | None = None
-        self._http = None
-        self._http_lifetime = None
+        self._openai = None
+        self._openai_lifetime = None
         self._rng = random.Random()
 
     def __repr__(self) -> str:
@@ -236,56 +256,35 @@ class LLMClient:
         # fresh loop per call, so rebuild both when the loop changes.
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
-            self._discard_http()
+            stale, old_loop = self._openai, self._loop
+            self._openai = self._openai_lifetime = None
+            if stale is not None and not stale.is_closed() and old_loop.is_running():
+                asyncio.run_coroutine_threadsafe(stale.close(), old_loop)   # alive on another thread
             self._loop = loop
             self._sem = asyncio.Semaphore(self.config.concurrency)
 
-    def _discard_http(self) -> None:
-        """Close the previous loop's pool (normally already closed with its loop)."""
-        http, old_loop, self._http, self._http_lifetime = self._http, self._loop, None, None
-        if http is None or http.is_closed:
-            return
-        if old_loop is not None and old_loop.is_running() and not old_loop.is_closed():
-            asyncio.run_coroutine_threadsafe(http.aclose(), old_loop)   # alive on another thread
-            return
-        # Its loop ended without shutting down async generators (a hand-run loop): transports
-        # cannot be closed through a closed loop, so shut their sockets down (the server sees
-        # the connections end now; the descriptors go with the garbage collector).
-        try:
-            connections = list(http._transport._pool.connections)
-        except AttributeError as e:      # httpx/httpcore internals changed: the GC closes them
-            log.debug("could not reach a stale HTTP pool: %r", e)
-            connections = []
-        for conn in connections:
-            try:
-                stream = getattr(conn._connection, "_network_stream", None)
-                sock = stream.get_extra_info("socket") if stream is not None else None
-                if sock is not None and sock.fileno() != -1:
-                    sock.shutdown(socket.SHUT_RDWR)
-            except (AttributeError, OSError) as e:    # never connected, or already reset by the peer
-                log.debug("could not shut down a stale connection: %r", e)
-        log.debug("discarded an HTTP pool whose event loop had ended")
-
     async def _client(self):
-        import httpx
+        if self._openai is None:
+            import httpx2
+            import openai
 
-        if self._http is None:
-            headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
             c = self.config
-            self._http = httpx.AsyncClient(
-                base_url=c.endpoint, headers=headers,
-                timeout=httpx.Timeout(c.timeout_s, connect=c.connect_timeout_s),
-                limits=httpx.Limits(max_connections=c.concurrency, max_keepalive_connections=c.concurrency))
+            # As many kept-alive connections as requests in flight: none is reopened per request.
+            http = openai.DefaultAsyncHttpxClient(
+                limits=httpx2.Limits(max_connections=c.concurrency, max_keepalive_connections=c.concurrency))
+            self._openai = openai.AsyncOpenAI(
+                api_key=self._key, base_url=c.endpoint, max_retries=0, http_client=http,
+                timeout=openai.Timeout(c.timeout_s, connect=c.connect_timeout_s))
             # The loop's runner closes open async generators before it closes the loop
             # (``asyncio.run`` does): this one then closes the pool on its own loop.
-            self._http_lifetime = _closed_with_loop(self._http)
-            await self._http_lifetime.__anext__()
-        return self._http
+            self._openai_lifetime = _closed_with_loop(self._openai)
+            await self._openai_lifetime.__anext__()
+        return self._openai
 
     async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = self._http_lifetime = None
+        if self._openai is not None:
+            await self._openai.close()
+            self._openai = self._openai_lifetime = None
 
     async def __aenter__(self) -> "LLMClient":
         return self
@@ -315,15 +314,17 @@ class LLMClient:
                 result = parse_response(body, cfg.price())
                 result.attempts = attempts
                 if cache is not None:
-                    await self._store(cache, key, payload, body)
+                    self._store(cache, key, payload, body)
         result.key = key
         self.usage[stage].add(result)
         return result
 
     @staticmethod
-    async def _store(cache: ResponseCache, key: str, payload: dict, body: dict) -> None:
-        try:     # fsync off the event loop, so other requests keep flowing
-            await asyncio.to_thread(cache.put, key, payload, body)
+    def _store(cache: ResponseCache, key: str, payload: dict, body: dict) -> None:
+        # On the event loop: an unsynced write is ~0.4 ms of syscalls into the page cache, less
+        # than a hand-off to a thread costs in CPU and loop lag at 64 requests in flight.
+        try:
+            cache.put(key, payload, body)
         except OSError as e:     # a full disk costs a repeated call on the next run, not this answer
             log.warning("could not cache an LLM response: %s", e)
 
@@ -371,35 +372,35 @@ class LLMClient:
             return None, 1, f"local_error: {type(e).__name__}: {e}"
 
     async def _fetch(self, payload: dict) -> tuple[dict | None, int, str | None]:
-        """POST ``payload`` until a valid answer, a non-retryable status or the retry budget.
+        """Send ``payload`` until a valid answer, a non-retryable status or the retry budget.
         Returns (response body, attempts, error)."""
-        import httpx
+        import openai
 
-        cfg, http, error = self.config, await self._client(), "no attempt"
+        cfg, client, error = self.config, await self._client(), "no attempt"
         for attempt in range(cfg.max_retries + 1):
             wait = None
             try:
                 async with self._sem:     # only the request holds a slot, never the backoff sleep
                     self.requests_sent += 1
-                    response = await http.post("/chat/completions", json=payload)
-            except httpx.TimeoutException as e:
-                error = f"timeout: {type(e).__name__}"
-            except httpx.TransportError as e:
-                error = f"connection_error: {type(e).__name__}: {self._mask(str(e))[:200]}"
-            else:
-                status = response.status_code
-                if status == 200:
-                    try:
-                        body = response.json()
-                        parse_response(body)
-                        return body, attempt + 1, None
-                    except (ValueError, MalformedResponse) as e:
-                        error = f"malformed_response: {self._mask(str(e))[:200]}"
-                elif status in RETRYABLE_STATUS or status >= 500:
+                    # the JSON body as sent (a str when it is not JSON, None for null)
+                    body = await client.post("/chat/completions", body=payload, cast_to=object,
+                                             options=_REQUEST_OPTIONS)
+                parse_response(body)
+                return body, attempt + 1, None
+            except openai.APITimeoutError as e:
+                error = f"timeout: {type(e.__cause__ or e).__name__}"
+            except openai.APIConnectionError as e:     # the SDK's wrapper; the cause says what failed
+                cause = e.__cause__ or e
+                error = f"connection_error: {type(cause).__name__}: {self._mask(str(cause))[:200]}"
+            except openai.APIStatusError as e:
+                status = e.status_code
+                if status in RETRYABLE_STATUS or status >= 500:
                     error = f"http_{status}"
-                    wait = retry_after_s(response.headers)
+                    wait = retry_after_s(e.response.headers)
                 else:
-                    return None, attempt + 1, f"http_{status}: {self._mask(response.text)[:300]}"
+                    return None, attempt + 1, f"http_{status}: {self._mask(e.response.text)[:300]}"
+            except ValueError as e:      # MalformedResponse, or a body that does not decode
+                error = f"malformed_response: {self._mask(str(e))[:200]}"
             if attempt == cfg.max_retries:
                 break
             wait = min(wait, cfg.backoff_max_s) if wait is not None else backoff_s(attempt, cfg, self._rng)
@@ -409,11 +410,11 @@ class LLMClient:
         return None, cfg.max_retries + 1, f"{error} (after {cfg.max_retries + 1} attempts)"
 
 
-async def _closed_with_loop(http):
+async def _closed_with_loop(client):
     try:
         yield
     finally:
-        await http.aclose()
+        await client.close()
 
 
 def _run_sync(coro):

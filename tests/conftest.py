@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+# Fixtures from helper modules in tests/ (not `from ... import fixture` in each test module).
+pytest_plugins = ["fake_openai"]
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 BUNDLED = ROOT / "data" / "bundled"

@@ -1,12 +1,15 @@
-"""A fault-injecting OpenAI-protocol server on 127.0.0.1 for the LLM client tests (a fixture:
-``from fake_openai import fault_server``; not a conftest, so `from conftest import ...` still
-finds the top-level one).
+"""A fault-injecting OpenAI-protocol server on 127.0.0.1 for the LLM client tests: the
+``fault_server`` fixture, registered for every test by ``tests/conftest.py`` (``pytest_plugins``).
+It is a plugin module rather than ``tests/llm/conftest.py`` because pytest imports every
+conftest outside a package as the one module ``conftest``: a second one would shadow the
+top-level one that tests import names from (``from conftest import ROOT``).
 
 Each POST takes the next fault from ``server.faults`` (then answers normally): ``"500"``,
 ``"429:SECONDS"`` (with Retry-After), ``"401"``, ``"hang"`` (accept, never answer),
-``"garbage"`` (200 with a truncated JSON body), ``"empty"`` (200, choices without content), or a
-dict (200 with that JSON body: a well-formed JSON that is not a chat completion).
-The server counts requests, in-flight peaks and the Authorization headers it saw.
+``"garbage"`` (200 with a truncated JSON body), ``"empty"`` (200, choices with content ''),
+``"null"`` (200, choices with content null and no tool calls), or a dict (200 with that JSON
+body: a well-formed JSON that is not a chat completion). The server counts requests, in-flight
+peaks, open connections and the Authorization headers it saw.
 """
 
 from __future__ import annotations
@@ -29,6 +32,16 @@ def echo_completion(request: dict, content: str | None = None) -> dict:
 
 
 class FaultHandler(OpenAIHandler):
+    def setup(self) -> None:
+        super().setup()
+        with self.server.lock:
+            self.server.connections += 1
+
+    def finish(self) -> None:       # the client closed the connection (or the server gave up)
+        with self.server.lock:
+            self.server.connections -= 1
+        super().finish()
+
     def do_POST(self) -> None:
         srv = self.server
         with srv.lock:
@@ -63,6 +76,11 @@ class FaultHandler(OpenAIHandler):
                 self.wfile.write(data)
             elif fault == "empty":
                 self.send_json(200, echo_completion(request, content=""))
+            elif fault == "null":
+                body = echo_completion(request)
+                for choice in body["choices"]:
+                    choice["message"]["content"] = None
+                self.send_json(200, body)
             else:
                 self.send_json(200, echo_completion(request))
         finally:
@@ -76,7 +94,7 @@ def fault_server():
     server.lock = threading.Lock()
     server.release = threading.Event()
     server.faults, server.auth, server.bodies = [], [], []
-    server.requests = server.inflight = server.peak = 0
+    server.requests = server.inflight = server.peak = server.connections = 0
     server.delay_s = 0.0
     yield server
     server.release.set()

@@ -10,7 +10,9 @@ import gc
 import json
 import logging
 import multiprocessing
+import os
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -18,10 +20,10 @@ import warnings
 
 import pytest
 
-from fake_openai import echo_completion, fault_server  # noqa: F401  (fixture)
+from fake_openai import echo_completion
 from llm.cache import ResponseCache, request_key
 from llm.cost import UsageTotals, price_for
-from llm.client import (ChatResult, InfraError, LLMClient, LLMConfig, MalformedResponse, build_request,
+from llm.client import (NO_KEY, ChatResult, InfraError, LLMClient, LLMConfig, MalformedResponse, build_request,
                          parse_response, retry_after_s)
 
 MSG = [{"role": "system", "content": "You judge web actions."}, {"role": "user", "content": "click('12')?"}]
@@ -62,7 +64,7 @@ def test_cache_key_changes_with_seed_messages_and_endpoint():
 def test_parse_response_orders_choices_and_prices_usage():
     body = {"model": "gpt-4o-2024-08-06", "usage": {"prompt_tokens": 3100, "completion_tokens": 472},
             "choices": [{"index": 1, "message": {"content": "B"}, "finish_reason": "length"},
-                        {"index": 0, "message": {"content": None}, "finish_reason": "stop"}]}
+                        {"index": 0, "message": {"content": ""}, "finish_reason": "stop"}]}
     r = parse_response(body, price_for("gpt-4o-2024-08-06"))
     assert r.texts == ["", "B"] and r.finish_reasons == ["stop", "length"] and r.ok
     assert (r.prompt_tokens, r.completion_tokens) == (3100, 472)
@@ -91,6 +93,10 @@ MALFORMED_BODIES = {
     "content a list": {"choices": [_choice(content=["part"])]},
     "finish_reason a dict": {"choices": [_choice(finish_reason={"x": 1})]},
     "message a string": {"choices": [{"index": 0, "message": "hi"}]},
+    # no answer at all: read as '' it was cached and served again on every rerun (issue 18)
+    "content null, no tool calls": {"choices": [_choice(content=None)]},
+    "second choice null, empty tool calls": {"choices": [_choice(0), {
+        "index": 1, "message": {"role": "assistant", "content": None, "tool_calls": []}, "finish_reason": "stop"}]},
 }
 
 
@@ -101,8 +107,9 @@ def test_parse_response_turns_any_shape_error_into_malformed_response(body):
 
 
 def test_parse_response_accepts_what_real_servers_send():
-    # no index, no usage, null content and null finish_reason are all valid chat completions
-    r = parse_response({"choices": [{"message": {"content": "a"}}, {"message": {"content": None},
+    # no index, no usage, null finish_reason, and null content beside a tool call are all valid
+    tool_call = {"id": "call_1", "type": "function", "function": {"name": "click", "arguments": "{}"}}
+    r = parse_response({"choices": [{"message": {"content": "a"}}, {"message": {"content": None, "tool_calls": [tool_call]},
                                                                      "finish_reason": None}]})
     assert (r.texts, r.finish_reasons, r.prompt_tokens) == (["a", ""], ["", ""], 0)
     r = parse_response({"choices": [_choice()], "usage": {"prompt_tokens": 5, "completion_tokens": None}})
@@ -256,6 +263,52 @@ def test_client_errors_are_not_retried_and_connection_refused_is_infra(fault_ser
     assert not r.ok and r.infra_error.startswith("connection_error") and r.attempts == 2
 
 
+@pytest.mark.timeout(30)
+def test_the_sdk_sends_the_hashed_request_once_per_attempt(fault_server, tmp_path):
+    """The body on the wire is the one the cache key hashes, and the SDK adds no attempts."""
+    cfg = config_for(fault_server, tmp_path, temperature=0.2, top_p=0.9, seed=3, n=2, max_tokens=32)
+    r = LLMClient(cfg).chat(MSG)
+    assert fault_server.bodies == [build_request(MSG, cfg)]
+    assert r.texts == ["echo[0] click('12')?", "echo[1] click('12')?"] and r.key == request_key(
+        build_request(MSG, cfg), cfg.endpoint)
+    fault_server.faults = ["500", "429:0", "500"]
+    r = LLMClient(cfg, max_retries=0, no_cache=True).chat(MSG)
+    assert not r.ok and r.infra_error == "http_500 (after 1 attempts)" and fault_server.requests == 2
+
+
+@pytest.mark.timeout(30)
+def test_null_content_is_retried_and_never_cached(fault_server, tmp_path):
+    cfg = config_for(fault_server, tmp_path, max_retries=2)
+    fault_server.faults = ["null"]
+    r = LLMClient(cfg).chat(MSG)
+    assert r.ok and r.text == "echo[0] click('12')?" and r.attempts == 2 and fault_server.requests == 2
+    # A server that only ever answers null: an infrastructure failure, and nothing is cached.
+    fault_server.faults = ["null"] * 3
+    client = LLMClient(cfg)
+    failed = client.chat(MSG, stage="teacher.verify", seed=5)
+    assert not failed.ok and failed.texts == [] and failed.attempts == 3 and fault_server.requests == 5
+    assert failed.infra_error.startswith("malformed_response: choice 0 has null content and no tool calls")
+    assert client.usage["teacher.verify"].failed == 1
+    assert len(list((tmp_path / "cache").rglob("*.json"))) == 1, "only the real answer is cached"
+    rerun = LLMClient(cfg).chat(MSG, seed=5)           # a rerun asks again, and keeps the answer
+    assert rerun.ok and not rerun.cached and rerun.text == "echo[0] click('12')?" and fault_server.requests == 6
+    assert LLMClient(cfg).chat(MSG, seed=5).cached and fault_server.requests == 6
+
+
+@pytest.mark.timeout(30)
+def test_without_a_key_a_placeholder_is_sent_and_never_logged(fault_server, tmp_path, monkeypatch, caplog):
+    monkeypatch.delenv("SURFPRM_TEST_KEY_UNSET", raising=False)
+    caplog.set_level(logging.DEBUG)
+    client = LLMClient(config_for(fault_server, tmp_path))
+    fault_server.faults = ["401"]                       # the server echoes the Authorization header
+    refused, answered = client.chat(MSG), client.chat(MSG, seed=1)
+    assert fault_server.auth == [f"Bearer {NO_KEY}"] * 2 and answered.ok
+    assert refused.infra_error == "http_401: " + json.dumps(
+        {"error": {"message": "bad key Bearer ***", "type": "invalid_request_error", "code": 401}})
+    assert "no API key in $SURFPRM_TEST_KEY_UNSET" in caplog.text and "bad key Bearer ***" in caplog.text
+    assert NO_KEY not in caplog.text and NO_KEY not in repr(client)
+
+
 # -- cache and concurrency ----------------------------------------------------------------------
 @pytest.mark.timeout(30)
 def test_cache_hits_send_no_request(fault_server, tmp_path):
@@ -312,6 +365,13 @@ def test_local_backend_honours_the_concurrency_limit(tmp_path, monkeypatch):
     assert model.peak == 2, f"{model.peak} local generations ran at once with --concurrency 2"
 
 
+def _wait_for(predicate, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()
+
+
 @pytest.mark.timeout(30)
 def test_connection_pool_is_closed_with_its_event_loop(fault_server, tmp_path):
     """Async callers that never ``aclose()`` (one ``asyncio.run`` per batch) leak no sockets."""
@@ -320,7 +380,7 @@ def test_connection_pool_is_closed_with_its_event_loop(fault_server, tmp_path):
 
     async def batch(i):
         results = await client.achat_many([[{"role": "user", "content": f"{i}.{j}"}] for j in range(3)])
-        pools.append(client._http)
+        pools.append(client._openai)
         return results
 
     gc.collect()   # earlier tests' garbage (servers, browsers) must not be counted as this client's
@@ -328,22 +388,27 @@ def test_connection_pool_is_closed_with_its_event_loop(fault_server, tmp_path):
         warnings.simplefilter("always")
         for i in range(3):
             assert all(r.ok for r in asyncio.run(batch(i)))
-        assert len({id(p) for p in pools}) == 3 and all(p.is_closed for p in pools)
+            assert _wait_for(lambda: fault_server.connections == 0), "the server still holds a connection"
+        assert len({id(p) for p in pools}) == 3 and all(p.is_closed() for p in pools)
         del pools[:]
         gc.collect()
     unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
     assert not unclosed, unclosed
 
-    # A hand-run loop closed without shutting down async generators: the next loop shuts the
-    # stale pool's connections down itself (a closed loop can no longer close its transports).
+    # A hand-run loop closed without shutting down async generators cannot close its pool any
+    # more; the next loop drops it, and its connection ends when the pool is collected.
     loop = asyncio.new_event_loop()
     assert loop.run_until_complete(client.achat(MSG)).ok
-    stale = [c._connection._network_stream.get_extra_info("socket") for c in client._http._transport._pool.connections]
+    stale = client._openai
     loop.close()
+    assert fault_server.connections == 1
     assert asyncio.run(client.achat(MSG, seed=1)).ok
-    assert len(stale) == 1
-    with stale[0].dup() as s:
-        assert s.recv(1, socket.MSG_DONTWAIT) == b"", "the stale connection is still open"
+    assert client._openai is not stale, "the client kept the stale pool"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)   # asyncio names the unclosed transport
+        del stale
+        gc.collect()
+    assert _wait_for(lambda: fault_server.connections == 0), "the stale connection is still open"
 
 
 def test_sync_chat_works_inside_a_running_event_loop(fault_server, tmp_path):
@@ -370,6 +435,9 @@ def test_cache_is_safe_with_concurrent_writer_processes(tmp_path):
     for i in range(40):
         assert cache.get(f"{i:064x}")["choices"][0]["message"]["content"] == f"{i}"
     assert not list(tmp_path.rglob("*.tmp")), "temp files left behind"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(cache.path(f"{0:064x}").stat().st_mode) == 0o666 & ~umask, "other runs must read the cache"
     cache.path("f" * 64).parent.mkdir(parents=True, exist_ok=True)
     cache.path("f" * 64).write_text('{"response": ')        # a torn entry reads as a miss
     assert cache.get("f" * 64) is None
@@ -380,7 +448,7 @@ def test_cache_is_safe_with_concurrent_writer_processes(tmp_path):
 def test_api_key_never_appears_in_logs_files_or_reprs(fault_server, tmp_path, monkeypatch, caplog, capfd):
     key = f"sk-surfprm-test-{uuid.uuid4().hex}"
     monkeypatch.setenv("SURFPRM_TEST_KEY", key)
-    caplog.set_level(logging.DEBUG)            # httpx/httpcore debug lines included
+    caplog.set_level(logging.DEBUG)            # the SDK's and httpx2's debug lines included
     run_log = logging.FileHandler(tmp_path / "run.log", encoding="utf-8")   # a run's log file
     logging.getLogger().addHandler(run_log)
     cfg = config_for(fault_server, tmp_path, api_key_env="SURFPRM_TEST_KEY", timeout_s=0.3, max_retries=1)
