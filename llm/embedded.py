@@ -101,7 +101,7 @@ MODELS = {m.name: m for m in (
 )}
 SMALLEST_MODEL = "smollm2-135m"
 # Chosen by measurement (bench/embedded_models.py; bench/RESULTS.md, "Embedded models").
-DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_DIR = MODELS_DIR / MODELS[DEFAULT_MODEL].folder      # relative to the project root
 ENV_MODEL = "SURFPRM_EMBEDDED_MODEL"
 
