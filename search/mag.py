@@ -61,7 +61,7 @@ TABLE_COLUMNS = ("SR", "OFCR", "bleu1", "bleu2", "rouge1", "rougeL", "G", "GGS",
 TABLE_NAMES = ("SR", "OFCR", "BLEU-1", "BLEU-2", "ROUGE-1", "ROUGE-L", "G", "GGS", "Tax")
 
 
-def config_path() -> Path:
+def webarena_tasks_path() -> Path:
     """WebArena's task file inside the ``webarena`` package BrowserGym installs (found without
     importing it)."""
     spec = importlib.util.find_spec("webarena")
@@ -74,7 +74,7 @@ def load_task_configs(task_ids) -> list[dict]:
     """WebArena task configs for ``task_ids`` (URL placeholders left as they are), in the order asked."""
     if not task_ids:
         raise SetupError("no tasks: give --task-ids, or --gold-guides whose task ids are run")
-    by_id = {c["task_id"]: c for c in json.loads(config_path().read_text())}
+    by_id = {c["task_id"]: c for c in json.loads(webarena_tasks_path().read_text())}
     wanted = [int(t) for t in task_ids]
     unknown = sorted(set(wanted) - set(by_id))
     if unknown:

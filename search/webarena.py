@@ -62,7 +62,7 @@ SITES = tuple(k for k in WA_VARS if k != "homepage")
 CONFIG_FILE = "test_webarena_lite.raw.json"
 
 
-def config_path() -> Path:
+def webarena_lite_tasks_path() -> Path:
     """The WebArena-Lite task file inside ``browsergym-webarenalite``, found without importing the
     package (its ``__init__`` downloads NLTK data and registers every task)."""
     spec = importlib.util.find_spec("browsergym.webarenalite")
@@ -75,7 +75,7 @@ def load_task_configs(task_ids=None, sites=None) -> list[dict]:
     """WebArena-Lite task configs (URL placeholders left as they are), filtered by WebArena task id
     (``old_task_id``, as BrowserGym's ``webarenalite.<id>``) and by site (every site of the task
     must be selected)."""
-    configs = json.loads(config_path().read_text())
+    configs = json.loads(webarena_lite_tasks_path().read_text())
     if task_ids:
         wanted = {int(t) for t in task_ids}
         unknown = wanted - {c["old_task_id"] for c in configs}
