@@ -52,19 +52,14 @@ def mined_run(shared: Path, sample: int) -> Path:
     from data.ingest import ingest
     from graph.build import build_graphs
     from llm import LLMConfig
-    from llm.serve import serve_in_thread
+    from llm.serve import fixed_answer, serve_in_thread
     from proposals.mine import MineConfig, mine
 
     RUN.mkdir(parents=True, exist_ok=True)
     ingest("agentlab", [shared / "agentlab_workarena"], RUN)
     build_graphs(RUN)
 
-    def complete(request):
-        return {"id": "x", "object": "chat.completion", "model": "scripted",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": '{"value": "Zoom"}'},
-                             "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
-    server = serve_in_thread(complete, "scripted")
+    server = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "scripted")
     try:
         mine(RUN, MineConfig(budget=sample, seed=42),
              LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(RUN.parent / "llm-cache")), workers=2)

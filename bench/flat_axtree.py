@@ -121,14 +121,9 @@ def mine_run(run: Path, cache: Path) -> tuple[dict, list[dict]]:
     """proposals.mine on a run with scripted fill values; (stats, candidates)."""
     from proposals.mine import MineConfig, mine
     from llm import LLMConfig
-    from llm.serve import serve_in_thread
+    from llm.serve import fixed_answer, serve_in_thread
 
-    def complete(request):
-        return {"id": "x", "object": "chat.completion", "model": "scripted",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": '{"value": "Zoom"}'},
-                             "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
-    server = serve_in_thread(complete, "scripted")
+    server = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "scripted")
     try:
         stats = mine(run, MineConfig(budget=10000, seed=42),
                      LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(cache)), workers=2)

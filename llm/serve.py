@@ -372,6 +372,16 @@ def serve_in_thread(complete: Callable[..., dict], model_id: str, host: str = "1
     return server
 
 
+def fixed_answer(text: str) -> Callable[[dict], dict]:
+    """A ``complete`` function that answers every request with ``text`` (a scripted peer for
+    benchmarks and tests that need an OpenAI-protocol server, e.g. for fill values)."""
+    def complete(request: dict) -> dict:
+        return {"id": "fixed", "object": "chat.completion", "model": request.get("model", "fixed"),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
+    return complete
+
+
 def model_server(model, host: str = "127.0.0.1", port: int = 0, *, max_tokens_cap: int = DEFAULT_MAX_TOKENS_CAP,
                  max_active: int = DEFAULT_MAX_ACTIVE, max_queue: int = DEFAULT_MAX_QUEUE,
                  time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, max_body_bytes: int = MAX_BODY_BYTES) -> ChatServer:

@@ -22,14 +22,9 @@ def scripted_llm(tmp_path_factory):
     """Fill values come from a scripted OpenAI-protocol server: these tests are about the rules,
     not the small model's wording (test_fill.py covers the prompt and its validation)."""
     from llm import LLMConfig
-    from llm.serve import serve_in_thread
+    from llm.serve import fixed_answer, serve_in_thread
 
-    def complete(request):
-        return {"id": "x", "object": "chat.completion", "model": "scripted",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": '{"value": "Zoom"}'},
-                             "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
-    server = serve_in_thread(complete, "scripted")
+    server = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "scripted")
     yield LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(tmp_path_factory.mktemp("llm")))
     server.shutdown()
 
