@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from data.schema import CANDIDATE_SCHEMA
+
 MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False),
                      pa.field("content", pa.large_string(), nullable=False)])
 # One teacher attempt: its seed, the response it preferred (null: no valid answer) and the outcome
@@ -17,18 +19,13 @@ VERDICT = pa.struct([pa.field("attempt", pa.int8(), nullable=False),
                      pa.field("outcome", pa.string(), nullable=False),
                      pa.field("mode", pa.string(), nullable=False)])
 
+# The candidate's own columns keep candidates.parquet's types (data.schema), in this order.
 _PAIR_FIELDS = [
-    pa.field("pair_id", pa.string(), nullable=False),
-    pa.field("site", pa.string(), nullable=False),
-    pa.field("traj_id", pa.string(), nullable=False),
-    pa.field("task_id", pa.string(), nullable=False),
-    pa.field("step_idx", pa.int32(), nullable=False),
-    pa.field("rule", pa.string(), nullable=False),
-    pa.field("axis", pa.string(), nullable=False),
-    pa.field("gmcp", pa.bool_(), nullable=False),
+    *(CANDIDATE_SCHEMA.field(name) for name in ("pair_id", "site", "traj_id", "task_id", "step_idx", "rule",
+                                                 "axis", "gmcp")),
     pa.field("label", pa.int8(), nullable=False),            # position of the positive: 1 or 2
-    pa.field("action_pos", pa.string(), nullable=False),
-    pa.field("action_neg", pa.string(), nullable=False),
+    CANDIDATE_SCHEMA.field("action_pos"),
+    CANDIDATE_SCHEMA.field("action_neg"),
     pa.field("response_1", pa.string(), nullable=False),
     pa.field("response_2", pa.string(), nullable=False),
     pa.field("attempts", pa.int8(), nullable=False),         # teacher calls spent on the pair
