@@ -234,8 +234,3 @@ def split_agent_output(raw: str) -> tuple[str, str]:
         raise ActionParseError("no fenced code block with an action")
     last = matches[-1]
     return raw[: last.start()].strip(), last.group(1).strip()
-
-
-def normalize_action(text: str) -> str:
-    """Canonical string of a BrowserGym action text (raises ActionParseError)."""
-    return parse_action(text).to_string()

@@ -6,7 +6,7 @@ One row per observation. A trajectory is the rows of one ``traj_id`` ordered by 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 import pyarrow as pa
 
@@ -29,9 +29,6 @@ class StepRecord:
     success: bool | None   # trajectory-level outcome
     source_path: str       # where the record came from (file, or file#row)
     meta: str              # JSON object of source-specific fields kept for provenance
-
-    def to_row(self) -> dict:
-        return asdict(self)
 
 
 TRAJECTORY_SCHEMA = pa.schema(
@@ -116,10 +113,6 @@ def steps_to_table(records: list[StepRecord]) -> pa.Table:
 def for_storage(table: pa.Table) -> pa.Table:
     """The table in storage order (see ``STORAGE_ORDER``)."""
     return table.sort_by(STORAGE_ORDER)
-
-
-def table_to_steps(table: pa.Table) -> list[StepRecord]:
-    return [StepRecord(**row) for row in table.to_pylist()]
 
 
 # -- candidates.parquet (proposals.mine), shared by every later stage --------------------------

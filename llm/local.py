@@ -202,10 +202,6 @@ class _Turns:
         with self._cond:
             self._leave(turn)
 
-    @property
-    def queued(self) -> int:
-        return len(self._queue)
-
 
 class LocalModel:
     """A transformers causal LM and its tokenizer. Generations take turns on the model (see
