@@ -16,7 +16,6 @@ scripted ones so that the PRM always has a match. Caches are off (a fresh folder
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -27,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
 from local_pages import MARKS_PAGE, Pages, many_links_page, open_page_task  # noqa: E402
+from shop_scripts import mag_output  # noqa: E402
 from search.demo_site import Shop, make_task  # noqa: E402
 from prm.judge import LocalJudge  # noqa: E402
 from search import som  # noqa: E402
@@ -77,10 +77,8 @@ def episode(steps: int, n: int, max_tokens: int) -> None:
 
     def propose(obs, guides, n_, step):
         links = [m for m in obs.marks if m.type in ("LINK", "BUTTON")][:1]
-        extra = [json.dumps({"think": "", "action_type": "click", "selected_candidate_id": m.id, "content": None,
-                             "guide_text": f"Click {m.text}."}) for m in links]
-        extra.append(json.dumps({"think": "", "action_type": "scroll", "selected_candidate_id": None,
-                                 "content": "down", "guide_text": "Scroll down."}))
+        extra = [mag_output("click", m.id, None, f"Click {m.text}.") for m in links]
+        extra.append(mag_output("scroll", None, "down", "Scroll down."))
         return policy.propose(obs, guides, n_, step) + extra
 
     with Shop() as shop, BrowserHarness(make_task(shop), allowed_hosts={host_of(shop.url)}, viewport=som.VIEWPORT,

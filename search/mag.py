@@ -9,9 +9,15 @@
 Models as in ``search.webarena``: a local transformers folder, ``embedded``, or a name served at
 ``--prm-base-url`` / ``--policy-base-url`` (the other ``--prm-*`` / ``--policy-*`` flags are
 ``llm.client.LLMConfig``'s); ``--prm none`` runs one greedy policy output per step, no judge.
-``--grounding som`` (default) asks for a menu id, ``coord`` for a pixel pair. ``--screenshot auto``
+``--grounding som`` (default) asks for a menu id, ``coord`` for a pixel pair: the observation (marked
+screenshot and menu) and the prompt are the same but for the grounding key and its sentences
+(MAG §3.1), so coordinate grounding needs a policy that sees the screenshot. ``--screenshot auto``
 attaches the marked screenshot when the policy is an endpoint (a vision model) and not for a local
-model (text only); ``on``/``off`` force it.
+model (text only); ``on``/``off`` force it. The policy prompt carries the MAG paper's App. C
+prompt in this project's words (``search.mag_agent``); ``--policy-prompt-template FILE`` renders a
+user's exact text (YAML ``system`` and ``user``, ``search.mag_agent.PolicyTemplate``). The PRM is
+Action-Only: it sees each candidate's verb, target and content, never its think or guide, with
+the menu in the AXTree section of the comparative-judgment format.
 
 ``--demo`` runs one built-in task instead, on a small shop served on 127.0.0.1
 (``search.demo_site``, gold guides included): the whole harness without WebArena, e.g. to check
@@ -28,14 +34,16 @@ Set-of-Mark observation, JSON steps with guides, the executor) and MAG's Table-1
 
 Output in ``--out``: ``tasks/<task_id>.jsonl`` (one line per step: the N outputs, the bracket,
 the executed action and guide, the compliance reason, the browser's error, timings; then one
-``result`` line with the task's metrics), ``summary.json`` (MAG Table 1 columns: SR, OFCR, BLEU-1,
-BLEU-2, ROUGE-1, ROUGE-L, G, GGS, tax; OFCR over all sampled outputs as ``OFCR_outputs``;
-terminations; every task run counts in SR and the other columns, an episode that ended in an
-environment failure as not solved, scored on the steps it made; the failures are listed beside
-them as ``env_failures`` and ``env_failed_tasks``; ``sites`` and ``macro.success_rate`` give
+``result`` line with the task's metrics), ``summary.json`` (MAG Table 1 columns with the paper's
+denominators, labelled in ``denominators``: SR and OFCR over every task run, BLEU-1, BLEU-2,
+ROUGE-1, ROUGE-L, G, GGS and tax over the tasks with gold guides, ``GGS_corpus`` over every task
+(App. D); OFCR over all sampled outputs as ``OFCR_outputs``; terminations; an episode that ended
+in an environment failure counts as not solved, scored on the steps it made, and the failures
+are listed beside as ``env_failures`` and ``env_failed_tasks``; ``sites`` and ``macro.success_rate`` give
 success per site and its macro-average; ``totals`` the outputs screened out before the bracket
 and the PRM's unparsed and truncated judgments),
-``table.md`` (the same as a Markdown row, with ``--baseline``'s row above it), ``versions.json``,
+``table.md`` (the same as a Markdown row, with ``--baseline``'s row above it, and the
+denominators, corpus GGS and environment failures under it), ``versions.json``,
 ``run.json`` (the settings), and with ``--save-screenshots`` ``shots/<task_id>/<step>.png``.
 ``--resume`` skips the tasks the agent finished (environment failures run again), refuses a
 folder whose ``run.json`` has other settings, and rescores every task from its stored guides with
@@ -52,8 +60,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from search.mag_agent import MAX_STEPS, MagAgent, MagPolicy
-from search.mag_metrics import check_step, load_gold_guides, score_task, summarize  # noqa: F401  (check_step: the MAG contract)
+from search.mag_agent import MAX_STEPS, MagAgent, MagPolicy, PolicyTemplate
+from search.mag_metrics import check_step, load_gold_guides, score_task, summarize  # noqa: F401  (check_step: OFCR, App. D)
 from search.runner import Benchmark, SearchConfig, SetupError, base_row, main as run_cli, run_summary, site_key
 from search.webarena import preflight, webarena_harness
 
@@ -88,7 +96,7 @@ def summarize_run(rows: list[dict], gold: dict | None) -> dict:
     scores = [score_task(r["task_id"], (r["reward"] or 0.0) if r["evaluated"] else 0.0, r.get("reasons") or [],
                          r.get("guides") or [], gold.get(str(r["task_id"])) if gold is not None else None)
               for r in rows]
-    out = summarize(scores)
+    out = summarize(scores, gold_given=gold is not None)
     outputs = sum(r.get("n_outputs", 0) for r in rows)
     out["OFCR_outputs"] = sum(r.get("n_outputs_compliant", 0) for r in rows) / outputs if outputs else None
     out.update(run_summary(rows))
@@ -110,12 +118,21 @@ def episode_row(task_id, site: str, intent: str, episode, gold: dict | None) -> 
 
 
 def table(rows: list[tuple[str, dict]]) -> str:
-    """Markdown table in the MAG paper's Table 1 layout (percent, one decimal; '-' when absent)."""
+    """Markdown table in the MAG paper's Table 1 layout (percent, one decimal; '-' when absent),
+    then per run its denominators, corpus GGS and environment failures."""
     head = "| run | " + " | ".join(TABLE_NAMES) + " |"
     lines = [head, "|" + "---|" * (len(TABLE_NAMES) + 1)]
     for name, s in rows:
         cells = [f"{100 * s[k]:.1f}" if s.get(k) is not None else "-" for k in TABLE_COLUMNS]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for name, s in rows:
+        notes = [f"{k}: {v}" for k, v in (s.get("denominators") or {}).items()]
+        if s.get("GGS_corpus") is not None:
+            notes.append(f"corpus GGS {100 * s['GGS_corpus']:.1f}")
+        failed = [str(f.get("task_id")) for f in s.get("env_failed_tasks") or []]
+        notes.append(f"environment failures: {len(failed)}" + (f" (tasks {', '.join(failed)})" if failed else ""))
+        lines.append(f"- {name}: " + "; ".join(notes))
     return "\n".join(lines) + "\n"
 
 
@@ -137,6 +154,12 @@ class MagSearch(SearchConfig):
     gold_guides: str | None = None          # gold-guide JSONL (search.mag_metrics)
     screenshot: str = "auto"                # attach the screenshot to the policy prompt: auto (endpoint policies), on, off
     save_screenshots: bool = False
+    policy_prompt_template: str | None = None    # YAML with the policy's exact system and user text
+
+    def check(self) -> None:
+        super().check()
+        if self.policy_prompt_template:
+            PolicyTemplate.load(self.policy_prompt_template)       # ValueError on a bad template
 
 
 class Mag(Benchmark):
@@ -144,7 +167,7 @@ class Mag(Benchmark):
 
     name = "search.mag"
     Config = MagSearch
-    resume_settings = Benchmark.resume_settings + ("grounding",)
+    resume_settings = Benchmark.resume_settings + ("grounding", "policy_prompt_template")
     flag_help = {"n": "outputs per step (paper: 5)", "task_ids": "WebArena task ids (default: those of --gold-guides)",
                  "baseline": "a baseline run's folder: table.md shows its row too",
                  "demo": "run the built-in demo task (a small shop on 127.0.0.1, gold guides included) instead "
@@ -163,6 +186,8 @@ class Mag(Benchmark):
         ap.add_argument("--screenshot", choices=("auto", "on", "off"), default=MagSearch.screenshot,
                         help="attach the screenshot to the policy prompt (auto: only for an endpoint policy)")
         ap.add_argument("--save-screenshots", action="store_true", help="keep every marked screenshot")
+        ap.add_argument("--policy-prompt-template", metavar="FILE",
+                        help="render the policy prompt from a YAML file (system, user; search.mag_agent.PolicyTemplate)")
 
     def tasks(self) -> list[dict]:
         c = self.config
@@ -184,7 +209,8 @@ class Mag(Benchmark):
     def policy(self, llm):
         c = self.config
         screenshot = c.screenshot == "on" or (c.screenshot == "auto" and not llm.is_local)
-        return MagPolicy(llm, grounding=c.grounding, screenshot=screenshot).propose
+        template = PolicyTemplate.load(c.policy_prompt_template) if c.policy_prompt_template else None
+        return MagPolicy(llm, grounding=c.grounding, screenshot=screenshot, template=template).propose
 
     def site_harnesses(self):
         return webarena_harness("browsergym.webarena.task.GenericWebArenaTask", "task_id", self.urls,

@@ -1,65 +1,38 @@
 """MAG (multimodal action and guide generation): the step output contract, its one tolerant
-parser, and the paper's metrics (OFCR, guide quality G, GGS, guide tax). Pure and offline: the
-Set-of-Mark observation and executor (``search.som``), the episode loop (``search.mag_loop``)
-and the search CLI (``python -m search.mag``) build on this module.
+parser, and the MAG paper's metrics (OFCR, guide quality G, GGS, guide tax) as its Appendix D
+defines them. Pure and offline; the observation and executor are ``search.som``, the episode
+``search.mag_agent``, the CLI ``python -m search.mag``.
 
-Output contract. A step is ONE JSON object with exactly the keys
-``think, action_type, selected_candidate_id, content, guide_text`` (Set-of-Mark grounding), or
-``think, action_type, coordinates, content, guide_text`` (coordinate grounding, ``coordinates`` an
-``[x, y]`` pixel pair inside the 1440x900 viewport). Missing or extra keys make the step invalid.
+Contract (App. C-D): ONE JSON object with exactly the five keys ``think, action_type,
+selected_candidate_id, content, guide_text`` (``coordinates`` instead of
+``selected_candidate_id`` under coordinate grounding, an ``[x, y]`` pixel pair). The parser takes
+the FIRST well-formed JSON object of the text (code fences and preambles are skipped; a later
+object never overrides it) and never raises.
 
-Per-verb rules (``target`` is the candidate id, or the pixel pair under coordinate grounding):
+OFCR (App. D): a step passes when (i) it parses under the contract with a non-empty ``think``,
+a non-empty ``guide_text`` and a recognized verb (one of ``VERBS``, after strip and lower-case);
+(ii) the element verbs click, type and select carry a grounding argument (a SoM id, as an int or a
+string of digits, that is in the current menu; or a pair of numbers), ``type`` carries text and
+``select`` an option label (non-empty strings), ``finish`` a string or null (OFCR does not judge
+the answer; SR does); (iii) the guide matches none of ``LEAK_PATTERNS``. Nothing else is judged:
+the other verbs' grounding argument and content are not part of the gate (the executor ignores
+their target, and a scroll without "up"/"down" is a valid step the executor cannot run). Steps
+failing (i)-(ii) have no action and execute nothing; a step failing only (iii) is executed.
 
-    click        target required                      content ignored
-    type         target required                      content: non-empty text to type
-    select       target required                      content: non-empty option text
-    scroll       target optional (null: the page)    content: "up" or "down"
-    press_enter  target optional (null: focused)      content ignored
-    go_back      target ignored                       content ignored
-    finish       target ignored                       content: non-empty answer
+G (Eq. 4) joins a task's guides in step order, those of steps that fail OFCR included (App. D:
+they are not zeroed), and scores them against the joined gold guides with BLEU-1, BLEU-2
+(``nltk``, method1 smoothing, brevity penalty), ROUGE-1 and ROUGE-L F (``rouge-score``), equal
+weights; GGS = S (0.4 + 0.6 G) (Eq. 5); tax = SR - GGS. Denominators (Table 1, App. D): SR and
+OFCR over every task run; the guide columns over the tasks with gold guides; corpus GGS
+(``GGS_corpus``) over every task, a task without gold guides scoring G = 0 there.
 
-A target that is given must be in the menu (any id for an optional target too), and must be an
-integer or a string of digits; ``action_type`` is compared after strip/lower; ``think`` is a
-string; ``content`` a string or null; ``guide_text`` a non-empty string for every verb.
-
-Parser. ``parse_step`` takes the FIRST well-formed JSON object in the text: it scans each ``{``,
-finds its balanced ``}`` (braces inside JSON strings do not count), and ``json.loads`` the span;
-code fences and preambles are skipped that way, and a later object never overrides the first.
-It never raises: it returns ``(Step, None)`` or ``(None, "category: detail")``.
-
-Guide leakage (part of OFCR): a guide must read as instructions to a human, so it may not name
-mark ids or pixels. The fixed family ``LEAK_PATTERNS``:
-
-    mark_bracket   [12]                               a mark label as drawn on the screenshot
-    mark_word      id 12, element #17, mark: 3, box 4, candidate 9, label 2
-    mark_hash      #12
-Numbered site objects are not leaks and are removed first: "issue #12", "order id 170",
-"product ID 42", "merge request #3", "MR/PR #3" (issues, orders, tickets, products, customers,
-users, posts, comments, reviews, invoices, projects, items, SKUs).
-    coord_pair     (312, 174)  [312, 174]  (312.5,174)
-    coord_xy       x=312, y=174   x: 312 y: 174
-
-OFCR (output-format compliance rate) = compliant steps / steps, where a step is compliant when it
-parses under the rules above AND its guide matches no leak pattern; reported per task and pooled
-over all steps of all tasks.
-
-Guide quality. Per task, the guides of the parsed steps are joined with spaces and compared with
-the joined gold guides: BLEU-1 and BLEU-2 (``nltk`` ``sentence_bleu``, uniform weights, brevity
-penalty, ``SmoothingFunction().method1``), ROUGE-1 and ROUGE-L F-measures (``rouge-score``, no
-stemming); both on ``rouge-score``'s tokens (lowercase, alphanumeric runs). G is their mean
-(0 when either side is empty). GGS = S * (0.4 + 0.6 G) with S the task's success in {0, 1}; the
-guide tax is S - GGS. A summary averages each over tasks; G, GGS and the tax only over tasks that
-have gold guides, and not at all without a gold file (success and OFCR only).
-
-Gold guides: JSONL, one task per line, ``{"task_id": 27, "steps": [{"guide": "..."}, ...]}`` with
-steps in order; other keys are allowed and ignored. ``task_id`` is a WebArena id (int or string,
-compared as a string); a repeated id, a bad line or a step without a non-empty ``guide`` string is
-a ``ValueError`` naming the line.
+Gold guides: JSONL, one task per line, ``{"task_id": 27, "steps": [{"guide": "..."}, ...]}``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -67,15 +40,14 @@ from pathlib import Path
 from typing import Collection, Iterable, Sequence
 
 VERBS = ("click", "type", "select", "scroll", "press_enter", "go_back", "finish")
-TARGET_REQUIRED = {"click", "type", "select"}
-TARGET_OPTIONAL = {"scroll", "press_enter"}
-CONTENT_REQUIRED = {"type", "select", "finish"}
-SCROLL_DIRECTIONS = ("up", "down")
-VIEWPORT = (1440, 900)
+ELEMENT_VERBS = ("click", "type", "select")          # the verbs that carry a grounding argument
+GROUNDING_KEY = {"som": "selected_candidate_id", "coord": "coordinates"}
 BASE_KEYS = ("think", "action_type", "content", "guide_text")
-KEYS = {"som": frozenset(BASE_KEYS + ("selected_candidate_id",)),
-        "coord": frozenset(BASE_KEYS + ("coordinates",))}
+KEYS = {g: frozenset(BASE_KEYS + (key,)) for g, key in GROUNDING_KEY.items()}
 
+# The leak family (App. D (iii)): a guide that names a mark or a pixel is useless to a person.
+#   mark_bracket  [12]       mark_word  id 12, element #17, mark: 3, box 4, candidate 9, label 2
+#   mark_hash     #12        coord_pair (312, 174), [312.5,174]      coord_xy  x=312, y=174
 _NUM = r"\d+(?:\.\d+)?"
 LEAK_PATTERNS = {
     "mark_bracket": re.compile(r"\[\s*\d+\s*\]"),
@@ -95,14 +67,20 @@ _ALLOWED_OBJECT_IDS = re.compile(
 
 @dataclass(slots=True)
 class Step:
-    """One parsed step; ``candidate_id`` (Set-of-Mark) or ``coords`` (coordinate grounding)."""
+    """One step that forms a valid action: ``candidate_id`` (Set-of-Mark) or ``coords``
+    (coordinate grounding) for the element verbs; ``content`` None when null."""
 
     think: str
     action_type: str
-    content: str
+    content: str | None
     guide_text: str
     candidate_id: int | None = None
-    coords: tuple[int, int] | None = None
+    coords: tuple[float, float] | None = None
+
+
+def first_object(text) -> dict | None:
+    """The first well-formed JSON object in ``text`` (None when there is none)."""
+    return next(_json_objects(text), None) if isinstance(text, str) else None
 
 
 def _json_objects(text: str):
@@ -144,21 +122,29 @@ def _as_id(v) -> int | None:
     return None
 
 
-def _as_coords(v) -> tuple[int, int] | None:
+def _as_pair(v) -> tuple[float, float] | None:
     if (isinstance(v, (list, tuple)) and len(v) == 2
-            and all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in v)):
-        x, y = round(v[0]), round(v[1])
-        if 0 <= x < VIEWPORT[0] and 0 <= y < VIEWPORT[1]:
-            return x, y
+            and all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) for c in v)):
+        return float(v[0]), float(v[1])
     return None
+
+
+def _filled(v) -> bool:
+    return isinstance(v, str) and bool(v.strip())
+
+
+def raw_guide(text) -> str | None:
+    """The ``guide_text`` of the first JSON object in ``text`` when it is a non-empty string,
+    whether or not the step passes OFCR (such guides still enter G and the guide history)."""
+    obj = first_object(text)
+    return obj["guide_text"].strip() if obj is not None and _filled(obj.get("guide_text")) else None
 
 
 def parse_step(text: str, menu_ids: Collection[int] = (), grounding: str = "som"
                ) -> tuple[Step | None, str | None]:
-    """Parse a policy output into a valid ``Step`` or ``(None, "category: detail")``; never raises.
-
-    ``menu_ids`` are the candidate ids of this step's menu (ignored under ``grounding="coord"``).
-    """
+    """OFCR's clauses (i) and (ii): ``(Step, None)`` for a step that parses under the contract
+    and forms a valid action, else ``(None, "category: detail")``; never raises. ``menu_ids``:
+    the ids of this step's menu (ints; not used under coordinate grounding)."""
     try:
         return _parse_step(text, menu_ids, grounding)
     except Exception as e:  # the contract is "never raises": a bug here is an invalid step
@@ -168,9 +154,7 @@ def parse_step(text: str, menu_ids: Collection[int] = (), grounding: str = "som"
 def _parse_step(text, menu_ids, grounding):
     if grounding not in KEYS:
         return None, f"bad_grounding: {grounding!r}"
-    if not isinstance(text, str):
-        return None, "no_json: output is not text"
-    obj = next(_json_objects(text), None)
+    obj = first_object(text)
     if obj is None:
         return None, "no_json: no well-formed JSON object"
     keys = KEYS[grounding]
@@ -178,40 +162,34 @@ def _parse_step(text, menu_ids, grounding):
         return None, f"missing_keys: {', '.join(missing)}"
     if extra := sorted(obj.keys() - keys):
         return None, f"extra_keys: {', '.join(extra)}"
+    if not _filled(obj["think"]):
+        return None, "empty_think: think must be a non-empty string"
+    if not _filled(obj["guide_text"]):
+        return None, "empty_guide: guide_text must be a non-empty string"
     verb = obj["action_type"].strip().lower() if isinstance(obj["action_type"], str) else None
     if verb not in VERBS:
         return None, f"bad_verb: {obj['action_type']!r}"
-    think, content, guide = obj["think"], obj["content"], obj["guide_text"]
-    if not isinstance(think, str):
-        return None, "bad_think: not a string"
-    if content is None:
-        content = ""
-    if not isinstance(content, str):
-        return None, "bad_content: not a string or null"
-    if not isinstance(guide, str) or not guide.strip():
-        return None, "missing_guide: guide_text empty or not a string"
-
-    step = Step(think=think, action_type=verb, content=content.strip(), guide_text=guide.strip())
-    raw = obj["selected_candidate_id" if grounding == "som" else "coordinates"]
-    if verb in TARGET_REQUIRED or (verb in TARGET_OPTIONAL and raw is not None):
+    content = obj["content"]
+    step = Step(think=obj["think"].strip(), action_type=verb, guide_text=obj["guide_text"].strip(),
+                content=content.strip() if isinstance(content, str) else content)
+    if verb in ELEMENT_VERBS:
+        raw = obj[GROUNDING_KEY[grounding]]
         if grounding == "som":
-            cid = _as_id(raw)
-            if cid is None:
+            step.candidate_id = _as_id(raw)
+            if step.candidate_id is None:
                 return None, f"bad_target: {verb} needs a candidate id, got {raw!r}"
-            if cid not in {int(m) for m in menu_ids}:
-                return None, f"id_not_in_menu: {cid}"
-            step.candidate_id = cid
+            if step.candidate_id not in {int(m) for m in menu_ids}:
+                return None, f"id_not_in_menu: {step.candidate_id}"
         else:
-            xy = _as_coords(raw)
-            if xy is None:
-                return None, f"bad_target: {verb} needs [x, y] inside {VIEWPORT[0]}x{VIEWPORT[1]}, got {raw!r}"
-            step.coords = xy
-    if verb in CONTENT_REQUIRED and not step.content:
-        return None, f"missing_content: {verb} needs content"
-    if verb == "scroll":
-        step.content = step.content.lower()
-        if step.content not in SCROLL_DIRECTIONS:
-            return None, f"bad_content: scroll needs 'up' or 'down', got {content!r}"
+            step.coords = _as_pair(raw)
+            if step.coords is None:
+                return None, f"bad_target: {verb} needs coordinates [x, y], got {raw!r}"
+    if verb in ("type", "select") and not _filled(content):
+        return None, f"missing_content: {verb} needs {'text' if verb == 'type' else 'an option label'}"
+    if verb == "finish" and content is not None and not isinstance(content, str):
+        return None, f"bad_content: finish carries a string or null, got {content!r}"
+    if verb not in ("type", "select", "finish"):
+        step.content = content if isinstance(content, str) else None     # not judged
     return step, None
 
 
@@ -223,8 +201,10 @@ def guide_leaks(guide: str) -> list[str]:
 
 def check_step(text: str, menu_ids: Collection[int] = (), grounding: str = "som"
                ) -> tuple[Step | None, str | None]:
-    """``parse_step`` plus the leak check: the step (None if unparsable) and the reason it is
-    not compliant (None: compliant). A leaky step is still a valid action and is executed."""
+    """OFCR for one raw output (App. D): ``(step or None, reason or None)``. ``step`` is None when
+    the output forms no valid action (clauses (i)-(ii)); ``reason`` is None when the step passes
+    all three clauses. A step whose guide leaks (iii) is a valid action and is executed.
+    ``menu_ids``: the current menu's ids (ints); the output's id may be an int or a string."""
     step, err = parse_step(text, menu_ids, grounding)
     if err:
         return None, err
@@ -291,8 +271,9 @@ class TaskScore:
 
 def score_task(task_id, success: float, reasons: Sequence[str | None], pred_guides: Sequence[str],
                gold_guides: Sequence[str] | None) -> TaskScore:
-    """Score one episode: ``reasons`` per step from ``check_step``; ``pred_guides`` the guides of
-    its parsed steps in order; ``gold_guides`` None when the task has no gold."""
+    """Score one episode: ``reasons`` per step from ``check_step``; ``pred_guides`` its guides in
+    step order (those of steps that fail OFCR included); ``gold_guides`` None when the task has
+    no gold."""
     ts = TaskScore(task_id=str(task_id), success=float(success), n_steps=len(reasons),
                    n_compliant=sum(r is None for r in reasons),
                    reasons=dict(Counter(r.split(":")[0] for r in reasons if r is not None)))
@@ -304,22 +285,29 @@ def score_task(task_id, success: float, reasons: Sequence[str | None], pred_guid
     return ts
 
 
-def summarize(scores: Sequence[TaskScore]) -> dict:
-    """Table-1 columns: SR and pooled OFCR over all tasks; guide columns over tasks with gold
-    (absent when none has gold); the non-compliance reasons counted by category."""
+def summarize(scores: Sequence[TaskScore], gold_given: bool | None = None) -> dict:
+    """Table 1's columns with the paper's denominators: SR and OFCR (pooled over steps) over
+    every task; BLEU, ROUGE, G, GGS and the tax over the tasks with gold guides; ``GGS_corpus``
+    (App. D) over every task, G = 0 for a task without gold. The guide columns are absent when
+    no gold was given (``gold_given``; default: some task has gold). ``denominators`` labels them."""
     n = len(scores)
     steps = sum(s.n_steps for s in scores)
-    out = {"n_tasks": n, "n_steps": steps,
+    gold = [s for s in scores if s.G is not None]
+    out = {"n_tasks": n, "n_steps": steps, "n_with_gold": len(gold),
            "SR": sum(s.success for s in scores) / n if n else None,
            "OFCR": sum(s.n_compliant for s in scores) / steps if steps else None,
            "reasons": dict(sum((Counter(s.reasons) for s in scores), Counter()))}
-    gold = [s for s in scores if s.G is not None]
-    out["n_with_gold"] = len(gold)
+    out["denominators"] = {"SR": f"all {n} tasks run", "OFCR": f"all {steps} steps of all {n} tasks"}
     if gold:
         for k in ("bleu1", "bleu2", "rouge1", "rougeL", "G", "GGS"):
             out[k] = sum(getattr(s, k) for s in gold) / len(gold)
         out["SR_gold"] = sum(s.success for s in gold) / len(gold)
         out["tax"] = out["SR_gold"] - out["GGS"]
+        out["denominators"]["BLEU-1, BLEU-2, ROUGE-1, ROUGE-L, G, GGS, tax"] = \
+            f"the {len(gold)} tasks with gold guides"
+    if n and (bool(gold) if gold_given is None else gold_given):
+        out["GGS_corpus"] = sum(s.GGS if s.GGS is not None else ggs(s.success, 0.0) for s in scores) / n
+        out["denominators"]["GGS_corpus"] = f"all {n} tasks run (G = 0 without gold guides)"
     return out
 
 
@@ -358,15 +346,13 @@ def load_gold_guides(path: str | Path | None) -> dict[str, list[str]] | None:
 
 def score_episodes(episodes: Iterable[dict], gold: dict[str, list[str]] | None) -> list[TaskScore]:
     """Score episodes given as ``{"task_id", "success", "outputs": [(text, menu_ids), ...]}``
-    under Set-of-Mark grounding (``"grounding": "coord"`` to switch)."""
+    under Set-of-Mark grounding (``"grounding": "coord"`` to switch): one output per step, its
+    guide in G whether or not it passes OFCR."""
     scores = []
     for ep in episodes:
-        reasons, guides = [], []
-        for text, menu_ids in ep["outputs"]:
-            step, reason = check_step(text, menu_ids, ep.get("grounding", "som"))
-            reasons.append(reason)
-            if step is not None:
-                guides.append(step.guide_text)
+        outputs = ep["outputs"]
+        reasons = [check_step(text, menu_ids, ep.get("grounding", "som"))[1] for text, menu_ids in outputs]
+        guides = [g for g in (raw_guide(text) for text, _ in outputs) if g]
         tid = str(ep["task_id"])
         scores.append(score_task(tid, ep["success"], reasons, guides,
                                  None if gold is None else gold.get(tid)))

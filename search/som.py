@@ -3,50 +3,50 @@ marked screenshot, and the seven verbs mapped onto BrowserGym actions.
 
     from search.som import observe, to_code
     obs = observe(harness)                       # after harness.reset()/step() (a BrowserHarness)
-    obs.menu                                     # "[1] LINK Home\\n[2] INPUT Search products\\n..."
+    obs.menu                                     # "[1] LINK Home\n[2] INPUT Search products\n..."
     obs.screenshot_png                           # 1440x900 PNG with numbered boxes
-    code, shown = to_code(step, obs, grounding="som")   # step from search.mag_metrics.parse_step
+    code, action = to_code(step, obs, grounding="som")  # step from search.mag_metrics.check_step
     harness.step(code)
+
+One observation for both groundings (MAG §3.1: prompt, observation, budget and scoring are held
+identical; only the action's grounding argument differs): the same marks, the same menu and the
+same marked screenshot under Set-of-Mark and coordinate grounding.
 
 Marks. Every rendered, interactive element of the page and its iframes: links with an href,
 buttons, form fields (not hidden inputs), selects, text areas, summaries, elements with an
 interactive ARIA role, ``contenteditable``, an ``onclick`` attribute, ``tabindex >= 0`` or a
 pointer cursor that its parent does not already show; not an element inside a marked link or
 button (the link is the target), not one hidden by ``display``/``visibility``/``opacity`` or with
-a box under 20 px². Elements below (or above) the fold are marks too: the menu lists them, the
+a box under 20 px². Elements outside the viewport are marks too: the menu lists them, the
 screenshot cannot show them. Marks are numbered from 1 in document order (the main page, then
-each iframe) each step; an id means one element for the whole step (menu, screenshot and
-executor use the same list).
+each iframe) each step; an id means one element for the whole step.
 
-Menu. One line per mark, ``[id] TYPE text``: TYPE from the tag or the explicit role (LINK, BUTTON,
-INPUT, TEXTAREA, SELECT, CHECKBOX, RADIO, or the role upper-cased, else CLICKABLE); text is the
-accessible label (aria-label, <label>, inner text, placeholder, title, alt, name), then the current
-value of a field (``= "..."``) or the selected option of a select, whitespace collapsed and
-clipped to 80 characters (``...`` marks a cut). At most 130 lines: the marks overlapping the
-viewport first, then the nearest ones outside it; lines of marks outside end with `` (below)``,
-`` (above)``, `` (right)`` or `` (left)``. Under coordinate grounding each in-viewport line ends
-with the centre of the mark's visible part ``@ (x, y)`` instead of starting with an id
-(text-only policies can then ground a pixel).
+Menu. One line per mark, ``[id] TYPE text``: TYPE from the tag or the explicit role, text the
+accessible label, then a field's current value (``= "..."``), clipped to 80 characters. At most
+130 lines: the marks overlapping the viewport first, then the nearest ones outside it, whose
+lines end with `` (below)``, `` (above)``, `` (right)`` or `` (left)``.
 
-Executor (``to_code``): BrowserGym high-level actions (the harness needs the ``coord`` subset,
-``MAG_ACTION_SUBSETS``):
+Executor (``to_code``; the harness needs the ``coord`` subset, ``MAG_ACTION_SUBSETS``). Only the
+element verbs use the grounding argument (App. C: the others take none):
 
     verb         Set-of-Mark (bid of the mark)        coordinates (x, y)
     click        click(bid)                           mouse_click(x, y)
     type         fill(bid, text)                      mouse_click(x, y); select all; keyboard_type(text)
-    select       select_option(bid, option)           select_option(bid of the mark under (x, y))
-    scroll       scroll(0, +-700) / scroll_at(centre) scroll(0, +-700) / scroll_at(x, y, 0, +-700)
-    press_enter  press(bid, 'Enter') / keyboard_press mouse_click(x, y); keyboard_press('Enter')
+    select       select_option(bid, label)            select_option(bid of the mark under (x, y), label)
+    scroll       scroll(0, +-700)                     scroll(0, +-700)
+    press_enter  keyboard_press('Enter')              keyboard_press('Enter')
     go_back      go_back()                            go_back()
-    finish       send_msg_to_user(answer)             send_msg_to_user(answer)
+    finish       send_msg_to_user(answer or '')       send_msg_to_user(answer or '')
 
-``shown`` is what the PRM sees of the candidate: the action, the target's menu text, the guide.
+``action`` is the step as the PRM sees it (Action-Only): verb, target and content, never the
+think or the guide (``action_text``).
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import json
 from dataclasses import dataclass, field
 
 VIEWPORT = {"width": 1440, "height": 900}
@@ -187,7 +187,7 @@ class SomObservation:
     marks: list[Mark]
     menu: str
     screenshot_png: bytes
-    axtree: str = ""
+    axtree: str = ""              # the page text the PRM judges on: the menu (MAG: it stands in the AXTree section)
     n_interactive: int = 0        # marks found before the 130-line cap
     last_action_error: str = ""
     settle_retries: int = 0       # re-observations because the page navigated after BrowserGym's
@@ -278,17 +278,9 @@ def number_marks(elements: list[dict], max_lines: int = MAX_LINES) -> tuple[list
     return marks, len(elements)
 
 
-def render_menu(marks: list[Mark], grounding: str = "som") -> str:
+def render_menu(marks: list[Mark]) -> str:
     """The candidate menu (see module docstring)."""
-    lines = []
-    for m in marks:
-        where = "" if m.where == "in" else f" ({m.where})"
-        if grounding == "coord":
-            at = f" @ {m.center}" if m.where == "in" else ""
-            lines.append(f"{m.type} {m.text}{at}{where}")
-        else:
-            lines.append(f"[{m.id}] {m.type} {m.text}{where}")
-    return "\n".join(lines)
+    return "\n".join(f"[{m.id}] {m.type} {m.text}" + ("" if m.where == "in" else f" ({m.where})") for m in marks)
 
 
 _PALETTE = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180),
@@ -323,8 +315,9 @@ def draw_marks(screenshot, marks: list[Mark]) -> bytes:
 SETTLE_RETRIES = 2
 
 
-def observe(harness, grounding: str = "som", max_lines: int = MAX_LINES) -> SomObservation:
-    """The MAG observation of the harness's current page (call after ``reset``/``step``: marks
+def observe(harness, max_lines: int = MAX_LINES) -> SomObservation:
+    """The MAG observation of the harness's current page, the same under both groundings (call
+    after ``reset``/``step``: marks
     are read from the DOM that BrowserGym just numbered). A page that navigated after
     BrowserGym's observation (a late redirect) has no BrowserGym ids and an AXTree and screenshot
     of the old page: then the harness waits (``noop(500)``) and observes again, at most
@@ -347,75 +340,75 @@ def observe(harness, grounding: str = "som", max_lines: int = MAX_LINES) -> SomO
         from PIL import Image
 
         shot = Image.open(io.BytesIO(page.screenshot()))
-    png = draw_marks(shot, marks if grounding == "som" else [])
-    return SomObservation(goal=raw.get("goal") or "", url=page.url, marks=marks,
-                          menu=render_menu(marks, grounding), screenshot_png=png,
-                          axtree=harness.last_axtree, n_interactive=found, settle_retries=retry,
+    menu = render_menu(marks)
+    return SomObservation(goal=raw.get("goal") or "", url=page.url, marks=marks, menu=menu,
+                          screenshot_png=draw_marks(shot, marks), axtree=menu, n_interactive=found,
+                          settle_retries=retry,
                           last_action_error=action_error, start_url=getattr(harness, "start_url", "") or "")
 
 
 class UnexecutableStep(ValueError):
-    """A step that parsed but cannot be mapped onto the page (no select under the pixel)."""
+    """A valid step that cannot be run on this page (no select under the pixel, a pixel outside
+    the viewport, a scroll without "up" or "down")."""
 
 
 def _q(s: str) -> str:
     return repr(str(s))
 
 
-def mark_at(obs: SomObservation, x: int, y: int) -> Mark | None:
+def mark_at(obs: SomObservation, x: float, y: float) -> Mark | None:
     """The smallest in-viewport mark whose box holds the pixel (x, y)."""
     hits = [m for m in obs.marks if m.where == "in"
             and m.box[0] <= x <= m.box[0] + m.box[2] and m.box[1] <= y <= m.box[1] + m.box[3]]
     return min(hits, key=lambda m: m.box[2] * m.box[3], default=None)
 
 
+def action_text(verb: str, target: Mark | tuple | None, content: str | None) -> str:
+    """A step as the PRM sees it (Action-Only): its verb, its target (the mark as its menu line,
+    or the pixel pair when a point hits no mark) and its content, JSON-quoted or null."""
+    if isinstance(target, Mark):
+        where = f"[{target.id}] {target.type} {target.text}"
+    elif target is not None:
+        where = f"pixel ({target[0]:g}, {target[1]:g})"
+    else:
+        where = "none"
+    return f"action_type: {verb}; target: {where}; content: {json.dumps(content, ensure_ascii=False)}"
+
+
 def to_code(step, obs: SomObservation, grounding: str = "som") -> tuple[str, str]:
-    """(BrowserGym code, the candidate as the PRM sees it) for a parsed step; raises
-    ``UnexecutableStep`` when the step cannot be mapped onto this page."""
+    """(BrowserGym code, ``action_text``) for a valid step; raises ``UnexecutableStep`` when it
+    cannot be run on this page. A coordinate target is shown as the mark the point hits."""
     verb, content = step.action_type, step.content
-    dy = SCROLL_PX if content == "down" else -SCROLL_PX
-    if grounding == "som":
-        target = obs.by_id.get(step.candidate_id) if step.candidate_id is not None else None
-        if step.candidate_id is not None and target is None:
-            raise UnexecutableStep(f"id {step.candidate_id} is not in this step's menu")
-    else:
-        xy = step.coords
-        target = mark_at(obs, *xy) if xy else None
-    if verb == "go_back":
-        code = "go_back()"
-    elif verb == "finish":
-        code = f"send_msg_to_user({_q(content)})"
-    elif grounding == "som":
-        bid = _q(target.bid) if target else None
-        if verb == "click":
-            code = f"click({bid})"
-        elif verb == "type":
-            code = f"fill({bid}, {_q(content)})"
-        elif verb == "select":
-            code = f"select_option({bid}, {_q(content)})"
-        elif verb == "scroll":
+    target = xy = None
+    if verb in ("click", "type", "select"):
+        if grounding == "som":
+            target = obs.by_id.get(step.candidate_id)
             if target is None:
-                code = f"scroll(0, {dy})"
-            else:
-                cx, cy = target.center
-                code = (f"scroll_at({min(max(cx, 0), VIEWPORT['width'] - 1)}, "
-                        f"{min(max(cy, 0), VIEWPORT['height'] - 1)}, 0, {dy})")
-        else:       # press_enter
-            code = f"press({bid}, 'Enter')" if target else "keyboard_press('Enter')"
-    else:
-        if verb == "click":
-            code = f"mouse_click({xy[0]}, {xy[1]})"
-        elif verb == "type":
-            code = (f"mouse_click({xy[0]}, {xy[1]})\nkeyboard_press('ControlOrMeta+a')\n"
-                    f"keyboard_type({_q(content)})")
-        elif verb == "select":
-            if target is None or not target.is_select:
-                raise UnexecutableStep(f"no select element at {xy}")
-            code = f"select_option({_q(target.bid)}, {_q(content)})"
-        elif verb == "scroll":
-            code = f"scroll_at({xy[0]}, {xy[1]}, 0, {dy})" if xy else f"scroll(0, {dy})"
-        else:       # press_enter
-            code = (f"mouse_click({xy[0]}, {xy[1]})\nkeyboard_press('Enter')" if xy
-                    else "keyboard_press('Enter')")
-    shown = code if target is None else f"{code}\ntarget: {target.type} {target.text}"
-    return code, f"{shown}\nguide: {step.guide_text}"
+                raise UnexecutableStep(f"id {step.candidate_id} is not in this step's menu")
+        else:
+            xy = step.coords
+            if not (0 <= xy[0] < VIEWPORT["width"] and 0 <= xy[1] < VIEWPORT["height"]):
+                raise UnexecutableStep(f"{xy} is outside the {VIEWPORT['width']}x{VIEWPORT['height']} viewport")
+            xy = round(xy[0]), round(xy[1])
+            target = mark_at(obs, *xy)
+    if verb == "click":
+        code = f"click({_q(target.bid)})" if xy is None else f"mouse_click({xy[0]}, {xy[1]})"
+    elif verb == "type":
+        code = (f"fill({_q(target.bid)}, {_q(content)})" if xy is None else
+                f"mouse_click({xy[0]}, {xy[1]})\nkeyboard_press('ControlOrMeta+a')\nkeyboard_type({_q(content)})")
+    elif verb == "select":
+        if target is None or not target.is_select:
+            raise UnexecutableStep(f"no select element at {xy}")
+        code = f"select_option({_q(target.bid)}, {_q(content)})"
+    elif verb == "scroll":
+        direction = (content or "").strip().lower()
+        if direction not in ("up", "down"):
+            raise UnexecutableStep(f"scroll needs 'up' or 'down', got {content!r}")
+        code = f"scroll(0, {SCROLL_PX if direction == 'down' else -SCROLL_PX})"
+    elif verb == "press_enter":
+        code = "keyboard_press('Enter')"
+    elif verb == "go_back":
+        code = "go_back()"
+    else:       # finish
+        code = f"send_msg_to_user({_q(content or '')})"
+    return code, action_text(verb, target if target is not None else xy, content)

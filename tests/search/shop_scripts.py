@@ -45,8 +45,8 @@ def right_action(obs) -> str:
 
 
 def mag_output(verb, target, content, guide) -> str:
-    return json.dumps({"think": "", "action_type": verb, "selected_candidate_id": target, "content": content,
-                       "guide_text": guide})
+    return json.dumps({"think": "The next step of the order.", "action_type": verb, "selected_candidate_id": target,
+                       "content": content, "guide_text": guide})
 
 
 def menu_of_prompt(prompt: str) -> list[tuple[int, str, str]]:

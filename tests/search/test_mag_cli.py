@@ -44,8 +44,12 @@ def test_cli_exits_2_before_loading_anything(tmp_path):
     gold = tmp_path / "gold.jsonl"
     gold.write_text(json.dumps({"task_id": 27, "steps": [{"guide": "Open the forum."}]}) + "\n")
     out = tmp_path / "o"
+    bad_template = tmp_path / "policy.yaml"
+    bad_template.write_text("system: s\nuser: '{task} {page}'\n")
     cases = [
         ([], {}, "no tasks: give --task-ids, or --gold-guides"),
+        (["--task-ids", "27", "--policy-prompt-template", str(bad_template)], ALL_VARS,
+         "unknown placeholders ['page']"),
         (["--gold-guides", str(gold)], {}, "missing environment variable(s): WA_SHOPPING"),
         (["--gold-guides", str(gold)], ALL_VARS, "site(s) not reachable: reddit at http://127.0.0.1:9/reddit"),
         (["--task-ids", "3"], ALL_VARS, "site(s) not reachable: shopping_admin"),
@@ -77,6 +81,8 @@ def test_summary_and_table_in_the_papers_layout():
     assert s["SR"] == pytest.approx(1 / 3) and s["OFCR"] == 9 / 12 and s["OFCR_outputs"] == 36 / 60
     assert [f["task_id"] for f in s["env_failed_tasks"]] == [3] and s["macro"]["success_rate"] == pytest.approx(1 / 3)
     assert s["G"] == pytest.approx(0.5) and s["GGS"] == pytest.approx(0.2) and s["tax"] == pytest.approx(0.3)
+    # guide columns over the 2 tasks with gold; corpus GGS over all 3 (task 3: no gold, not solved)
+    assert s["n_with_gold"] == 2 and s["GGS_corpus"] == pytest.approx(0.4 / 3)
     assert s["terminations"] == {"answered": 2, "env_error": 1} and s["reasons"] == {"no_json": 3}
     assert "G" not in mag.summarize_run(rows, gold=None)
     md = mag.table([("base", {"SR": 0.25, "OFCR": 0.9}), ("prm", s)])
@@ -84,6 +90,10 @@ def test_summary_and_table_in_the_papers_layout():
     assert lines[0] == "| run | SR | OFCR | BLEU-1 | BLEU-2 | ROUGE-1 | ROUGE-L | G | GGS | Tax |"
     assert lines[2] == "| base | 25.0 | 90.0 | - | - | - | - | - | - | - |"
     assert lines[3] == "| prm | 33.3 | 75.0 | 50.0 | 50.0 | 50.0 | 50.0 | 50.0 | 20.0 | 30.0 |"
+    assert lines[5] == "- base: environment failures: 0"
+    assert lines[6].startswith("- prm: SR: all 3 tasks run; OFCR: all 12 steps of all 3 tasks; ")
+    assert "G, GGS, tax: the 2 tasks with gold guides" in lines[6]
+    assert lines[6].endswith("corpus GGS 13.3; environment failures: 1 (tasks 3)")
 
 
 def _resume(out, *extra, prm="my-prm"):

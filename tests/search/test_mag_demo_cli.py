@@ -1,7 +1,9 @@
 """``python -m search.mag --demo`` end to end through the real CLI, client, browser and demo
 shop, with a scripted policy and a scripted PRM behind the OpenAI protocol: the baseline's greedy
 output is valid but wrong (it never progresses), the PRM picks the right one of N outputs and
-succeeds; records, summary and the Table-1 file must say exactly that."""
+succeeds; records, summary and the Table-1 file must say exactly that. The guided run's policy
+prompt comes from ``--policy-prompt-template``; the PRM's requests hold actions only (MAG:
+Action-Only), with the menu in the AXTree section."""
 
 import json
 import re
@@ -15,6 +17,17 @@ from search.demo_site import TASK_ID
 from data.judgment import parse_prompt
 from shop_scripts import GUIDES, mag_output, menu_id, menu_of_prompt, right_output
 
+TEMPLATE = """system: You write one JSON step with the keys think, action_type, selected_candidate_id, content, guide_text.
+user: |
+  {task}
+  <<<BEGIN URL>>>
+  {url}
+  <<<END URL>>>
+  <<<BEGIN MENU>>>
+  {menu}
+  <<<END MENU>>>
+"""
+
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed")]
@@ -25,19 +38,25 @@ def _block(text, name):
 
 
 def test_demo_cli_baseline_and_prm(tmp_path):
-    prompts = []
+    prompts, judged = [], []
 
     def policy(payload):
         content = payload["messages"][-1]["content"]
-        prompts.append(content)
+        prompts.append(payload["messages"])
         text = content if isinstance(content, str) else content[0]["text"]
         menu = menu_of_prompt(text)
         home = mag_output("click", menu_id(menu, "LINK", "Home"), None, "Go back to the home page.")
+        if "<<<BEGIN URL>>>" not in text:       # the default prompt (the baseline's) has no URL (App. C)
+            return [home] * payload["n"]
         return ([home, right_output(_block(text, "URL"), menu), "not json"] * 3)[:payload["n"]]
 
     def prm(payload):
-        first = parse_prompt(payload["messages"]).response_1.rsplit("guide: ", 1)[-1]
-        return [f"Response {1 if first in GUIDES else 2} follows the task. <Answer>Response {1 if first in GUIDES else 2}</Answer>"]
+        judged.append(payload["messages"])
+        better = 2 if "LINK Home" in parse_prompt(payload["messages"]).response_1 else 1
+        return [f"Response {better} follows the task. <Answer>Response {better}</Answer>"]
+
+    template = tmp_path / "policy.yaml"
+    template.write_text(TEMPLATE)
 
     policy_srv, prm_srv = scripted_server(policy), scripted_server(prm)
     common = ["--demo", "--policy", "scripted", "--policy-base-url", policy_srv.base_url,
@@ -48,7 +67,7 @@ def test_demo_cli_baseline_and_prm(tmp_path):
         assert mag.main([*common, "--prm", "scripted-prm", "--prm-base-url", prm_srv.base_url,
                          "--prm-api-key-env", "SURFPRM_TEST_KEY_UNSET", "--prm-cache-dir", str(tmp_path / "llm"),
                          "--n", "3", "--out", str(tmp_path / "prm"), "--baseline", str(tmp_path / "base"),
-                         "--save-screenshots"]) == 0
+                         "--save-screenshots", "--policy-prompt-template", str(template)]) == 0
     finally:
         policy_srv.shutdown()
         prm_srv.shutdown()
@@ -70,5 +89,20 @@ def test_demo_cli_baseline_and_prm(tmp_path):
     assert table[2].startswith("| scripted + no PRM | 0.0 | 100.0 |")
     assert table[3] == "| scripted + scripted-prm | 100.0 | 100.0 | 100.0 | 100.0 | 100.0 | 100.0 | 100.0 | 100.0 | 0.0 |"
     assert len(list((tmp_path / "prm" / "shots" / TASK_ID).glob("*.png"))) == len(steps)
-    # an endpoint policy gets the marked screenshot as an image part (--screenshot auto)
-    assert isinstance(prompts[0], list) and prompts[0][1]["image_url"]["url"].startswith("data:image/png;base64,")
+    # an endpoint policy gets the marked screenshot as an image part (--screenshot auto); the
+    # baseline the default prompt, the guided run the template's exact text
+    first = prompts[0][-1]["content"]
+    assert isinstance(first, list) and first[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert first[0]["text"].startswith("Task:\n") and "OUTPUT CONTRACT" in prompts[0][0]["content"]
+    guided = prompts[-1]
+    assert guided[0]["content"].startswith("You write one JSON step")
+    assert "<<<BEGIN URL>>>\nhttp://127.0.0.1" in guided[-1]["content"][0]["text"]
+    # the PRM judged actions only: verb, target, content; never a think or a guide
+    assert len(judged) == len(steps)
+    for messages in judged:
+        parts = parse_prompt(messages)
+        text = "\n".join(m["content"] for m in messages)
+        assert parts.response_1.startswith("action_type: ") and parts.response_2.startswith("action_type: ")
+        assert parts.axtree.startswith("[1] LINK Home")                 # the menu stands in the AXTree section
+        assert "The next step of the order." not in text and "Go back to the home page." not in text
+        assert not any(g in text for g in GUIDES)

@@ -3,7 +3,6 @@ judge, Set-of-Mark observation and executor, on the local shop in headless Chrom
 run's result row and Table-1 summary. No success is asserted: the model is tiny; this exercises
 the real code paths (the second episode makes sure the real PRM judges real matches)."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from search.mag import episode_row, summarize_run, table
 from search.mag_agent import MagPolicy, run_mag_episode
 from search.som import MAG_ACTION_SUBSETS, VIEWPORT
 from recorders import recording_judge_for
+from shop_scripts import mag_output
 from llm.embedded import default_model_dir
 from llm import LLMConfig
 
@@ -35,11 +35,9 @@ def test_embedded_policy_and_prm_on_mag(tmp_path):
     def with_two_valid(obs, guides, n, step):
         """The real policy's outputs plus two valid steps, so that the real PRM has a match."""
         links = [m for m in obs.marks if m.type in ("LINK", "BUTTON")]
-        extra = [json.dumps({"think": "", "action_type": "click", "selected_candidate_id": m.id, "content": None,
-                             "guide_text": f"Click {m.text}."}) for m in links[:2]]
+        extra = [mag_output("click", m.id, None, f"Click {m.text}.") for m in links[:2]]
         if len(extra) < 2:
-            extra.append(json.dumps({"think": "", "action_type": "scroll", "selected_candidate_id": None,
-                                     "content": "down", "guide_text": "Scroll down."}))
+            extra.append(mag_output("scroll", None, "down", "Scroll down."))
         return policy.propose(obs, guides, n, step) + extra
 
     with Shop() as shop, BrowserHarness(make_task(shop), allowed_hosts={host_of(shop.url)}, viewport=VIEWPORT,
@@ -56,9 +54,9 @@ def test_embedded_policy_and_prm_on_mag(tmp_path):
     assert all(len(s.outputs) == 1 and s.bracket["matches"] == [] for s in baseline.steps)
     assert all(len(s.outputs) == 4 and s.code is not None for s in mixed.steps)
     assert judged and all(isinstance(v.text, str) and v.text for _, v in judged)
-    for s in mixed.steps:              # the bracket's winner is what ran
-        winner = s.bracket["winner"]
-        assert winner.split("\n", 1)[0] == s.code.split("\n", 1)[0] and winner.endswith(s.guide)
+    for s in mixed.steps:              # the bracket's winner is what ran; the PRM saw actions only
+        assert s.bracket["winner"] == s.action and s.action.startswith("action_type: ")
+    assert all(s.guide not in a1 + a2 for (a1, a2), _ in judged for s in mixed.steps)
 
     gold = {"local": ["Search for kettle.", "Open the Blue Kettle."]}
     rows = [episode_row("local", "local", "order", ep, gold) for ep in (pure, baseline, mixed)]

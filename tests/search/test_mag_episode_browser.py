@@ -14,8 +14,8 @@ from shop_scripts import GUIDES, mag_output, right_output_for
 import recorders
 from search.env import host_of
 from search.mag_agent import run_mag_episode
-from search.mag_metrics import ofcr, score_task
-from search.som import MAG_ACTION_SUBSETS, VIEWPORT
+from search.mag_metrics import check_step, ofcr, score_task
+from search.som import MAG_ACTION_SUBSETS, VIEWPORT, to_code
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,
@@ -34,13 +34,19 @@ def scripted_policy(obs, guides, n, step):
             "Here it is: " + right][:n]
 
 
+def right_action(obs) -> str:
+    """The right step as the PRM sees it."""
+    step, _ = check_step(right_output_for(obs), obs.menu_ids)
+    return to_code(step, obs)[1]
+
+
 def picks_right(calls):
     def judge_for(obs, history):
-        right = json.loads(right_output_for(obs))["guide_text"]
+        right = right_action(obs)
 
         def judge(pairs):
             calls.append(len(pairs))
-            return [(2 if a2.endswith(right) else 1, "") for a1, a2 in pairs]
+            return [(2 if a2 == right else 1, "") for a1, a2 in pairs]
         return judge
     return judge_for
 
@@ -68,7 +74,7 @@ def test_mag_episode_executes_the_judges_picks_and_succeeds():
         # the leaky output is the same page action as the right one: the compliant one represents both
         assert dropped[3] == "duplicate of 4" and s.bracket["candidates"][4]["count"] == 2
     assert ep.guides == GUIDES
-    assert h.executed[1].startswith("press(") and "'Enter'" in h.executed[1]
+    assert h.executed[1] == "keyboard_press('Enter')"
     assert any(c.startswith("select_option(") and "'2'" in c for c in h.executed)
     assert h.executed[-1] == "send_msg_to_user('Your order number is A-100')"
     assert ofcr(ep.reasons) == 1.0
@@ -93,3 +99,47 @@ def test_baseline_runs_one_output_and_invalid_steps_use_budget():
     assert all(len(s.outputs) == 1 and s.bracket["matches"] == [] for s in ep.steps)
     assert ofcr(ep.reasons) == pytest.approx(3 / 5)
     assert len(ep.guides) == 3
+
+
+def as_coordinates(output: str, obs) -> str:
+    """A Set-of-Mark output turned into its coordinate form: the centre of the mark it names."""
+    d = json.loads(output)
+    cid = d.pop("selected_candidate_id")
+    d["coordinates"] = list(obs.by_id[int(cid)].center) if d["action_type"] in ("click", "type", "select") else None
+    return json.dumps(d)
+
+
+def test_a_coordinate_episode_sees_the_same_observation_as_the_som_one():
+    """The same task under both groundings, the right step each time: every observation the
+    coordinate policy gets has the SoM one's marks, menu and marked screenshot."""
+    from PIL import Image, ImageChops
+    import io
+
+    seen = {"som": [], "coord": []}
+
+    def policy(grounding):
+        def propose(obs, guides, n, step):
+            seen[grounding].append(obs)
+            right = right_output_for(obs)
+            return [right if grounding == "som" else as_coordinates(right, obs)]
+        return propose
+
+    episodes = {}
+    with Shop() as shop:
+        for grounding in ("som", "coord"):
+            with Recording(make_task(shop), allowed_hosts={host_of(shop.url)}) as h:
+                episodes[grounding] = run_mag_episode(h, policy(grounding), None, grounding=grounding, max_steps=10)
+    som, coord = episodes["som"], episodes["coord"]
+    assert som.reward == 1.0 and coord.reward == 1.0, ([s.error for s in coord.steps], coord.error)
+    assert [s.reason for s in coord.steps] == [None] * 8 and coord.guides == GUIDES
+    assert [s.action for s in coord.steps] == [s.action for s in som.steps]     # the PRM's view is the same too
+    assert any(s.code.startswith("mouse_click(") for s in coord.steps)
+    assert len(seen["som"]) == len(seen["coord"]) == 8
+    for a, b in zip(seen["som"], seen["coord"]):
+        assert a.menu == b.menu and a.menu.startswith("[1] ")
+        assert [(m.id, m.bid, m.type, m.text, m.box) for m in a.marks] == [(m.id, m.bid, m.type, m.text, m.box)
+                                                                             for m in b.marks]
+        img_a, img_b = (Image.open(io.BytesIO(o.screenshot_png)).convert("RGB") for o in (a, b))
+        assert img_a.size == img_b.size == (1440, 900)
+        diff = ImageChops.difference(img_a, img_b).convert("L").point(lambda v: 255 if v else 0)
+        assert diff.histogram()[255] < 200          # at most a blinking caret apart

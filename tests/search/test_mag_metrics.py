@@ -1,122 +1,175 @@
-"""MAG output contract, tolerant parser, leak regexes, OFCR, BLEU/ROUGE/G/GGS on hand-worked
-examples, and the gold-guide JSONL loader."""
+"""MAG output contract and OFCR clause by clause (App. D) on hand-written outputs under both
+groundings, the tolerant parser, the leak regexes, BLEU/ROUGE/G/GGS on hand-worked examples with
+the paper's denominators, and the gold-guide JSONL loader."""
 
 import json
 import math
 
 import pytest
 
-from search.mag_metrics import (check_step, ggs, guide_leaks, guide_scores, load_gold_guides, ofcr,
-                        parse_step, score_episodes, score_task, summarize)
+from search.mag import check_step
+from search.mag_metrics import (ggs, guide_leaks, guide_scores, load_gold_guides, ofcr, parse_step, raw_guide,
+                                score_episodes, score_task, summarize)
 
 MENU = [3, 12, 17]
+TARGET = {"som": 12, "coord": [312, 174]}       # a valid grounding argument under each grounding
+KEY = {"som": "selected_candidate_id", "coord": "coordinates"}
+BOTH = pytest.mark.parametrize("grounding", ["som", "coord"])
 
 
-def out(**kw):
-    base = dict(think="The cart link is at the top.", action_type="click", selected_candidate_id=12,
-                content="", guide_text="Click the 'Cart' link at the top of the page.")
+def out(grounding="som", **kw):
+    """A compliant click output, changed by ``kw`` (``target=...`` sets the grounding argument)."""
+    base = {"think": "The cart link is at the top.", "action_type": "click", KEY[grounding]: TARGET[grounding],
+            "content": None, "guide_text": "Click the 'Cart' link at the top of the page."}
+    if "target" in kw:
+        base[KEY[grounding]] = kw.pop("target")
     base.update(kw)
     return json.dumps(base)
 
 
-# ---- parser on realistic outputs -------------------------------------------------------------
-
-def test_parse_plain_object():
-    step, err = parse_step(out(), MENU)
-    assert err is None and step.action_type == "click" and step.candidate_id == 12
-    assert step.guide_text.startswith("Click the 'Cart'")
+def reason(text, grounding="som"):
+    return check_step(text, MENU, grounding)[1]
 
 
-def test_parse_code_fence_and_preamble():
-    text = "Sure! Looking at the screenshot, I will open the cart.\n```json\n" + out() + "\n```\nDone."
-    step, err = parse_step(text, MENU)
-    assert err is None and step.candidate_id == 12
+# ---- (i) parse: first well-formed object, exactly five keys, non-empty think and guide, a verb ---
+
+@BOTH
+def test_compliant_step_passes(grounding):
+    step, why = check_step(out(grounding), MENU, grounding)
+    assert why is None and step.action_type == "click" and step.guide_text.startswith("Click the 'Cart'")
+    assert (step.candidate_id, step.coords) == ((12, None) if grounding == "som" else (None, (312.0, 174.0)))
 
 
-def test_parse_preamble_with_stray_braces_and_braces_in_strings():
-    # "{action}" in the preamble is not JSON and is skipped; braces inside strings do not count.
-    text = "I answer in the form {action}: " + out(think="use {x} and } braces", guide_text="Click 'Cart'.")
-    step, err = parse_step(text, MENU)
-    assert err is None and step.think == "use {x} and } braces"
+@BOTH
+def test_first_wellformed_object_through_fences_and_preambles(grounding):
+    fenced = "Sure! Looking at the screenshot, I will open the cart.\n```json\n" + out(grounding) + "\n```\nDone."
+    assert reason(fenced, grounding) is None
+    # "{action}" in a preamble is not JSON and is skipped; braces inside strings do not count
+    braces = "I answer in the form {action}: " + out(grounding, think="use {x} and } braces")
+    assert check_step(braces, MENU, grounding)[0].think == "use {x} and } braces"
+    # a second object never overrides the first, valid or not
+    second = out(grounding, guide_text="Open the menu.") + "\n" + out(grounding, action_type="fly")
+    assert check_step(second, MENU, grounding)[0].guide_text == "Open the menu."
+    assert reason('{"note": "plan"} ' + out(grounding), grounding).startswith("missing_keys")
+    broken = out(grounding)[:-1] + ",}"          # a trailing comma is not JSON: the next object counts
+    assert reason(broken + " corrected: " + out(grounding), grounding) is None
 
 
-def test_parse_two_objects_takes_the_first():
-    text = out(selected_candidate_id=3, guide_text="Open the menu.") + "\n" + out(selected_candidate_id=17)
-    step, err = parse_step(text, MENU)
-    assert err is None and step.candidate_id == 3 and step.guide_text == "Open the menu."
-
-
-def test_parse_first_wellformed_object_wins_even_if_invalid():
-    # The first well-formed object lacks keys; a valid later one does not rescue the step.
-    text = '{"note": "plan"} ' + out()
-    assert parse_step(text, MENU) == (None, "missing_keys: action_type, content, guide_text, "
-                                            "selected_candidate_id, think")
-
-
-def test_parse_broken_json_then_fixed_object():
-    broken = out()[:-1] + ',}'          # trailing comma: not JSON
-    step, err = parse_step(broken + "\nOops, corrected:\n" + out(selected_candidate_id=17), MENU)
-    assert err is None and step.candidate_id == 17
-
-
+@BOTH
 @pytest.mark.parametrize("text, category", [
-    ("", "no_json"),
-    ("I think I should click the cart.", "no_json"),
-    ('{"think": "x", "action_type": "click", ', "no_json"),          # truncated generation
-    (None, "no_json"),
-    (json.dumps({"think": "", "action_type": "click", "selected_candidate_id": 12, "content": ""}),
-     "missing_keys"),
-    (out(extra="x"), "extra_keys"),
-    (out(action_type="hover"), "bad_verb"),
-    (out(action_type=3), "bad_verb"),
-    (out(selected_candidate_id=99), "id_not_in_menu"),
-    (out(selected_candidate_id=None), "bad_target"),
-    (out(selected_candidate_id=True), "bad_target"),
-    (out(selected_candidate_id="twelve"), "bad_target"),
-    (out(action_type="type", content=""), "missing_content"),
-    (out(action_type="select", content=None), "missing_content"),
-    (out(action_type="finish", content="  "), "missing_content"),
-    (out(action_type="scroll", content="sideways", selected_candidate_id=None), "bad_content"),
-    (out(content=5), "bad_content"),
-    (out(guide_text=""), "missing_guide"),
-    (out(guide_text=None), "missing_guide"),
-    (out(think=["a"]), "bad_think"),
+    ("", "no_json"), ("I think I should click the cart.", "no_json"), (None, "no_json"),
+    ('{"think": "x", "action_type": "click", ', "no_json"),            # a truncated generation
 ])
-def test_parse_rejections(text, category):
-    step, err = parse_step(text, MENU)
-    assert step is None and err.split(":")[0] == category
+def test_no_object(grounding, text, category):
+    assert check_step(text, MENU, grounding) == (None, reason(text, grounding)) and \
+        reason(text, grounding).startswith(category)
 
 
-def test_parse_verb_rules_accepted():
-    ok = [
-        out(action_type="Type ", content="iphone 15", selected_candidate_id="17"),  # digit string id
-        out(action_type="select", content="Size M", selected_candidate_id=3),
-        out(action_type="scroll", content="Down", selected_candidate_id=None),
-        out(action_type="press_enter", selected_candidate_id=None),
-        out(action_type="go_back", selected_candidate_id=999),                # target ignored
-        out(action_type="finish", content="$42.10", selected_candidate_id=None),
-    ]
-    steps = [parse_step(t, MENU) for t in ok]
-    assert all(err is None for _, err in steps), steps
-    typ, _, scroll, enter, back, fin = (s for s, _ in steps)
-    assert typ.action_type == "type" and typ.candidate_id == 17 and typ.content == "iphone 15"
-    assert scroll.content == "down" and scroll.candidate_id is None
-    assert enter.candidate_id is None and back.candidate_id is None and fin.content == "$42.10"
-    # an optional target that is given must still be in the menu
-    assert parse_step(out(action_type="press_enter", selected_candidate_id=99), MENU)[1].startswith("id_not_in_menu")
+@BOTH
+def test_exactly_the_five_keys(grounding):
+    d = json.loads(out(grounding))
+    assert reason(json.dumps({k: v for k, v in d.items() if k != "think"}), grounding) == "missing_keys: think"
+    assert reason(out(grounding, extra="x"), grounding) == "extra_keys: extra"
+    other = "coordinates" if grounding == "som" else "selected_candidate_id"      # the other grounding's key
+    d[other] = d.pop(KEY[grounding])
+    assert reason(json.dumps(d), grounding).startswith(f"missing_keys: {KEY[grounding]}")
 
 
-def test_parse_coordinate_grounding():
-    def cout(**kw):
-        d = json.loads(out(**kw))
-        d["coordinates"] = d.pop("selected_candidate_id")
-        return json.dumps(d)
-    step, err = parse_step(cout(selected_candidate_id=[312.4, 174]), (), grounding="coord")
-    assert err is None and step.coords == (312, 174) and step.candidate_id is None
-    assert parse_step(cout(selected_candidate_id=[1500, 10]), (), "coord")[1].startswith("bad_target")
-    assert parse_step(cout(selected_candidate_id=12), (), "coord")[1].startswith("bad_target")
-    assert parse_step(out(), MENU, "coord")[1].startswith("missing_keys: coordinates")
-    assert parse_step(out(), MENU, "pixels")[1].startswith("bad_grounding")
+@BOTH
+@pytest.mark.parametrize("think", ["", "   ", None, ["a"]])
+def test_think_must_be_non_empty(grounding, think):
+    assert check_step(out(grounding, think=think), MENU, grounding) == (None, "empty_think: think must be a non-empty string")
+
+
+@BOTH
+@pytest.mark.parametrize("guide", ["", "  ", None, 3])
+def test_guide_must_be_non_empty(grounding, guide):
+    step, why = check_step(out(grounding, guide_text=guide), MENU, grounding)
+    assert step is None and why.startswith("empty_guide")
+
+
+@BOTH
+@pytest.mark.parametrize("verb", ["hover", "Click me", 3, None, "finish_task"])
+def test_verb_must_be_one_of_the_seven(grounding, verb):
+    assert reason(out(grounding, action_type=verb), grounding).startswith("bad_verb")
+
+
+@BOTH
+def test_verbs_are_read_after_strip_and_lower_case(grounding):
+    step, why = check_step(out(grounding, action_type=" Click "), MENU, grounding)
+    assert why is None and step.action_type == "click"
+
+
+# ---- (ii) valid action: grounding argument of the element verbs, type's text, select's label ---
+
+@BOTH
+@pytest.mark.parametrize("verb, content", [("click", None), ("type", "iphone 15"), ("select", "Size M")])
+def test_element_verbs_need_a_grounding_argument(grounding, verb, content):
+    assert reason(out(grounding, action_type=verb, content=content), grounding) is None
+    for bad in (None, True, "twelve", [1], {"x": 1}):
+        assert reason(out(grounding, action_type=verb, content=content, target=bad), grounding).startswith("bad_target")
+
+
+def test_som_id_must_be_in_the_menu_as_int_or_string():
+    assert check_step(out(target="17"), MENU)[0].candidate_id == 17
+    assert check_step(out(target=" 3 "), MENU)[0].candidate_id == 3
+    assert reason(out(target=99)) == "id_not_in_menu: 99" and reason(out(target="99")) == "id_not_in_menu: 99"
+    assert reason(out(target=12), grounding="som") is None and check_step(out(), [], "som")[1] == "id_not_in_menu: 12"
+    assert reason(out(target=[312, 174])).startswith("bad_target")       # a pixel pair is no SoM id
+
+
+def test_coordinates_are_a_pair_of_numbers_and_ignore_the_menu():
+    assert check_step(out("coord", target=[312.4, 174]), [], "coord")[0].coords == (312.4, 174.0)
+    for bad in (12, "312, 174", [312], [312, 174, 1], ["312", "174"], [float("nan"), 1]):
+        assert reason(out("coord", target=bad), "coord").startswith("bad_target"), bad
+    # a pair outside the viewport is a grounding argument all the same; the executor refuses it
+    assert reason(out("coord", target=[1500, 10]), "coord") is None
+
+
+@BOTH
+@pytest.mark.parametrize("verb", ["type", "select"])
+@pytest.mark.parametrize("content", [None, "", "  ", 5])
+def test_type_needs_text_and_select_a_label(grounding, verb, content):
+    assert reason(out(grounding, action_type=verb, content=content), grounding).startswith("missing_content")
+
+
+@BOTH
+@pytest.mark.parametrize("content, expected", [(None, None), ("$42.10", "$42.10"), ("", "")])
+def test_finish_carries_a_string_or_null(grounding, content, expected):
+    step, why = check_step(out(grounding, action_type="finish", target=None, content=content), MENU, grounding)
+    assert why is None and step.content == expected
+    assert reason(out(grounding, action_type="finish", target=None, content=42), grounding).startswith("bad_content")
+
+
+@BOTH
+@pytest.mark.parametrize("verb, target, content", [
+    ("scroll", None, "down"), ("scroll", 99, "sideways"), ("press_enter", None, None), ("press_enter", "x", 5),
+    ("go_back", 999, None), ("go_back", None, "now")])
+def test_other_verbs_are_not_judged_on_target_or_content(grounding, verb, target, content):
+    """App. D judges only the element verbs' grounding and type/select/finish content."""
+    step, why = check_step(out(grounding, action_type=verb, target=target, content=content), MENU, grounding)
+    assert why is None and step.candidate_id is None and step.coords is None
+
+
+# ---- (iii) no leakage ---------------------------------------------------------------------------
+
+@BOTH
+def test_a_leaky_guide_fails_ofcr_but_stays_a_valid_action(grounding):
+    step, why = check_step(out(grounding, guide_text="Click element 12."), MENU, grounding)
+    assert why == "guide_leak: mark_word" and step is not None and step.action_type == "click"
+    step, why = check_step(out(grounding, guide_text="Click at (312, 174)."), MENU, grounding)
+    assert why == "guide_leak: coord_pair" and step is not None
+
+
+def test_parse_step_is_clauses_i_and_ii_only():
+    assert parse_step(out(guide_text="Click [12]."), MENU)[1] is None
+    assert parse_step(out(), MENU, "pixels") == (None, "bad_grounding: 'pixels'")
+
+
+def test_raw_guide_reads_the_guide_of_an_invalid_step():
+    assert raw_guide(out(target=99, guide_text=" Open the cart. ")) == "Open the cart."
+    assert raw_guide(out(think="", guide_text="Open the cart.")) == "Open the cart."
+    assert raw_guide("no json") is None and raw_guide(out(guide_text="")) is None
 
 
 # ---- leak regex family -----------------------------------------------------------------------
@@ -161,30 +214,34 @@ def test_leak_negatives(guide):
 def test_ofcr_on_fixture_episode():
     outputs = [
         out(),                                                     # compliant
-        "```json\n" + out(action_type="type", content="shoes", selected_candidate_id=17) + "\n```",
-        out(guide_text="Click element 12."),                      # valid action, leaky guide
-        out(selected_candidate_id=40),                             # id not in menu
+        "```json\n" + out(action_type="type", content="shoes", target=17) + "\n```",
+        out(action_type="finish", target=None, content=None),      # compliant: finish with null
+        out(guide_text="Click element 12."),                       # valid action, leaky guide
+        out(target=40),                                            # id not in menu
+        out(think=""),                                             # empty think
         "I will finish now.",                                      # no JSON
     ]
-    checked = [check_step(t, MENU) for t in outputs]
-    reasons = [r for _, r in checked]
-    assert reasons[:2] == [None, None]
-    assert reasons[2] == "guide_leak: mark_word" and checked[2][0] is not None   # still executed
-    assert reasons[3].startswith("id_not_in_menu") and reasons[4].startswith("no_json")
-    assert ofcr(reasons) == pytest.approx(2 / 5)
+    reasons = [reason(t) for t in outputs]
+    assert reasons[:3] == [None, None, None] and reasons[3] == "guide_leak: mark_word"
+    assert [r.split(":")[0] for r in reasons[4:]] == ["id_not_in_menu", "empty_think", "no_json"]
+    assert ofcr(reasons) == pytest.approx(3 / 7)
     assert ofcr([]) is None
 
 
-def test_score_episodes_pools_ofcr_and_counts_reasons():
-    eps = [{"task_id": 7, "success": 1, "outputs": [(out(), MENU), (out(selected_candidate_id=1), MENU)]},
-           {"task_id": "8", "success": 0, "outputs": [(out(guide_text="Click [3]."), MENU)]}]
+def test_score_episodes_pools_ofcr_and_keeps_failing_guides_in_g():
+    eps = [{"task_id": 7, "success": 1, "outputs": [(out(), MENU), (out(target=1, guide_text="Open the cart."), MENU)]},
+           {"task_id": "8", "success": 0, "outputs": [(out(guide_text="Click [3]."), MENU)]},
+           {"task_id": 9, "success": 1, "grounding": "coord", "outputs": [(out("coord"), [])]}]
     scores = score_episodes(eps, gold=None)
-    assert [s.ofcr for s in scores] == [0.5, 0.0]
+    assert [s.ofcr for s in scores] == [0.5, 0.0, 1.0]
     summ = summarize(scores)
-    # pooled over steps: 1 compliant of 3, not the mean of per-task rates (0.25)
-    assert summ["OFCR"] == pytest.approx(1 / 3) and summ["SR"] == 0.5
+    # pooled over steps: 2 compliant of 4, not the mean of per-task rates
+    assert summ["OFCR"] == pytest.approx(2 / 4) and summ["SR"] == pytest.approx(2 / 3)
     assert summ["reasons"] == {"id_not_in_menu": 1, "guide_leak": 1}
-    assert summ["n_with_gold"] == 0 and "G" not in summ and "GGS" not in summ   # success and OFCR only
+    assert summ["n_with_gold"] == 0 and not {"G", "GGS", "GGS_corpus"} & summ.keys()   # SR and OFCR only
+    # the guide of the step that failed OFCR (id not in the menu) still counts in G (App. D)
+    gold = {"7": ["Click the 'Cart' link at the top of the page.", "Open the cart."]}
+    assert score_episodes(eps[:1], gold)[0].G == pytest.approx(1.0)
 
 
 # ---- BLEU / ROUGE / G / GGS on hand-worked examples ------------------------------------------
@@ -249,6 +306,11 @@ def test_summary_with_gold_has_table_columns():
     assert summ["GGS"] == pytest.approx(0.8125 / 2)
     assert summ["tax"] == pytest.approx(0.5 - 0.8125 / 2)          # SR over gold tasks - GGS
     assert {"bleu1", "bleu2", "rouge1", "rougeL"} <= summ.keys()
+    # corpus GGS (App. D) over all three tasks; task 3 has no gold: G = 0, GGS = 0.4
+    assert summ["GGS_corpus"] == pytest.approx((0.8125 + 0 + 0.4) / 3)
+    assert summ["denominators"]["SR"] == "all 3 tasks run"
+    assert summ["denominators"]["BLEU-1, BLEU-2, ROUGE-1, ROUGE-L, G, GGS, tax"] == "the 2 tasks with gold guides"
+    assert summ["denominators"]["GGS_corpus"].startswith("all 3 tasks run")
 
 
 # ---- gold-guide JSONL ------------------------------------------------------------------------

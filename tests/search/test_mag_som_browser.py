@@ -2,7 +2,7 @@
 the menu match the page's interactive elements (hidden ones left out, long text clipped,
 below-fold elements listed, at most 130 lines), ids are stable within a step, the screenshot is
 1440x900 with a box on every visible mark, and each verb does what it says on the live page,
-under Set-of-Mark and coordinate grounding."""
+under Set-of-Mark and coordinate grounding (one observation for both)."""
 
 import io
 import json
@@ -39,12 +39,12 @@ def by_text(obs, text, type_=None):
 
 def run(h, obs, output: dict, grounding="som"):
     target = {"som": {"selected_candidate_id": None}, "coord": {"coordinates": None}}[grounding]
-    step, err = parse_step(json.dumps({"think": "", "content": None, "guide_text": "Do it.", **target, **output}),
+    step, err = parse_step(json.dumps({"think": "Next.", "content": None, "guide_text": "Do it.", **target, **output}),
                            obs.menu_ids, grounding)
     assert err is None, err
     code, shown = to_code(step, obs, grounding)
     h.step(code)
-    return observe(h, grounding), code, shown
+    return observe(h), code, shown
 
 
 def test_marks_and_menu_match_the_page(site):
@@ -91,19 +91,21 @@ def test_each_verb_on_the_live_page(site):
     with harness(site.url + "/marks") as h:
         h.reset()
         obs = observe(h)
-        obs, code, shown = run(h, obs, {"action_type": "type", "selected_candidate_id": by_text(obs, "Search", "INPUT").id,
-                                        "content": "kettle"})
-        assert code.startswith("fill(") and shown.endswith("\ntarget: INPUT Search\nguide: Do it.")
-        assert by_text(obs, "Search =").text == 'Search = "kettle"'
         obs, code, _ = run(h, obs, {"action_type": "select", "selected_candidate_id": by_text(obs, "Color").id,
                                     "content": "Blue"})
         assert by_text(obs, "Color").text == 'Color = "Blue"'
-        obs, code, _ = run(h, obs, {"action_type": "scroll", "selected_candidate_id": None, "content": "down"})
+        search = by_text(obs, "Search", "INPUT")
+        obs, code, shown = run(h, obs, {"action_type": "type", "selected_candidate_id": str(search.id),
+                                        "content": "kettle"})
+        assert code.startswith("fill(") and shown == f'action_type: type; target: [{search.id}] INPUT Search; content: "kettle"'
+        assert by_text(obs, "Search =").text == 'Search = "kettle"'
+        obs, code, _ = run(h, obs, {"action_type": "scroll", "content": "down"})
         assert code == "scroll(0, 700)" and h.env.page.evaluate("window.scrollY") == 700
         assert by_text(obs, "Footer link").where == "in" and by_text(obs, "Home").where == "above"
-        obs, code, _ = run(h, obs, {"action_type": "scroll", "selected_candidate_id": None, "content": "up"})
+        obs, code, _ = run(h, obs, {"action_type": "scroll", "content": "up"})
         assert h.env.page.evaluate("window.scrollY") == 0
-        obs, code, _ = run(h, obs, {"action_type": "press_enter", "selected_candidate_id": by_text(obs, "Search =").id})
+        obs, code, _ = run(h, obs, {"action_type": "press_enter"})        # submits the field typed into
+        assert code == "keyboard_press('Enter')"
         assert obs.url.endswith("/echo?q=kettle&color=Blue&note=&secret=x") and not obs.last_action_error
         obs, code, _ = run(h, obs, {"action_type": "go_back"})
         assert code == "go_back()" and obs.url.endswith("/marks")
@@ -117,32 +119,34 @@ def test_each_verb_on_the_live_page(site):
 def test_coordinate_grounding_on_the_live_page(site):
     with harness(site.url + "/marks") as h:
         h.reset()
-        obs = observe(h, "coord")
-        assert obs.menu.splitlines()[0] == f"LINK Home @ {obs.marks[0].center}"
-        assert obs.menu.splitlines()[-1] == "BUTTON Bottom button (below)"
+        obs = observe(h)
+        assert obs.menu.splitlines()[0] == "[1] LINK Home"            # the same menu as under SoM
         box = by_text(obs, "Search", "INPUT")
-        obs, code, _ = run(h, obs, {"action_type": "type", "coordinates": list(box.center), "content": "mug"}, "coord")
+        obs, code, shown = run(h, obs, {"action_type": "type", "coordinates": list(box.center), "content": "mug"},
+                               "coord")
         assert code.startswith("mouse_click(") and by_text(obs, "Search =").text == 'Search = "mug"'
+        assert shown == f'action_type: type; target: [{box.id}] INPUT Search; content: "mug"'   # the mark it hits
         sel = by_text(obs, "Color")
         obs, code, shown = run(h, obs, {"action_type": "select", "coordinates": list(sel.center), "content": "Green"},
                                "coord")
         assert code == f"select_option('{sel.bid}', 'Green')" and by_text(obs, "Color").text == 'Color = "Green"'
-        step, _ = parse_step(json.dumps({"think": "", "action_type": "select", "coordinates": [1400, 880],
+        step, _ = parse_step(json.dumps({"think": "x", "action_type": "select", "coordinates": [1400, 880],
                                          "content": "Red", "guide_text": "x"}), (), "coord")
         with pytest.raises(UnexecutableStep):
             to_code(step, obs, "coord")
         obs, code, _ = run(h, obs, {"action_type": "click", "coordinates": list(by_text(obs, "Open menu").center)},
                            "coord")
         assert h.env.page.title() == "clicked"
-        obs, code, _ = run(h, obs, {"action_type": "press_enter", "coordinates": list(by_text(obs, "Search =").center)},
+        obs, code, _ = run(h, obs, {"action_type": "click", "coordinates": list(by_text(obs, "Search =").center)},
                            "coord")
+        obs, code, _ = run(h, obs, {"action_type": "press_enter"}, "coord")
         assert "/echo?q=mug&color=Green" in obs.url
 
 
 def test_iframe_offsets_offscreen_x_and_a_late_navigation(site):
     with harness(site.url + "/frame") as h:
         h.reset()
-        obs = observe(h, "coord")
+        obs = observe(h)
         inner, far, half = by_text(obs, "Inner link"), by_text(obs, "Far right link"), by_text(obs, "Half visible")
         assert far.where == "right" and far.center[0] > 1440 and "Far right link (right)" in obs.menu
         assert half.where == "in" and half.center == (1420, 310)      # the visible part (1400..1439) centre
