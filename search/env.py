@@ -14,7 +14,11 @@ Why the wrapping (see ``../shared/docs/ENVIRONMENT.md``):
   score an unfinished episode. The task is wrapped so that ``validate`` is a no-op during the
   episode and the real validator runs once, in ``evaluate()``, at the end.
 - WebArena tasks ask for ``slow_mo=1000``; we run with ``slow_mo=0`` and a short observation delay.
-- ``goto`` outside the configured hosts is refused before it reaches the browser.
+- ``goto`` outside the configured hosts is refused before it reaches the browser (an empty set
+  of hosts refuses every ``goto``: MiniWoB's pages are local files).
+- ``live_validation=True`` is for tasks whose validator only reads the page (MiniWoB): it then
+  runs after every step, as BrowserGym intends, and ``task_done`` says when the task ended the
+  episode itself (MiniWoB ends it at the first submit, right or wrong).
 - ``start_url`` is the task's own start URL (``task_start_url``: a WebArena config's
   ``start_url`` as BrowserGym resolved it, or the task's ``start_url`` attribute), which the PRM's
   prompt shows; only a task that declares none falls back to the first page observed.
@@ -114,8 +118,9 @@ class StubChat:
         pass
 
 
-def _deferred(task_entrypoint, slow_mo: int, timeout: int | None):
-    """A task entrypoint whose tasks validate only when ``evaluate`` asks (see module docstring)."""
+def _deferred(task_entrypoint, slow_mo: int, timeout: int | None, live_validation: bool = False):
+    """A task entrypoint whose tasks validate only when ``evaluate`` asks, or after every step
+    with ``live_validation`` (see module docstring)."""
     from browsergym.core.task import AbstractBrowserTask
 
     class DeferredTask(AbstractBrowserTask):
@@ -134,6 +139,8 @@ def _deferred(task_entrypoint, slow_mo: int, timeout: int | None):
             return self.inner.setup(page)
 
         def validate(self, page, chat_messages):
+            if live_validation:
+                return self.inner.validate(page, chat_messages)
             return 0.0, False, "", {}
 
         def teardown(self):
@@ -175,14 +182,17 @@ class BrowserHarness:
     def __init__(self, task_entrypoint, task_kwargs: dict | None = None, allowed_hosts=None,
                  headless: bool = True, timeout_ms: int = 5000, pre_observation_delay: float = 0.1,
                  chromium: Path | None = None, viewport: dict | None = None,
-                 action_subsets: list[str] | None = None):
+                 action_subsets: list[str] | None = None, live_validation: bool = False):
         self.task_entrypoint, self.task_kwargs = task_entrypoint, dict(task_kwargs or {})
-        self.allowed_hosts = {h.lower() for h in allowed_hosts} if allowed_hosts else None
+        self.allowed_hosts = {h.lower() for h in allowed_hosts} if allowed_hosts is not None else None
         self.headless, self.timeout_ms = headless, timeout_ms
         # SURFPRM_CHROMIUM points at another binary; read when a harness is built, not at import.
         chromium = chromium or os.environ.get("SURFPRM_CHROMIUM") or CHROMIUM
         self.pre_observation_delay, self.chromium, self.viewport = pre_observation_delay, Path(chromium), viewport
         self.action_subsets = action_subsets     # BrowserGym's high-level subsets (None: its default)
+        self.live_validation = live_validation
+        self.task_done = False      # the task ended the episode (``live_validation`` only)
+        self.observation: Observation | None = None     # the last one (reset or step)
         self.env = None
         self.last_obs: dict | None = None        # BrowserGym's raw observation of the last reset/step
         self.last_axtree = ""
@@ -201,7 +211,8 @@ class BrowserHarness:
             from browsergym.core.action.highlevel import HighLevelActionSet
 
             extra["action_mapping"] = HighLevelActionSet(subsets=self.action_subsets).to_python_code
-        return BrowserEnv(**extra, task_entrypoint=_deferred(self.task_entrypoint, 0, self.timeout_ms),
+        return BrowserEnv(**extra, task_entrypoint=_deferred(self.task_entrypoint, 0, self.timeout_ms,
+                                                                   self.live_validation),
                           task_kwargs=self.task_kwargs, headless=self.headless,
                           viewport=self.viewport, pre_observation_delay=self.pre_observation_delay,
                           pw_chromium_kwargs={"executable_path": str(self.chromium)})
@@ -214,11 +225,12 @@ class BrowserHarness:
         except Exception:       # a page mid-navigation has no scroll position to read
             scroll = (0.0, 0.0)
         self.last_obs, self.last_axtree = obs, flatten_axtree_to_str(obs["axtree_object"])
-        return Observation(goal=obs.get("goal") or "", axtree=self.last_axtree,
-                           url=obs["url"], open_urls=list(obs["open_pages_urls"]),
-                           active_tab=int(obs["active_page_index"][0]), last_action=obs["last_action"],
-                           last_action_error=obs["last_action_error"], scroll=scroll,
-                           focused_bid=obs.get("focused_element_bid") or None, start_url=self.start_url)
+        self.observation = Observation(goal=obs.get("goal") or "", axtree=self.last_axtree,
+                                       url=obs["url"], open_urls=list(obs["open_pages_urls"]),
+                                       active_tab=int(obs["active_page_index"][0]), last_action=obs["last_action"],
+                                       last_action_error=obs["last_action_error"], scroll=scroll,
+                                       focused_bid=obs.get("focused_element_bid") or None, start_url=self.start_url)
+        return self.observation
 
     def reset(self, seed: int = 0) -> Observation:
         """Start the browser and the task; ``SiteUnreachable`` when the start page did not load."""
@@ -227,6 +239,7 @@ class BrowserHarness:
             if self.env is None:
                 self.env = self._make()
             obs, _ = self.env.reset(seed=seed)
+            self.task_done = False
             url = obs["url"]
             if url.startswith("chrome-error://") or url == "about:blank":
                 raise SiteUnreachable(f"start page did not load (at {url})")
@@ -255,7 +268,8 @@ class BrowserHarness:
     def step(self, action: str) -> Observation:
         t = time.perf_counter()
         try:
-            obs, *_ = self.env.step(action)
+            obs, _, terminated, *_ = self.env.step(action)
+            self.task_done = self.live_validation and bool(terminated)
             return self._observe(obs)
         finally:
             self.browser_s += time.perf_counter() - t

@@ -30,13 +30,15 @@ An agent (``Agent``; default ``search.agent.AXTreeAgent``: BrowserGym actions on
 Every episode ends with a termination reason, so an environment failure is never counted as an
 agent failure:
 - ``answered``: the agent answered (``send_msg_to_user``/``report_infeasible``, MAG's ``finish``);
+- ``task_done``: the task ended the episode after an action (``harness.task_done``: MiniWoB's
+  tasks end at their first submit, right or wrong);
 - ``step_budget``: ``max_steps`` steps without an answer;
 - ``format_errors``: ``max_format_errors`` steps in a row without one valid candidate (None: no
   limit; MAG's invalid steps just use budget);
 - ``env_error``: the browser or the task raised;
 - ``site_unreachable``: the start page did not load;
 - ``policy_error``: the policy model gave no answer (an outage).
-The task's validator runs once, at the end, for the first three (``evaluated=True``); the others
+The task's validator runs once, at the end, for the first four (``evaluated=True``); the others
 have ``reward=None``.
 
 Every step records what happened before and in its tournament: ``proposed`` candidates,
@@ -55,7 +57,7 @@ from typing import Protocol
 from search.env import SiteUnreachable
 from search.tournament import knockout
 
-AGENT_ENDINGS = ("answered", "step_budget", "format_errors")
+AGENT_ENDINGS = ("answered", "task_done", "step_budget", "format_errors")     # evaluated
 STEP_COUNTS = ("proposed", "screened_invalid", "screened_duplicate", "judge_calls", "judge_unparsed",
                "judge_truncated")
 # what the loop writes on every agent's step record
@@ -189,6 +191,9 @@ def run_episode(harness, propose, judge_for=None, n: int = 5, max_steps: int = 3
                 step.browser_s = harness.browser_s - before
             if answer is not None:
                 result.termination, result.answer = "answered", answer
+                break
+            if getattr(harness, "task_done", False):
+                result.termination = "task_done"
                 break
         finally:
             if on_step:

@@ -24,11 +24,20 @@ A benchmark is one module with a ``Benchmark`` subclass, built once per run with
     on_step(task, step, obs)   after each step, beside its JSONL line (MAG: screenshots)
     summarize(rows, baseline)  ``summary.json`` (``run_summary`` plus its own columns)
     report(summary, baseline)  extra files and the line printed at the end
+    trajectories               True: episodes also become canonical trajectories (``search.trajectories``)
+    trajectory_site(task, obs) the canonical ``site`` of an observation (default: ``data.sites.site_of`` its URL)
+
+A task config may carry its own ``seed`` (MiniWoB: one episode per task and seed); else the run's
+``--seed`` is every episode's.
 
 Run folder (``--out``): ``tasks/<task_id>.jsonl`` (one ``step`` line per step, flushed, then one
-``result`` line), ``summary.json``, ``versions.json``, ``run.json`` (the settings). ``--resume``
+``result`` line), ``summary.json``, ``versions.json``, ``run.json`` (the settings and the run's id),
+and for benchmarks with ``trajectories`` ``trajectories.parquet`` (``search.trajectories``). ``--resume``
 keeps the tasks the agent finished (their last line is an evaluated result), runs environment
 failures again, and refuses a folder whose ``run.json`` has other ``resume_settings``.
+
+``--workers N`` (N > 1) runs the episodes in parallel, as Prefect tasks on a local Dask cluster of N
+worker processes; ``--dask-address`` sends them to an existing Dask scheduler (``search.workers``).
 
 ``summary.json`` always holds ``macro.success_rate`` (success per site, ``sites``, macro-averaged),
 ``tasks``, ``terminations``, the environment failures (``env_failures``, ``env_failed_tasks``:
@@ -45,8 +54,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import socket
 import sys
 import time
+import uuid
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -76,6 +88,8 @@ class SearchConfig:
     prm_prompt_template: str | None = None
     prm_llm: dict = field(default_factory=dict)       # ``llm.LLMConfig`` settings given for the PRM
     policy_llm: dict = field(default_factory=dict)    # ... and for the policy (base_url, max_tokens, ...)
+    workers: int = 1                           # episodes in parallel (> 1: Prefect tasks on a local Dask cluster)
+    dask_address: str | None = None            # an existing Dask scheduler for the episodes instead
 
     @property
     def guided(self) -> bool:
@@ -83,8 +97,8 @@ class SearchConfig:
 
     def check(self) -> None:
         """ValueError naming a bad setting."""
-        if self.n < 1 or self.max_steps < 1:
-            raise ValueError("--n and --max-steps must be at least 1")
+        if self.n < 1 or self.max_steps < 1 or self.workers < 1:
+            raise ValueError("--n, --max-steps and --workers must be at least 1")
         from search.tournament import prm_format
 
         prm_format(self)            # a bad --prm-prompt-template
@@ -99,6 +113,7 @@ class Benchmark:
     resume_settings = ("prm", "policy", "n", "max_steps", "seed", "both_orders", "demo")
     harness_kwargs: dict = {}
     flag_help: dict = {}            # help texts of the shared flags, where the benchmark says it better
+    trajectories = False            # write ``trajectories.parquet`` (observations are AXTrees)
 
     def __init__(self, config: SearchConfig):
         self.config = config
@@ -131,6 +146,11 @@ class Benchmark:
     def report(self, summary: dict, baseline: dict | None) -> None:
         pass
 
+    def trajectory_site(self, task: dict, obs) -> str:
+        from data.sites import site_of
+
+        return site_of(obs.url)
+
 
 # -- the run ------------------------------------------------------------------------------------
 
@@ -149,24 +169,18 @@ def run_search(benchmark: type[Benchmark], config: SearchConfig) -> dict:
     except (ValueError, OSError) as e:
         raise SetupError(str(e)) from e
     todo, rows = run.start(tasks, bench.task_key, config.resume, settings)
-    if todo:
-        propose, judge_for = load_models(bench)
-        agent = bench.agent()
-        with contextlib.ExitStack() as stack:
-            if config.demo:
-                from search.demo_site import Shop, demo_harness
+    if todo and (config.workers > 1 or config.dask_address):
+        from search.workers import run_on_dask
 
-                make_harness = demo_harness(stack.enter_context(Shop()), **bench.harness_kwargs)
-            else:
-                make_harness = bench.site_harnesses()
-            for i, task in enumerate(todo, 1):
-                clock = time.perf_counter()
-                with run.task_log(task[bench.task_key]) as log:
-                    row = run_task(bench, task, make_harness, agent, propose, judge_for, log)
-                rows.append(row)
-                print(f"[{i}/{len(todo)}] task {row['task_id']} ({row['site']}): {row['termination']}, "
-                      f"reward {row['reward']}, {row['n_steps']} steps, {time.perf_counter() - clock:.0f}s",
-                      file=sys.stderr)
+        rows += run_on_dask(benchmark, config, todo, run.run_id)
+    elif todo:
+        with contextlib.ExitStack() as stack:
+            run_one = episode_runner(bench, run, stack)
+            rows += [run_one(task) for task in todo]
+    if bench.trajectories:
+        from search.trajectories import write_run_trajectories
+
+        write_run_trajectories(run.out, [t[bench.task_key] for t in tasks])
     summary = bench.summarize(rows, baseline)
     summary.update(prm=config.prm, policy=config.policy, n=config.n)
     run.write("summary.json", summary)
@@ -174,20 +188,55 @@ def run_search(benchmark: type[Benchmark], config: SearchConfig) -> dict:
     return summary
 
 
-def run_task(bench: Benchmark, task: dict, make_harness, agent, propose, judge_for, log) -> dict:
-    """One task: one episode in ``make_harness(task)``, a JSONL line per step, the result row."""
+def episode_runner(bench: Benchmark, run: RunFolder, stack: contextlib.ExitStack):
+    """``run_one(task) -> result row``, with the models, the agent and the harness factory loaded
+    once (per process: the workers of ``search.workers`` call it too); ``stack`` holds what must
+    outlive the episodes (the demo shop)."""
+    propose, judge_for = load_models(bench)
+    agent = bench.agent()
+    if bench.config.demo:
+        from search.demo_site import Shop, demo_harness
+
+        make_harness = demo_harness(stack.enter_context(Shop()), **bench.harness_kwargs)
+    else:
+        make_harness = bench.site_harnesses()
+
+    def run_one(task: dict) -> dict:
+        clock = time.perf_counter()
+        keep = None
+        if bench.trajectories:
+            from search.trajectories import trajectory_keeper
+
+            keep = trajectory_keeper(bench, run.out, run.run_id, task)
+        with run.task_log(task[bench.task_key]) as log:
+            row = run_task(bench, task, make_harness, agent, propose, judge_for, log, keep)
+        print(f"task {row['task_id']} ({row['site']}): {row['termination']}, reward {row['reward']}, "
+              f"{row['n_steps']} steps, {time.perf_counter() - clock:.0f}s", file=sys.stderr)
+        return row
+    return run_one
+
+
+def run_task(bench: Benchmark, task: dict, make_harness, agent, propose, judge_for, log, keep=None) -> dict:
+    """One task: one episode in ``make_harness(task)``, a JSONL line per step, the result row;
+    ``keep(decided, final_observation, row)`` gets the steps with the observations they were
+    decided on (``search.trajectories``)."""
     c = bench.config
+    decided = []
 
     def on_step(step, obs):
         log({"type": "step", **asdict(step)})
+        decided.append((step, obs))
         bench.on_step(task, step, obs)
 
     with make_harness(task) as harness:
-        episode = run_episode(harness, propose, judge_for, n=c.n, max_steps=c.max_steps, seed=c.seed,
+        episode = run_episode(harness, propose, judge_for, n=c.n, max_steps=c.max_steps, seed=task.get("seed", c.seed),
                               max_format_errors=c.max_format_errors, both_orders=c.both_orders,
                               on_step=on_step, agent=agent)
-    row = bench.row(task, episode)
+        final = getattr(harness, "observation", None)
+    row = {**bench.row(task, episode), "worker": f"{socket.gethostname()}:{os.getpid()}"}
     log(row)
+    if keep:
+        keep(decided, final, row)
     return row
 
 
@@ -255,11 +304,13 @@ def load_models(bench: Benchmark):
 # -- the run folder -----------------------------------------------------------------------------
 
 class RunFolder:
-    """``--out``: task logs, settings, versions and the summary (see the module docstring)."""
+    """``--out``: task logs, settings, versions and the summary (see the module docstring).
+    ``run_id`` names the run in its trajectories' ids; a resume keeps the earlier run's."""
 
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, run_id: str | None = None):
         self.out = Path(out)
         self.tasks = self.out / "tasks"
+        self.run_id = run_id or uuid.uuid4().hex[:12]
 
     def check_settings(self, settings: dict, defaults: dict) -> None:
         """SetupError when the earlier run's ``run.json`` has other settings (a key it lacks
@@ -276,8 +327,11 @@ class RunFolder:
         """Create the folder, write ``versions.json`` and ``run.json``; with ``resume``, keep the
         finished tasks' result rows. Returns (tasks still to run, result rows already there)."""
         self.tasks.mkdir(parents=True, exist_ok=True)
+        before = self.out / "run.json"
+        if resume and before.exists():
+            self.run_id = json.loads(before.read_text()).get("run_id", self.run_id)
         self.write("versions.json", versions())
-        self.write("run.json", settings)
+        self.write("run.json", {**settings, "run_id": self.run_id})
         done = self.finished() if resume else {}
         todo = [t for t in tasks if t[key] not in done]
         print(f"{len(tasks)} tasks, {len(done)} already done, {len(todo)} to run", file=sys.stderr)
@@ -319,7 +373,8 @@ def versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": sys.version.split()[0]}
-    for p in ("surfprm", "browsergym-core", "browsergym-webarenalite", "playwright", "transformers", "torch"):
+    for p in ("surfprm", "browsergym-core", "browsergym-webarenalite", "browsergym-miniwob", "miniwob", "playwright",
+              "transformers", "torch"):
         try:
             out[p] = version(p)
         except PackageNotFoundError:
@@ -365,6 +420,16 @@ def site_success(rows: list[dict]) -> tuple[dict, float | None]:
     return per, (sum(rates) / len(rates) if rates else None)
 
 
+def baseline_difference(per: dict, macro: float | None, baseline_per: dict,
+                        baseline_macro: float | None) -> tuple[float | None, dict]:
+    """(macro rate minus the baseline's, per key: rate minus the baseline's) over the keys (sites,
+    tasks) both runs have a rate for."""
+    diff = macro - baseline_macro if macro is not None and baseline_macro is not None else None
+    return diff, {k: v["success_rate"] - baseline_per[k]["success_rate"] for k, v in per.items()
+                  if k in baseline_per and v["success_rate"] is not None
+                  and baseline_per[k].get("success_rate") is not None}
+
+
 def env_failure_list(rows: list[dict]) -> list[dict]:
     """The tasks that ended in an environment failure, with why."""
     return [{"task_id": r.get("task_id"), "site": r.get("site"), "termination": r["termination"],
@@ -394,7 +459,7 @@ def build_parser(benchmark: type[Benchmark], description: str = "") -> argparse.
     h = {"n": "candidates per step (paper: 5)", "task_ids": "task ids", "baseline":
          "a baseline run's folder: the summary adds the differences",
          "demo": "run the built-in demo task (a small shop on 127.0.0.1) instead: no sites needed",
-         **benchmark.flag_help}
+         "seed": "every episode's seed (the task's reset, the bracket draws)", **benchmark.flag_help}
     ap = argparse.ArgumentParser(prog=f"python -m {benchmark.name}", description=description)
     ap.add_argument("--prm", required=True, help="PRM: a folder, 'embedded', a model name at --prm-base-url, or 'none'")
     ap.add_argument("--policy", required=True, help="policy: a folder, 'embedded', or a model name at --policy-base-url")
@@ -402,11 +467,15 @@ def build_parser(benchmark: type[Benchmark], description: str = "") -> argparse.
     ap.add_argument("--task-ids", nargs="*", type=int, help=h["task_ids"])
     ap.add_argument("--max-steps", type=int, default=d["max_steps"])
     ap.add_argument("--both-orders", action="store_true", help="judge every match in both orders")
-    ap.add_argument("--seed", type=int, default=d["seed"])
+    ap.add_argument("--seed", type=int, default=d["seed"], help=h["seed"])
     ap.add_argument("--out", default=d["out"], help="output folder")
     ap.add_argument("--resume", action="store_true", help="skip tasks already finished in --out")
     ap.add_argument("--baseline", help=h["baseline"])
     ap.add_argument("--demo", action="store_true", help=h["demo"])
+    ap.add_argument("--workers", type=int, default=d["workers"],
+                    help="episodes in parallel: N > 1 runs them as Prefect tasks on a local Dask cluster of N processes")
+    ap.add_argument("--dask-address", default=None,
+                    help="run the episodes on this Dask scheduler (tcp://host:8786) instead; --out must be shared")
     benchmark.add_args(ap)
     add_prm_format_args(ap)
     LLMConfig.add_args(ap, prefix="prm-")

@@ -21,7 +21,8 @@ The run itself is ``search.runner``'s (one loop, run folder, resume and summary 
 benchmark); this module plugs in WebArena-Lite's tasks, sites and harness, with the
 BrowserGym-action agent (``search.agent.AXTreeAgent``).
 
-Output in ``--out``: ``tasks/<task_id>.jsonl`` (one line per step: candidates, bracket, chosen
+Output in ``--out``: ``trajectories.parquet`` (the episodes as canonical trajectories, which
+``python -m data.ingest --source canonical`` reads back: ``search.trajectories``), ``tasks/<task_id>.jsonl`` (one line per step: candidates, bracket, chosen
 action, feedback, errors, timings, the candidates screened out before the bracket and the
 judgments without a verdict, unparsed or truncated; then one ``result`` line with their
 ``totals``), ``summary.json``, ``versions.json`` and ``run.json`` (the settings). ``summary.json``: success per site over
@@ -51,7 +52,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from search.runner import Benchmark, SearchConfig, SetupError, base_row, main as run_cli, run_summary, site_key
+from search.runner import (Benchmark, SearchConfig, SetupError, base_row, baseline_difference, main as run_cli,
+                           run_summary, site_key)
 
 __all__ = ["WA_VARS", "SITES", "SetupError", "WebArenaLite", "WebArenaSearch", "load_task_configs", "preflight",
            "score_answer", "site_key", "summarize_run", "webarena_harness", "main"]
@@ -142,14 +144,11 @@ def summarize_run(rows: list[dict], baseline: dict | None = None) -> dict:
     out = run_summary(rows)
     out = {"sites": out["sites"], "macro_success": out["macro"]["success_rate"], **out}
     if baseline:
-        per, macro = out["sites"], out["macro_success"]
         out["baseline_macro_success"] = baseline.get("macro_success")
-        if macro is not None and baseline.get("macro_success") is not None:
-            out["macro_difference"] = macro - baseline["macro_success"]
-        out["site_difference"] = {
-            k: v["success_rate"] - baseline["sites"][k]["success_rate"] for k, v in per.items()
-            if k in baseline.get("sites", {}) and v["success_rate"] is not None
-            and baseline["sites"][k].get("success_rate") is not None}
+        diff, out["site_difference"] = baseline_difference(out["sites"], out["macro_success"],
+                                                           baseline.get("sites", {}), baseline.get("macro_success"))
+        if diff is not None:
+            out["macro_difference"] = diff
     return out
 
 
@@ -171,6 +170,7 @@ class WebArenaLite(Benchmark):
     task_key = "old_task_id"
     resume_settings = Benchmark.resume_settings + ("max_format_errors",)
     flag_help = {"task_ids": "WebArena task ids (default: all 165 of WebArena-Lite)"}
+    trajectories = True
 
     @classmethod
     def add_args(cls, ap) -> None:

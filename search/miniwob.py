@@ -1,0 +1,211 @@
+"""Knockout best-of-N search with a PRM on MiniWoB++ (BrowserGym), offline, or the unguided baseline.
+
+    python -m search.miniwob --prm embedded --policy embedded --tasks axtree10 --seeds 0-4 --out runs/miniwob/prm
+    python -m search.miniwob --prm none --policy gpt-4o --policy-base-url https://api.openai.com/v1 \\
+        --tasks click-button miniwob.enter-text --seeds 0-9 --out runs/miniwob/base
+    python -m search.miniwob ... --out runs/miniwob/prm --baseline runs/miniwob/base    # adds the difference
+
+MiniWoB++'s task pages come with the ``miniwob`` wheel (``miniwob/html/miniwob/``) and run from
+files: ``MINIWOB_URL`` (BrowserGym's variable) defaults to that folder, so nothing is served or
+downloaded. Each episode is one task drawn with one seed (``--seeds 0-4,7``); its reward is the
+task's own (BrowserGym's ``miniwob`` validator: 1 when MiniWoB's raw reward is positive, else 0).
+A MiniWoB task ends its episode at the first submit, right or wrong (termination ``task_done``).
+``--tasks`` takes MiniWoB names with or without BrowserGym's ``miniwob.`` prefix, or a subset name
+(``SUBSETS``: ``axtree10``, ten tasks an AXTree agent can do with clicks, fills and selects; ``all``).
+
+The run is ``search.runner``'s (model flags, run folder, resume, ``--workers``), with the
+BrowserGym-action agent and knockout tournament of ``search.webarena``; the policy's prompt holds
+the goal and BrowserGym's flattened AXTree as they are. Output in ``--out``:
+``tasks/<task>.<seed>.jsonl`` (steps: candidates, bracket, chosen action, feedback, timings; then
+the result: reward, termination), ``trajectories.parquet`` (``search.trajectories``),
+``summary.json`` (``per_task``: success rate per MiniWoB task over its seeds; ``macro.success_rate``:
+their mean; ``tasks``: episodes run), ``versions.json``, ``run.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from search.runner import (
+    Benchmark,
+    SearchConfig,
+    SetupError,
+    base_row,
+    baseline_difference,
+    run_summary,
+)
+from search.runner import main as run_cli
+
+# Tasks an AXTree agent can complete with BrowserGym's element actions (no canvas, drag or drawing).
+SUBSETS = {
+    "axtree10": ["click-test", "click-button", "click-link", "click-dialog", "click-option", "click-checkboxes",
+                 "enter-text", "focus-text", "login-user", "choose-list"],
+}
+PREFIX = "miniwob."
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``'0-4'``, ``'0,3,7'``, ``'0-2,9'`` -> the seeds in order, without repeats."""
+    seeds: list[int] = []
+    for part in str(text).replace(" ", "").split(","):
+        try:
+            lo, _, hi = part.partition("-")
+            span = range(int(lo), int(hi or lo) + 1)
+        except ValueError:
+            raise ValueError(f"--seeds: {part!r} is not a seed or a range like 0-4") from None
+        if not span:
+            raise ValueError(f"--seeds: empty range {part!r}")
+        seeds += [s for s in span if s not in seeds]
+    return seeds
+
+
+def default_url() -> str:
+    """``file://`` URL of the task pages inside the installed ``miniwob`` wheel (found without
+    importing it: its package imports selenium, which BrowserGym does not need)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("miniwob")
+    if spec is None or not spec.submodule_search_locations:
+        raise SetupError("the miniwob wheel is not installed (pip install --no-deps -r requirements/browsergym.txt)")
+    return (Path(next(iter(spec.submodule_search_locations))) / "html" / "miniwob").as_uri() + "/"
+
+
+def task_classes() -> dict[str, type]:
+    """MiniWoB name -> BrowserGym task class, for every task BrowserGym registers."""
+    from browsergym.miniwob import ALL_MINIWOB_TASKS
+
+    return {cls.subdomain: cls for cls in ALL_MINIWOB_TASKS}
+
+
+def select_tasks(names: list[str] | None, known) -> list[str]:
+    """MiniWoB names from ``--tasks`` (names, ``miniwob.`` names, subset names); SetupError naming
+    the unknown ones."""
+    out: list[str] = []
+    for name in names or SUBSETS["axtree10"]:
+        expanded = sorted(known) if name == "all" else SUBSETS.get(name, [name.removeprefix(PREFIX)])
+        out += [n for n in expanded if n not in out]
+    if unknown := [n for n in out if n not in known]:
+        raise SetupError(f"unknown MiniWoB task(s) {unknown}; subsets: {', '.join(SUBSETS)}, all")
+    return out
+
+
+def check_pages(base_url: str, names: list[str]) -> None:
+    """SetupError when a ``file://`` base URL lacks a task's page (an http one is the user's server)."""
+    parts = urlsplit(base_url)
+    if parts.scheme != "file":
+        return
+    missing = [n for n in names if not (Path(unquote(parts.path)) / f"{n}.html").is_file()]
+    if missing:
+        raise SetupError(f"MINIWOB_URL={base_url}: no page for {missing}")
+
+
+@dataclass
+class MiniWoBSearch(SearchConfig):
+    """A ``python -m search.miniwob`` run."""
+
+    out: str = "runs/miniwob"
+    max_steps: int = 10
+    max_format_errors: int | None = 3
+    tasks: list[str] | None = None      # MiniWoB names or subset names (default: axtree10)
+    seeds: str = "0-4"
+
+
+class MiniWoB(Benchmark):
+    """MiniWoB++ in Chromium from the installed wheel; BrowserGym actions on the AXTree."""
+
+    name = "search.miniwob"
+    Config = MiniWoBSearch
+    task_key = "task_id"
+    resume_settings = Benchmark.resume_settings + ("max_format_errors",)
+    flag_help = {"seed": "not used: --seeds gives each episode its seed",
+                 "task_ids": "not used: --tasks and --seeds name the episodes"}
+    trajectories = True
+
+    def __init__(self, config: MiniWoBSearch):
+        super().__init__(config)
+        self.goals: dict[str, str] = {}     # episode -> the goal the task drew (its intent)
+
+    @classmethod
+    def add_args(cls, ap) -> None:
+        ap.add_argument("--tasks", nargs="*", help="MiniWoB tasks (click-button or miniwob.click-button) or a "
+                        f"subset ({', '.join(SUBSETS)}, all); default axtree10")
+        ap.add_argument("--seeds", default=MiniWoBSearch.seeds, help="episode seeds: 0-4, 0,3,7 or 0-2,9")
+        ap.add_argument("--max-format-errors", type=int, default=MiniWoBSearch.max_format_errors)
+
+    def tasks(self) -> list[dict]:
+        c = self.config
+        if c.demo or c.task_ids:
+            raise SetupError("MiniWoB runs its own tasks offline: use --tasks and --seeds (no --demo, --task-ids)")
+        try:
+            seeds = parse_seeds(c.seeds)
+        except ValueError as e:
+            raise SetupError(str(e)) from None
+        classes = task_classes()
+        names = select_tasks(c.tasks, classes)
+        self.base_url = os.environ.get("MINIWOB_URL") or default_url()
+        check_pages(self.base_url, names)
+        return [{"task_id": f"{n}.{s}", "seed": s, "sites": [PREFIX + n], "intent": classes[n].desc,
+                 "task_class": classes[n].__name__} for n in names for s in seeds]
+
+    def agent(self):
+        from search.agent import AXTreeAgent
+
+        return AXTreeAgent()
+
+    def policy(self, llm):
+        from search.agent import Policy
+
+        return Policy(llm).propose
+
+    def site_harnesses(self):
+        import browsergym.miniwob.all as tasks_module
+
+        from search.env import BrowserHarness, host_of
+
+        # file:// pages have no host: every goto is refused; an http MINIWOB_URL allows its own host
+        hosts = {host_of(self.base_url)} - {""}
+
+        def make(task):
+            return BrowserHarness(getattr(tasks_module, task["task_class"]), {"base_url": self.base_url},
+                                  allowed_hosts=hosts, live_validation=True)
+        return make
+
+    def on_step(self, task: dict, step, obs) -> None:
+        self.goals.setdefault(task["task_id"], obs.goal)
+
+    def row(self, task: dict, episode) -> dict:
+        row = base_row(task, self.task_key, episode)
+        row.update(seed=task["seed"], intent=self.goals.pop(task["task_id"], task["intent"]))
+        return row
+
+    def trajectory_site(self, task: dict, obs) -> str:
+        return task["sites"][0]
+
+    def summarize(self, rows: list[dict], baseline: dict | None) -> dict:
+        out = run_summary(rows)
+        out = {"per_task": out.pop("sites"), **out}
+        if baseline:
+            out["baseline_success_rate"] = baseline["macro"]["success_rate"]
+            diff, out["task_difference"] = baseline_difference(out["per_task"], out["macro"]["success_rate"],
+                                                               baseline.get("per_task", {}),
+                                                               out["baseline_success_rate"])
+            if diff is not None:
+                out["difference"] = diff
+        return out
+
+    def report(self, summary: dict, baseline: dict | None) -> None:
+        rates = {k: round(v["success_rate"], 3) for k, v in summary["per_task"].items()}
+        print(f"success rate {summary['macro']['success_rate']} over {summary['tasks']} episodes: {rates}",
+              file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(MiniWoB, argv, description=__doc__.split("\n\n")[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
