@@ -84,10 +84,15 @@ def test_mag_episode_executes_the_judges_picks_and_succeeds():
 
 
 def test_baseline_runs_one_output_and_invalid_steps_use_budget():
+    histories = []
+
     def policy(obs, guides, n, step):
         assert n == 1
-        if step < 2:
-            return ['{"think": "x", "action_type": "fly"}', "nothing"][step:step + 1]
+        histories.append(list(guides))
+        if step == 0:       # an id not in the menu: no action, but a guide (it joins the history and G)
+            return [mag_output("click", 999, None, "Open the search box.")]
+        if step == 1:
+            return ["nothing"]
         return [right_output_for(obs), "never seen"]
 
     with Shop() as shop, Recording(make_task(shop), allowed_hosts={host_of(shop.url)}) as h:
@@ -95,10 +100,12 @@ def test_baseline_runs_one_output_and_invalid_steps_use_budget():
     assert ep.termination == "step_budget" and ep.evaluated and ep.reward == 0.0
     assert len(ep.steps) == 5 and len(h.executed) == 3            # two invalid steps executed nothing
     assert [s.code is None for s in ep.steps] == [True, True, False, False, False]
-    assert ep.steps[0].reason.startswith("missing_keys") and ep.steps[1].reason.startswith("no_json")
+    assert ep.steps[0].reason == "id_not_in_menu: 999" and ep.steps[1].reason.startswith("no_json")
+    assert ep.steps[0].not_executed.startswith("invalid: id_not_in_menu")
     assert all(len(s.outputs) == 1 and s.bracket["matches"] == [] for s in ep.steps)
     assert ofcr(ep.reasons) == pytest.approx(3 / 5)
-    assert len(ep.guides) == 3
+    assert ep.guides == ["Open the search box."] + GUIDES[:3]
+    assert histories[1] == histories[2] == ["Open the search box."]
 
 
 def as_coordinates(output: str, obs) -> str:
