@@ -7,7 +7,7 @@ With a Prefect server running (``prefect server start --host 127.0.0.1 --port 42
 one with e.g. ``prefect deployment run 'build-graphs/default' --param run=runs/demo --watch``
 (also ``propose-negatives/default``, ``verify-pairs/default``, ``synthesize/default``,
 ``train-prm/default``, ``evaluate-prm/default``, ``search-webarena/default``,
-``search-mag/default``).
+``search-miniwob/default``, ``search-mag/default``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from prefect.types.entrypoint import EntrypointType
 from flows.build_graphs import build_graphs_flow
 from flows.prm import evaluate_prm_flow, train_prm_flow
 from flows.propose_negatives import propose_negatives_flow
-from flows.search import search_mag_flow, search_webarena_flow
+from flows.search import search_mag_flow, search_miniwob_flow, search_webarena_flow
 from flows.synthesize import synthesize_flow, verify_pairs_flow
 
 
@@ -43,6 +43,12 @@ def deployments():
         # Fails fast with the missing-variable message until the WA_* site URLs are set.
         (search_webarena_flow, {"config": {"prm": "none", "policy": "embedded", "sites": ["shopping"],
                                            "out": "runs/webarena/baseline"}}),
+        # MiniWoB++ offline with the embedded model as policy and PRM, two episodes at a time on a
+        # local Dask cluster; tasks 'axtree10' and seeds '0-4' for the benchmark's subset.
+        (search_miniwob_flow, {"config": {"prm": "embedded", "policy": "embedded", "tasks": ["click-test", "click-button"],
+                                          "seeds": "0-1", "n": 3, "max_steps": 4, "workers": 2,
+                                          "out": "runs/miniwob/flow", "policy_llm": {"max_tokens": 80},
+                                          "prm_llm": {"max_tokens": 48}}}),
         # The built-in demo shop with the embedded model (offline); demo=false and task_ids for WebArena.
         (search_mag_flow, {"config": {"prm": "embedded", "policy": "embedded", "demo": True, "n": 3, "max_steps": 4,
                                       "out": "runs/mag-demo/flow", "policy_llm": {"max_tokens": 80},

@@ -53,8 +53,8 @@ def parse_seeds(text: str) -> list[int]:
     seeds: list[int] = []
     for part in str(text).replace(" ", "").split(","):
         try:
-            lo, _, hi = part.partition("-")
-            span = range(int(lo), int(hi or lo) + 1)
+            lo, dash, hi = part.partition("-")
+            span = range(int(lo), int(hi if dash else lo) + 1)
         except ValueError:
             raise ValueError(f"--seeds: {part!r} is not a seed or a range like 0-4") from None
         if not span:

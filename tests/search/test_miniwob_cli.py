@@ -1,0 +1,114 @@
+"""search.miniwob without a browser: seeds and task names, the setup errors (exit 2 before any
+model or browser), the per-task summary; search.trajectories' rows from an episode's steps."""
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+import search.miniwob as mw
+from search.trajectories import episode_records
+
+
+def test_seeds_ranges_and_lists():
+    assert mw.parse_seeds("0-4") == [0, 1, 2, 3, 4]
+    assert mw.parse_seeds("3,0,7") == [3, 0, 7]
+    assert mw.parse_seeds("0-2, 9,1") == [0, 1, 2, 9]
+    for bad in ("2-1", "x", "1-"):
+        with pytest.raises(ValueError, match="--seeds"):
+            mw.parse_seeds(bad)
+
+
+def test_task_names_prefixes_and_subsets():
+    known = mw.task_classes()
+    assert len(known) == 125 and known["click-button"].__name__ == "ClickButtonTask"
+    assert mw.select_tasks(["miniwob.click-button", "click-button", "enter-text"], known) == ["click-button",
+                                                                                             "enter-text"]
+    assert mw.select_tasks(None, known) == mw.SUBSETS["axtree10"] and len(mw.SUBSETS["axtree10"]) == 10
+    assert len(mw.select_tasks(["all"], known)) == 125
+    with pytest.raises(mw.SetupError, match=r"unknown MiniWoB task\(s\) \['click-buton'\]"):
+        mw.select_tasks(["click-buton"], known)
+
+
+def test_the_wheel_holds_every_page_and_a_wrong_folder_is_named(tmp_path):
+    url = mw.default_url()
+    assert url.startswith("file://") and url.endswith("/html/miniwob/")
+    mw.check_pages(url, list(mw.task_classes()))
+    with pytest.raises(mw.SetupError, match=r"no page for \['click-button'\]"):
+        mw.check_pages(tmp_path.as_uri() + "/", ["click-button"])
+
+
+def test_cli_exits_2_before_loading_models_or_starting_a_browser(tmp_path):
+    code = ("import sys, search.miniwob as mw, search.runner as runner\n"
+            "runner.load_models = lambda bench: sys.exit('models loaded')\n"
+            "sys.exit(mw.main(sys.argv[1:]))")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    for extra, flags, expect in (
+            ({}, ["--tasks", "click-buton"], "unknown MiniWoB task(s) ['click-buton']"),
+            ({}, ["--seeds", "4-2"], "--seeds: empty range '4-2'"),
+            ({}, ["--demo"], "use --tasks and --seeds"),
+            ({"MINIWOB_URL": tmp_path.as_uri() + "/"}, ["--tasks", "click-test"], "no page for ['click-test']")):
+        p = subprocess.run([sys.executable, "-c", code, "--prm", "none", "--policy", "embedded",
+                            "--out", str(tmp_path / "o"), *flags], env={**env, **extra},
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and expect in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and "models loaded" not in p.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_summary_per_task_and_baseline_difference():
+    def row(task, seed, ok, evaluated=True):
+        return {"type": "result", "task_id": f"{task}.{seed}", "site": f"miniwob.{task}", "evaluated": evaluated,
+                "success": ok, "reward": float(ok) if evaluated else None,
+                "termination": "task_done" if evaluated else "env_error"}
+    bench = mw.MiniWoB(mw.MiniWoBSearch(prm="none", policy="x"))
+    rows = [row("click-test", 0, True), row("click-test", 1, True), row("enter-text", 0, True),
+            row("enter-text", 1, False, evaluated=False)]
+    s = bench.summarize(rows, None)
+    assert s["per_task"]["miniwob.click-test"]["success_rate"] == 1.0
+    assert s["per_task"]["miniwob.enter-text"] == {"tasks": 2, "evaluated": 1, "success": 1, "env_failures": 1,
+                                                    "success_rate": 0.5}
+    assert s["macro"]["success_rate"] == 0.75 and s["tasks"] == 4 and s["env_failures"] == 1
+    base = bench.summarize([row("click-test", 0, False), row("enter-text", 0, True)], None)
+    d = bench.summarize(rows, json.loads(json.dumps(base)))
+    assert d["baseline_success_rate"] == 0.5 and d["difference"] == pytest.approx(0.25)
+    assert d["task_difference"] == {"miniwob.click-test": 1.0, "miniwob.enter-text": -0.5}
+
+
+@dataclass
+class Obs:
+    axtree: str
+    url: str = "file:///p/click-test.html"
+    goal: str = "Click the button."
+    last_action_error: str = ""
+
+
+@dataclass
+class Step:
+    chosen: str | None
+    error: str = ""
+
+
+def test_trajectory_rows_from_an_episode():
+    o0, o1, o2 = Obs("[1] button 'a'"), Obs("[1] button 'a'\n[2] textbox ''"), Obs("[3] button 'done'",
+                                                                                  last_action_error="Timeout")
+    decided = [(Step(None, "no valid candidate"), o0),              # nothing executed: no row
+               (Step("click('1')"), o0),
+               (Step("goto('http://x')", "refused: goto('http://x') leaves the configured sites"), o1),
+               (Step("fill('2', 'w')"), o1)]
+    row = {"task_id": "click-test.3", "evaluated": True, "reward": 1.0, "termination": "task_done"}
+    recs = episode_records(decided, o2, row, run_id="r1", benchmark="search.miniwob",
+                           site_of_obs=lambda o: "miniwob.click-test", settings={"prm": "none"})
+    assert [(r.step_idx, r.action, r.action_error) for r in recs] == [
+        (0, "click('1')", None), (1, "goto('http://x')", "refused: goto('http://x') leaves the configured sites"),
+        (2, "fill('2', 'w')", "Timeout"), (3, None, None)]
+    assert [r.observation for r in recs] == [o0.axtree, o1.axtree, o1.axtree, o2.axtree]
+    assert {r.traj_id for r in recs} == {"r1/click-test.3"} and all(r.success is True for r in recs)
+    assert json.loads(recs[0].meta)["reward"] == 1.0
+    # an environment failure: not evaluated, success unknown; a page that never loaded: no rows
+    failed = episode_records(decided[:2], o1, {**row, "evaluated": False, "reward": None}, run_id="r1",
+                             benchmark="b", site_of_obs=lambda o: "s")
+    assert [r.success for r in failed] == [None, None]
+    assert episode_records([], None, row, run_id="r1", benchmark="b", site_of_obs=lambda o: "s") == []
