@@ -62,4 +62,5 @@ def test_embedded_policy_and_prm_on_mag(tmp_path):
     rows = [episode_row("local", "local", "order", ep, gold) for ep in (pure, baseline, mixed)]
     summary = summarize_run(rows, gold)
     assert summary["n_tasks"] == 3 and 0.0 <= summary["OFCR"] <= 1.0 and summary["G"] is not None
-    assert table([("embedded", summary)]).count("\n") == 3
+    lines = table([("embedded", summary)]).splitlines()
+    assert len(lines) == 5 and lines[2].startswith("| embedded | ") and lines[4].startswith("- embedded: SR: all 3 tasks")
