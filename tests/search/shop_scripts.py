@@ -44,6 +44,20 @@ def right_action(obs) -> str:
     raise AssertionError(obs.url)
 
 
+# A policy prompt template (``--policy-prompt-template``) that also gives the URL, so that a
+# scripted policy can tell the shop's pages apart (the default prompt has no URL, as in MAG).
+URL_TEMPLATE = """system: You write one JSON step with the keys think, action_type, selected_candidate_id, content, guide_text.
+user: |
+  {task}
+  <<<BEGIN URL>>>
+  {url}
+  <<<END URL>>>
+  <<<BEGIN MENU>>>
+  {menu}
+  <<<END MENU>>>
+"""
+
+
 def mag_output(verb, target, content, guide) -> str:
     return json.dumps({"think": "The next step of the order.", "action_type": verb, "selected_candidate_id": target,
                        "content": content, "guide_text": guide})

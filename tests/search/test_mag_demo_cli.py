@@ -15,18 +15,7 @@ import search.mag as mag
 from scripted_llm import scripted_server
 from search.demo_site import TASK_ID
 from data.judgment import parse_prompt
-from shop_scripts import GUIDES, mag_output, menu_id, menu_of_prompt, right_output
-
-TEMPLATE = """system: You write one JSON step with the keys think, action_type, selected_candidate_id, content, guide_text.
-user: |
-  {task}
-  <<<BEGIN URL>>>
-  {url}
-  <<<END URL>>>
-  <<<BEGIN MENU>>>
-  {menu}
-  <<<END MENU>>>
-"""
+from shop_scripts import GUIDES, URL_TEMPLATE, mag_output, menu_id, menu_of_prompt, right_output
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,
@@ -56,7 +45,7 @@ def test_demo_cli_baseline_and_prm(tmp_path):
         return [f"Response {better} follows the task. <Answer>Response {better}</Answer>"]
 
     template = tmp_path / "policy.yaml"
-    template.write_text(TEMPLATE)
+    template.write_text(URL_TEMPLATE)
 
     policy_srv, prm_srv = scripted_server(policy), scripted_server(prm)
     common = ["--demo", "--policy", "scripted", "--policy-base-url", policy_srv.base_url,

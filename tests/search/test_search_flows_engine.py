@@ -13,7 +13,7 @@ import pytest
 from data.judgment import parse_prompt
 
 from scripted_llm import scripted_server
-from shop_scripts import find, menu_of_prompt, right_action, right_output
+from shop_scripts import URL_TEMPLATE, find, menu_of_prompt, right_action, right_output
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,
@@ -88,9 +88,12 @@ def test_search_mag_flow_on_the_demo_shop(prefect_harness, tmp_path):
     def mag_prm(payload):
         return ["<Answer>Response 1</Answer>"]      # one valid output per step: never asked
 
+    template = tmp_path / "policy.yaml"          # gives the scripted policy the URL too
+    template.write_text(URL_TEMPLATE)
     # as a deployment passes it: the config as JSON-like parameters
     mg = _flow(search_mag_flow, lambda policy_url, prm_url: {
         "prm": "scripted-prm", "policy": "scripted", "out": str(tmp_path / "mag"), "n": 3, "max_steps": 10,
-        "demo": True, "prm_llm": _llm(tmp_path, prm_url), "policy_llm": _llm(tmp_path, policy_url)}, mag_policy, mag_prm)
+        "demo": True, "prm_llm": _llm(tmp_path, prm_url), "policy_llm": _llm(tmp_path, policy_url),
+        "policy_prompt_template": str(template)}, mag_policy, mag_prm)
     assert mg["SR"] == 1.0 and mg["GGS"] == pytest.approx(1.0) and mg["OFCR_outputs"] == pytest.approx(1 / 3)
     assert not (tmp_path / "mag" / "trajectories.parquet").exists()      # MAG keeps its own format
