@@ -62,14 +62,13 @@ run: setup
 	@echo "  dataset: $(RUN)/preferences.parquet  card: $(RUN)/README.md  report: $(RUN)/report/README.md"
 	@echo "  TRL: $(RUN)/export/trl/  WebPRMBench: $(RUN)/export/webprmbench.parquet"
 
-# A comparative PRM on the demo run: label-only targets (the embedded teacher keeps no pairs),
-# the embedded SmolLM2 with LoRA for a few steps, then base vs trained on the held-out tasks.
+# The comparative PRM end to end on the bundled sample, self-contained (its own run directory
+# runs/prm-demo): split by task template, graph negatives verified by the embedded teacher, LoRA on
+# the embedded SmolLM2, base vs trained on held-out tasks (both orders, position bias, bootstrap
+# intervals) in runs/prm-demo/summary.md. The full CPU-scale bench with the ablations:
+# `$(PY) bench/prm_cpu.py` (figures in bench/RESULTS.md).
 prm-demo: setup
-	$(PY) -m data.export --run $(RUN) --format trl-labels --prompt-budget 1200 --no-card
-	$(PY) -m prm.train --config configs/prm/cpu-demo.yaml --train-file $(RUN)/export/trl-labels/train.parquet --output-dir $(RUN)/prm/cpu-demo
-	$(PY) -m prm.evaluate --model $(MODEL_DIR) --name base --bench $(RUN)/export/trl-labels/test.parquet --out $(RUN)/prm/eval-base.json --max-tokens 24
-	$(PY) -m prm.evaluate --model $(RUN)/prm/cpu-demo --name trained --bench $(RUN)/export/trl-labels/test.parquet --out $(RUN)/prm/eval-trained.json --max-tokens 24
-	$(PY) -m prm.evaluate --compare $(RUN)/prm/eval-base.json $(RUN)/prm/eval-trained.json --out $(RUN)/prm/compare.md
+	$(PY) bench/prm_cpu.py --small
 
 # MAG on the built-in demo shop: the greedy baseline, then the embedded model as policy (3 outputs)
 # and PRM; both rows in runs/mag-demo/prm/table.md. Exercises the harness, not quality.

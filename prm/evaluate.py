@@ -61,7 +61,7 @@ import pyarrow.parquet as pq
 from data.config import Configurable
 from data.actions import ELEMENT_OPS, SIGNATURES, Action, ActionParseError, parse_action
 from data.judgment import JudgmentFormat, parse_prompt, rerender_prompt
-from prm.judge import judge_expected, make_judge, position_stats
+from prm.judge import JUDGE_MODES, judge_expected, make_judge, position_stats
 from llm import LLMConfig
 
 BENCH_COLUMNS = ("state_idx", "pair_idx", "expected", "prompt", "source_name")
@@ -291,7 +291,8 @@ def evaluate(judge_, bench_rows: list[dict], both_orders: bool = False,
                 "pair_id": r["pair_id"], "expected": r["expected"], "verdict": o.first.verdict,
                 "swapped_verdict": o.swapped.verdict if o.swapped else None, "correct": o.correct,
                 "truncated": t, "unparsed": u, "bench_gmcp": r.get("bench_gmcp"),
-                "judgment": o.first.text, "infra_error": o.first.infra_error}
+                "judgment": o.first.text, "infra_error": o.first.infra_error,
+                "margin": o.first.margin, "swapped_margin": o.swapped.margin if o.swapped else None}
                for r, o, t, u in zip(bench_rows, outcomes, truncated, unparsed)]
     return metrics, records
 
@@ -395,18 +396,21 @@ def rerender(rows: list[dict], fmt: JudgmentFormat) -> int:
 
 def run(config: LLMConfig, bench: str, out: str | Path, both_orders: bool = False, batch_size: int = 8,
         candidates: str | None = None, limit_states: int | None = None, name: str | None = None,
-        include_sources: list[str] | None = None, fmt: JudgmentFormat | None = None) -> dict:
+        include_sources: list[str] | None = None, fmt: JudgmentFormat | None = None,
+        judge_mode: str = "generate") -> dict:
     """Evaluate one model on one benchmark file and write ``out`` (JSON), its ``.md`` and ``.pairs.jsonl``.
-    ``fmt`` re-renders the benchmark's prompts (``--prompt-template``)."""
+    ``fmt`` re-renders the benchmark's prompts (``--prompt-template``); ``judge_mode`` is a local
+    judge's mode (``prm.judge.JUDGE_MODES``; an endpoint always generates)."""
     rows = load_bench(bench, candidates, limit_states)
     if not rows:
         raise ValueError(f"{bench} has no pairs")
     not_rerendered = rerender(rows, fmt) if fmt is not None else 0
-    judge_ = make_judge(config, batch_size)
+    judge_ = make_judge(config, batch_size, mode=judge_mode)
     metrics, records = evaluate(judge_, rows, both_orders, include_sources)
     result = {"name": name or Path(config.model or "embedded").name, "model": config.model or "embedded",
               "endpoint": config.endpoint, "bench": str(bench),
-              "protocol": {"both_orders": both_orders, "max_tokens": config.max_tokens,
+              "protocol": {"both_orders": both_orders, "judge_mode": judge_mode if config.is_local else "generate",
+                           "max_tokens": config.max_tokens,
                            "temperature": config.temperature, "unparsed_counts_as": "wrong",
                            "truncated_counts_as": "wrong", "states": "(source_name, state_idx)",
                            "excluded_by_default": EXCLUDED_BY_DEFAULT, "include_sources": include_sources,
@@ -449,6 +453,11 @@ class EvaluateOptions(Configurable):
         "metavar": "RESULT_JSON", "help": "print several results in one table"})
     prompt_template: str | None = field(default=None, metadata={
         "metavar": "FILE", "help": "re-render the benchmark's prompts with a YAML template (user, optional system)"})
+    judge_mode: str = field(default="generate", metadata={
+        "choices": JUDGE_MODES,
+        "help": "a local judge's verdicts: generate a judgment and read its tag; score the two answer tags "
+                "(one forward pass, always a verdict; with --both-orders position bias stays measurable); "
+                "score-both (both orders combined: no position bias by construction); rationale"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -470,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     if not opts.bench or not opts.out:
         ap.error("--bench and --out are required (or --compare)")
     result = run(judge_config(args), opts.bench, opts.out, opts.both_orders, opts.batch_size,
-                 opts.candidates, opts.limit_states, opts.name, opts.include_sources, fmt)
+                 opts.candidates, opts.limit_states, opts.name, opts.include_sources, fmt, opts.judge_mode)
     print(markdown(result))
     return 0 if not result["infra_errors"] else 3
 

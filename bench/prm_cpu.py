@@ -1,0 +1,543 @@
+"""The method at CPU scale: graph negatives, teacher-verified, train the embedded PRM, base vs trained.
+
+    .venv/bin/python bench/prm_cpu.py [--out runs/prm-cpu] [--verify-pairs 64 --train-pairs 16
+        --eval-pairs 32 --seeds 0,1,2 --ablation-seeds 0 --variants graph,nograph,spatial,temporal,spatiotemporal]
+    .venv/bin/python bench/prm_cpu.py --small            # make prm-demo: the bundled sample, minutes
+
+Every stage is the project's own (``data.ingest``, ``graph.build``, ``proposals.mine``,
+``teacher.verify``, ``data.export``, ``prm.train``, ``prm.evaluate``); this script only splits,
+sizes and counts. Steps, each skipped when its output exists (rerun to resume):
+
+1. ``all/``: the shared AgentLab traces (``--small``: the bundled sample) ingested once. Tasks are
+   split by **template** (the task id without its seed suffix: ``order-ipad-pro_14`` and
+   ``order-ipad-pro_2`` are one task), a seeded share ``--test-fraction`` of the templates held out
+   (``data.export.split_tasks`` over templates), and each side written as canonical trajectories
+   (``split/{train,heldout}.parquet``) that the other run directories ingest: no held-out task
+   reaches a training run, not even its graph.
+2. ``heldout/``: graph built and negatives mined (all axes, the whole pool); the label-only export
+   (``--format trl-labels``: the demonstrated action at a coin-flipped position) gives the
+   evaluation pairs; ``--eval-pairs`` of them, whole states drawn at random, are ``eval.parquet``.
+3. ``graph/`` and ``nograph/``: the training tasks mined with the graph and with ``--no-graph``
+   (the paper's No-Graph ablation), ``--verify-pairs`` sampled, verified by the embedded teacher
+   (``teacher.verify``: score-both, one forward pass per order) and the kept pairs exported
+   (``--format trl``). The kept share is measured, overall and per axis.
+4. Training sets of ``--train-pairs`` rows each: ``graph`` (the mixture), ``nograph``, and one per
+   axis (``spatial``, ``temporal``, ``spatiotemporal``: the graph run's kept pairs of that axis).
+   Sets with fewer kept pairs are repeated to the same size, so every variant gets the same
+   number of updates (the paper aligns update steps the same way for its smaller temporal axis).
+5. ``prm.train`` (configs/prm/cpu-demo.yaml: LoRA r=8 on the embedded SmolLM2-135M, batch 1, one
+   step per row) per variant and seed; ``prm.evaluate`` on ``eval.parquet`` for the base model and
+   each trained one: verdicts by scoring the two answer tags (``--judge-mode score``), in both
+   orders (a pair is right only when both orders pick the demonstrated action; pairs naming the
+   same position twice are position-biased).
+6. ``summary.json`` / ``summary.md``: pairwise and best-of-N accuracy per model (mean over seeds)
+   with 95% intervals from a **bootstrap over held-out states** (pairs of one state move
+   together; ``--bootstrap`` resamples), the paired difference to the base model with its
+   interval, and whether the interval excludes zero.
+
+Prompts use ``configs/prm/cpu-compact-prompt.yaml`` (the benchmark's markers and answer tag,
+~900 tokens instead of ~1,600) with an AXTree budget of ``--prompt-budget`` characters, for the
+teacher, the training rows and the evaluation alike. Torch runs with ``--threads`` (1) threads:
+on a shared 2-core machine two spinning threads were ~3x slower per forward pass than one.
+Trained model folders are deleted after their evaluation unless ``--keep-models``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SHARED = ROOT.parent / "shared" / "data" / "agentlab_workarena"
+BUNDLED = ROOT / "data" / "bundled" / "agentlab_workarena.parquet"
+TEMPLATE = ROOT / "configs" / "prm" / "cpu-compact-prompt.yaml"
+TRAIN_CONFIG = ROOT / "configs" / "prm" / "cpu-demo.yaml"
+AXES = ("spatial", "temporal", "spatiotemporal")
+VARIANTS = ("graph", "nograph") + AXES
+
+
+@dataclass
+class BenchConfig:
+    """Sizes and seeds of one bench run (see the module doc)."""
+
+    out: str = "runs/prm-cpu"
+    source: str = "agentlab"                 # agentlab: the shared traces; canonical: the bundled sample
+    input: str = str(SHARED)
+    test_fraction: float = 0.25              # share of task templates held out
+    split_seed: int = 42
+    verify_pairs: int = 64                   # candidates the teacher verifies per training run
+    train_pairs: int = 16                    # rows (= LoRA steps) per training
+    eval_pairs: int = 32                     # held-out pairs (whole states drawn until reached)
+    seeds: tuple[int, ...] = (0, 1, 2)       # training seeds of the main variant (graph)
+    ablation_seeds: tuple[int, ...] = (0,)   # training seeds of the other variants
+    variants: tuple[str, ...] = VARIANTS
+    prompt_budget: int = 400
+    threads: int = 1
+    bootstrap: int = 2000
+    keep_models: bool = False
+    extra_train_args: list[str] = field(default_factory=list)
+
+    def trainings(self) -> list[tuple[str, int]]:
+        """(variant, seed) in the order they run: the main comparison first, then the ablations."""
+        out = [("graph", s) for s in self.seeds] if "graph" in self.variants else []
+        for seed in self.ablation_seeds:
+            out += [(v, seed) for v in self.variants if v != "graph" or seed not in self.seeds]
+        return list(dict.fromkeys(out))
+
+
+SMALL = {"source": "canonical", "input": str(BUNDLED), "test_fraction": 0.25, "verify_pairs": 12,
+         "train_pairs": 8, "eval_pairs": 8, "seeds": (0,), "ablation_seeds": (), "variants": ("graph",)}
+
+
+# -- split by task template ------------------------------------------------------------------------
+_SEED_SUFFIX = re.compile(r"_\d+$")
+
+
+def task_template(task_id: str) -> str:
+    """The task without its seed suffix (``workarena.servicenow.order-ipad-pro_14`` ->
+    ``workarena.servicenow.order-ipad-pro``): seeds of one template are the same task."""
+    return _SEED_SUFFIX.sub("", task_id)
+
+
+def split_by_template(task_ids, seed: int = 42, test_fraction: float = 0.25) -> tuple[set[str], set[str]]:
+    """(training task ids, held-out task ids): a seeded share of the templates is held out
+    (``data.export.split_tasks`` over templates), so no template has seeds on both sides."""
+    from data.export import split_tasks
+
+    task_ids = set(task_ids)
+    held = split_tasks({task_template(t) for t in task_ids}, seed, test_fraction)
+    test = {t for t in task_ids if task_template(t) in held}
+    return task_ids - test, test
+
+
+def sample_states(rows: list[dict], n_pairs: int, seed: int) -> list[dict]:
+    """Whole states ``(traj_id, step_idx)`` in a seeded random order until ``n_pairs`` pairs are
+    reached (the last state may overshoot), so best-of-N sees every pair of a state."""
+    states: dict = defaultdict(list)
+    for r in rows:
+        states[(r["traj_id"], r["step_idx"])].append(r)
+    keys = sorted(states)
+    random.Random(seed).shuffle(keys)
+    out: list[dict] = []
+    for k in keys:
+        if len(out) >= n_pairs:
+            break
+        out += states[k]
+    return out
+
+
+def fill_to(rows: list[dict], n: int, seed: int) -> list[dict]:
+    """``n`` rows: a seeded shuffle of ``rows``, repeated (each pass reshuffled) when there are fewer."""
+    if not rows:
+        return []
+    rng, out = random.Random(seed), []
+    while len(out) < n:
+        batch = list(rows)
+        rng.shuffle(batch)
+        out += batch
+    return out[:n]
+
+
+# -- intervals -------------------------------------------------------------------------------------
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion ``k/n`` (95% with z = 1.96)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / den
+    return (max(0.0, mid - half), min(1.0, mid + half))
+
+
+RULES = ("both_orders", "as_given", "debiased")
+
+
+def is_correct(record: dict, rule: str = "both_orders") -> bool:
+    """One judged pair under a rule: ``both_orders`` (the project's: both orders pick the
+    demonstrated action), ``as_given`` (the first order only; chance is 50%) or ``debiased``
+    (the sign of ``margin(as given) - margin(swapped)``, score-both's verdict: no position bias by
+    construction)."""
+    if rule == "both_orders":
+        return bool(record["correct"])
+    if rule == "as_given":
+        return record["verdict"] == record["expected"]
+    if record.get("margin") is None or record.get("swapped_margin") is None:
+        return False
+    return (1 if record["margin"] - record["swapped_margin"] >= 0 else 2) == record["expected"]
+
+
+def state_table(records: list[dict], rule: str = "both_orders") -> dict:
+    """Per state: (pairs right, pairs) from one evaluation's ``.pairs.jsonl`` records."""
+    out: dict = defaultdict(lambda: [0, 0])
+    for r in records:
+        key = (r["source_name"], r["state"])
+        out[key][0] += is_correct(r, rule)
+        out[key][1] += 1
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def metrics_of(tables: list[dict], keys: list) -> tuple[float, float]:
+    """(pairwise, best-of-N) over ``keys`` (states, repeats allowed), averaged over ``tables`` (seeds)."""
+    pw, bon = [], []
+    for t in tables:
+        right = sum(t[k][0] for k in keys)
+        pairs = sum(t[k][1] for k in keys)
+        pw.append(right / pairs if pairs else 0.0)
+        bon.append(sum(t[k][0] == t[k][1] for k in keys) / len(keys) if keys else 0.0)
+    return sum(pw) / len(pw), sum(bon) / len(bon)
+
+
+def bootstrap(model: list[dict], base: list[dict] | None, n: int = 2000, seed: int = 0) -> dict:
+    """Point values and 95% percentile intervals of pairwise and best-of-N accuracy (mean over the
+    seeds' tables), resampling held-out states with replacement; with ``base``, also the paired
+    difference model - base on the same resampled states."""
+    keys = sorted(model[0])
+    rng = random.Random(seed)
+    point = metrics_of(model, keys)
+    base_point = metrics_of(base, keys) if base else None
+    draws, diffs = [], []
+    for _ in range(n):
+        ks = [keys[rng.randrange(len(keys))] for _ in keys]
+        m = metrics_of(model, ks)
+        draws.append(m)
+        if base:
+            b = metrics_of(base, ks)
+            diffs.append((m[0] - b[0], m[1] - b[1]))
+
+    def ci(values: list[float]) -> list[float]:
+        values = sorted(values)
+        return [values[int(0.025 * (len(values) - 1))], values[int(0.975 * (len(values) - 1))]]
+
+    out = {"pairwise": point[0], "pairwise_ci": ci([d[0] for d in draws]),
+           "bon": point[1], "bon_ci": ci([d[1] for d in draws]), "states": len(keys)}
+    if base:
+        out.update({"pairwise_diff": point[0] - base_point[0], "pairwise_diff_ci": ci([d[0] for d in diffs]),
+                    "bon_diff": point[1] - base_point[1], "bon_diff_ci": ci([d[1] for d in diffs])})
+        out["beats_base"] = out["pairwise_diff_ci"][0] > 0
+    return out
+
+
+# -- the stages ------------------------------------------------------------------------------------
+def log(msg: str) -> None:
+    print(f"[prm_cpu {time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.1f}] {msg}", flush=True)
+
+
+def env(cfg: BenchConfig) -> dict:
+    e = dict(os.environ)
+    e.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+              "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(cfg.threads),
+              "MKL_NUM_THREADS": str(cfg.threads), "PYTHONPATH": str(ROOT)})
+    return e
+
+
+def sh(cfg: BenchConfig, *args: str, timings: dict | None = None, key: str | None = None) -> None:
+    """One project CLI in a subprocess (crash isolation; its own threads setting)."""
+    t0 = time.perf_counter()
+    log(" ".join(args))
+    subprocess.run([sys.executable, *args], cwd=ROOT, env=env(cfg), check=True)
+    if timings is not None and key:
+        timings[key] = round(time.perf_counter() - t0, 1)
+
+
+def mine_run(run: Path, budget: int, no_graph: bool = False) -> None:
+    """``proposals.mine`` with scripted fill values: the embedded 135M model never answers the fill
+    prompt in JSON (bench/RESULTS.md), so a fixed plausible value keeps fill negatives in the pool."""
+    from llm import LLMConfig
+    from llm.serve import fixed_answer, serve_in_thread
+    from proposals.mine import MineConfig, mine
+
+    server = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "scripted")
+    try:
+        mine(run, MineConfig(budget=budget, seed=42, no_graph=no_graph),
+             LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(run.parent / "llm-cache")), workers=1)
+    finally:
+        server.shutdown()
+
+
+def prepare(cfg: BenchConfig, out: Path, timings: dict) -> dict:
+    """Steps 1-3: split, held-out evaluation pairs, mined and verified training pools."""
+    if not (out / "all" / "trajectories.parquet").exists():
+        sh(cfg, "-m", "data.ingest", "--source", cfg.source, "--input", cfg.input, "--out", str(out / "all"),
+           timings=timings, key="ingest")
+    split_path = out / "split.json"
+    if not split_path.exists():
+        table = pq.read_table(out / "all" / "trajectories.parquet")
+        rows = table.select(["task_id", "success"]).to_pylist()
+        train, test = split_by_template({r["task_id"] for r in rows if r["success"]}, cfg.split_seed,
+                                        cfg.test_fraction)
+        (out / "split").mkdir(parents=True, exist_ok=True)
+        for name, tasks in (("train", train), ("heldout", test)):
+            keep = pa.array([t in tasks for t in table.column("task_id").to_pylist()])
+            pq.write_table(table.filter(keep), out / "split" / f"{name}.parquet")
+        split_path.write_text(json.dumps({"seed": cfg.split_seed, "test_fraction": cfg.test_fraction,
+                                          "by": "task template (task id without its seed suffix)",
+                                          "train": sorted(train), "heldout": sorted(test),
+                                          "templates": {"train": sorted({task_template(t) for t in train}),
+                                                        "heldout": sorted({task_template(t) for t in test})}},
+                                         indent=2) + "\n")
+    split = json.loads(split_path.read_text())
+    tmpl = ["--prompt-template", str(TEMPLATE)]
+    for name, part, no_graph, budget in (("heldout", "heldout", False, 100000),
+                                         ("graph", "train", False, cfg.verify_pairs),
+                                         ("nograph", "train", True, cfg.verify_pairs)):
+        if name == "nograph" and "nograph" not in cfg.variants:
+            continue
+        run = out / name
+        if not (run / "candidates.parquet").exists():
+            sh(cfg, "-m", "data.ingest", "--source", "canonical", "--input", str(out / "split" / f"{part}.parquet"),
+               "--out", str(run))
+            if not no_graph:
+                sh(cfg, "-m", "graph.build", "--run", str(run))
+            t0 = time.perf_counter()
+            mine_run(run, budget, no_graph)
+            timings[f"mine_{name}"] = round(time.perf_counter() - t0, 1)
+        if name == "heldout":
+            bench = run / "export" / "eval.parquet"
+            if not bench.exists():
+                sh(cfg, "-m", "data.export", "--run", str(run), "--format", "trl-labels", "--preset", "paper",
+                   "--prompt-budget", str(cfg.prompt_budget), "--no-card", *tmpl)
+                rows = pq.read_table(run / "export" / "trl-labels" / "train.parquet").to_pylist()
+                chosen = sample_states(rows, cfg.eval_pairs, cfg.split_seed)
+                chosen.sort(key=lambda r: (r["traj_id"], r["step_idx"], r["pair_id"]))
+                schema = pq.read_schema(run / "export" / "trl-labels" / "train.parquet")
+                pq.write_table(pa.Table.from_pylist(chosen, schema=schema), bench)
+            continue
+        if not (run / "preferences.parquet").exists():
+            sh(cfg, "-m", "teacher.verify", "--run", str(run), "--k", "1", "--budget", str(cfg.prompt_budget),
+               "--quiet", *tmpl, timings=timings, key=f"verify_{name}")
+        if not (run / "export" / "trl" / "train.parquet").exists():
+            sh(cfg, "-m", "data.export", "--run", str(run), "--format", "trl", "--preset", "paper", "--no-card")
+    return split
+
+
+def kept_share(run: Path) -> dict:
+    """Kept / verified pairs of a training run, overall and per axis (from its two tables)."""
+    kept = pq.read_table(run / "preferences.parquet", columns=["axis", "label"]).to_pylist()
+    disc_path = run / "discarded.parquet"
+    disc = pq.read_table(disc_path, columns=["axis"]).to_pylist() if disc_path.exists() else []
+    out = {"verified": len(kept) + len(disc), "kept": len(kept),
+           "kept_share": len(kept) / max(len(kept) + len(disc), 1),
+           "kept_label_1": sum(r["label"] == 1 for r in kept), "by_axis": {}}
+    for axis in AXES:
+        k = sum(r["axis"] == axis for r in kept)
+        d = sum(r["axis"] == axis for r in disc)
+        out["by_axis"][axis] = {"verified": k + d, "kept": k, "kept_share": k / (k + d) if k + d else None}
+    return out
+
+
+def training_sets(cfg: BenchConfig, out: Path) -> dict:
+    """Step 4: one TRL train file of ``train_pairs`` rows per variant; returns their sources."""
+    sets, info = out / "train", {}
+    sets.mkdir(parents=True, exist_ok=True)
+    graph_path = out / "graph" / "export" / "trl" / "train.parquet"
+    schema = pq.read_schema(graph_path)
+    graph_rows = pq.read_table(graph_path).to_pylist()
+    for v in cfg.variants:
+        if v == "nograph":
+            rows = pq.read_table(out / "nograph" / "export" / "trl" / "train.parquet").to_pylist()
+        elif v == "graph":
+            rows = graph_rows
+        else:
+            rows = [r for r in graph_rows if r["axis"] == v]
+        chosen = fill_to(rows, cfg.train_pairs, cfg.split_seed)
+        info[v] = {"unique_pairs": len(rows), "rows": len(chosen),
+                   "repeated": len(chosen) > len(rows) and bool(rows)}
+        path = sets / f"{v}.parquet"
+        if chosen and not path.exists():
+            pq.write_table(pa.Table.from_pylist(chosen, schema=schema), path)
+    return info
+
+
+def evaluate_model(cfg: BenchConfig, out: Path, name: str, model: str, timings: dict) -> Path:
+    result = out / "evals" / f"{name}.json"
+    if not result.exists():
+        sh(cfg, "-m", "prm.evaluate", "--model", model, "--name", name, "--bench",
+           str(out / "heldout" / "export" / "eval.parquet"), "--out", str(result), "--both-orders",
+           "--judge-mode", "score", "--batch-size", "1", timings=timings, key=f"eval_{name}")
+    return result
+
+
+def train_and_evaluate(cfg: BenchConfig, out: Path, variant: str, seed: int, timings: dict) -> Path | None:
+    name = f"{variant}-s{seed}"
+    result = out / "evals" / f"{name}.json"
+    model_dir = out / "models" / name
+    train_file = out / "train" / f"{variant}.parquet"
+    if result.exists():
+        return result
+    if not train_file.exists():
+        log(f"skip {name}: no kept pairs for this variant")
+        return None
+    if not (model_dir / "train_log.json").exists():
+        sh(cfg, "-m", "prm.train", "--config", str(TRAIN_CONFIG), "--train-file", str(train_file),
+           "--output-dir", str(model_dir), "--max-steps", str(cfg.train_pairs), "--seed", str(seed),
+           *cfg.extra_train_args, timings=timings, key=f"train_{name}")
+    evaluate_model(cfg, out, name, str(model_dir), timings)
+    if not cfg.keep_models:
+        for f in model_dir.glob("*.safetensors"):
+            f.unlink()
+    return result
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.with_suffix(".pairs.jsonl").read_text().splitlines() if line.strip()]
+
+
+def summarize(cfg: BenchConfig, out: Path, split: dict, train_info: dict, timings: dict) -> dict:
+    """Step 6: the table, from the evaluation files on disk."""
+    evals = out / "evals"
+    base_json = json.loads((evals / "base.json").read_text())
+    base_records = records(evals / "base.json")
+
+    def per_rule(files: list[Path], with_base: bool) -> dict:
+        recs = [records(f) for f in files]
+        return {rule: bootstrap([state_table(r, rule) for r in recs],
+                                [state_table(base_records, rule)] if with_base else None, cfg.bootstrap)
+                for rule in RULES}
+
+    rows = {"base": {**per_rule([evals / "base.json"], False), "seeds": 1, "position": base_json["position"],
+                     "seconds": base_json["seconds"]}}
+    for v in cfg.variants:
+        files = sorted(evals.glob(f"{v}-s*.json"))
+        if not files:
+            continue
+        res = [json.loads(f.read_text()) for f in files]
+        per_seed = [{"seed": f.stem.split("-s")[-1], "pairwise": r["overall"]["pairwise"], "bon": r["overall"]["bon"],
+                     "pairwise_wilson": wilson(r["overall"]["correct"], r["overall"]["pairs"]),
+                     "position": r["position"], "seconds": r["seconds"]} for f, r in zip(files, res)]
+        logs = [json.loads((out / "models" / f.stem / "train_log.json").read_text()) for f in files
+                if (out / "models" / f.stem / "train_log.json").exists()]
+        rows[v] = {**per_rule(files, True), "seeds": len(files), "per_seed": per_seed,
+                   "train_seconds": [lg["seconds"] for lg in logs],
+                   "final_loss": [lg["losses"][-1] if lg["losses"] else None for lg in logs],
+                   "first_loss": [lg["losses"][0] if lg["losses"] else None for lg in logs]}
+    summary = {"config": {k: v for k, v in asdict(cfg).items() if k != "extra_train_args"},
+               "split": {k: split[k] for k in ("by", "templates")} | {"train_tasks": len(split["train"]),
+                                                                      "heldout_tasks": len(split["heldout"])},
+               "eval_pairs": base_json["overall"]["pairs"], "eval_states": base_json["overall"]["states"],
+               "teacher": {n: kept_share(out / n) for n in ("graph", "nograph") if (out / n / "preferences.parquet").exists()},
+               "training_sets": train_info, "models": rows, "timings_s": timings,
+               "interval": "95% percentile bootstrap over held-out states (pairs of a state resampled together), "
+                           f"{cfg.bootstrap} resamples; per-seed pairwise also with a Wilson interval"}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "summary.md").write_text(markdown(summary))
+    return summary
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _ci(c) -> str:
+    return f"[{_pct(c[0])}, {_pct(c[1])}]"
+
+
+def markdown(s: dict) -> str:
+    held = ", ".join(t.split(".")[-1] for t in s["split"]["templates"]["heldout"])
+    lines = [(f"Held-out: {s['eval_pairs']} pairs in {s['eval_states']} states of "
+              f"{s['split']['heldout_tasks']} tasks ({held}); training tasks: {s['split']['train_tasks']}. "
+              f"Intervals: {s['interval']}."), ""]
+    titles = {"both_orders": "both orders (right only if both orders pick the demonstrated action)",
+              "as_given": "as given (first order only; chance 50%)",
+              "debiased": "debiased (sign of margin(as given) - margin(swapped))"}
+    for rule in RULES:
+        lines += [f"**{titles[rule]}**", "",
+                  ("| model | seeds | pairwise % [95% CI] | vs base, points [95% CI] | best-of-N % [95% CI] | "
+                   "vs base, points [95% CI] |"), "| --- | ---: | --- | --- | --- | --- |"]
+        for name, r in s["models"].items():
+            m = r[rule]
+            diff_pw = f"{100 * m['pairwise_diff']:+.1f} {_ci(m['pairwise_diff_ci'])}" if "pairwise_diff" in m else "-"
+            diff_bon = f"{100 * m['bon_diff']:+.1f} {_ci(m['bon_diff_ci'])}" if "bon_diff" in m else "-"
+            lines.append(f"| {name} | {r['seeds']} | {_pct(m['pairwise'])} {_ci(m['pairwise_ci'])} | {diff_pw} | "
+                         f"{_pct(m['bon'])} {_ci(m['bon_ci'])} | {diff_bon} |")
+        lines.append("")
+    lines += [("| model | chose position 1 % (mean over seeds) | position-biased pairs (mean over seeds) | "
+               "first -> last training loss |"), "| --- | ---: | ---: | --- |"]
+    for name, r in s["models"].items():
+        pos = [r["position"]] if "position" in r else [p["position"] for p in r.get("per_seed", [])]
+        chose = sum(p["chose_position_1"] or 0 for p in pos) / max(len(pos), 1)
+        biased = sum(p["position_biased"] for p in pos) / max(len(pos), 1)
+        loss = ", ".join(f"{a:.2f} -> {b:.2f}" for a, b in zip(r.get("first_loss", []), r.get("final_loss", []))
+                         if a is not None and b is not None) or "-"
+        lines.append(f"| {name} | {_pct(chose)} | {biased:.1f} | {loss} |")
+    lines += ["", "Teacher (embedded, score-both) kept share:"]
+    for n, t in s["teacher"].items():
+        axes = ", ".join(f"{a} {t['by_axis'][a]['kept']}/{t['by_axis'][a]['verified']}" for a in AXES)
+        lines.append(f"- {n}: {t['kept']}/{t['verified']} ({_pct(t['kept_share'])}%; kept with label 1: "
+                     f"{t['kept_label_1']}); {axes}")
+    lines += ["", "Training sets: " + "; ".join(f"{v}: {i['unique_pairs']} unique pairs -> {i['rows']} rows"
+                                              for v, i in s["training_sets"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench/prm_cpu.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--small", action="store_true", help="the bundled sample, one variant and seed (make prm-demo)")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--source", choices=("agentlab", "canonical"))
+    ap.add_argument("--input")
+    for f in ("verify_pairs", "train_pairs", "eval_pairs", "prompt_budget", "threads", "bootstrap", "split_seed"):
+        ap.add_argument("--" + f.replace("_", "-"), type=int)
+    ap.add_argument("--test-fraction", type=float)
+    ap.add_argument("--seeds", help="comma-separated training seeds of the graph variant")
+    ap.add_argument("--ablation-seeds", help="comma-separated training seeds of the other variants ('' for none)")
+    ap.add_argument("--variants", help=f"comma-separated subset of {','.join(VARIANTS)}")
+    ap.add_argument("--keep-models", action="store_true")
+    args, extra = ap.parse_known_args(argv)
+    values = dict(SMALL) if args.small else {}
+    if args.small:
+        values["out"] = "runs/prm-demo"
+    for k, v in vars(args).items():
+        if v is None or k == "small":
+            continue
+        if k in ("seeds", "ablation_seeds"):
+            v = tuple(int(x) for x in v.split(",") if x.strip())
+        elif k == "variants":
+            v = tuple(x for x in v.split(",") if x)
+            unknown = set(v) - set(VARIANTS)
+            if unknown or "graph" not in v:
+                ap.error(f"--variants: subset of {VARIANTS} with graph (the main variant), not {v}")
+        elif k == "keep_models" and not v:
+            continue
+        values[k] = v
+    cfg = BenchConfig(**values, extra_train_args=extra)
+    out = ROOT / cfg.out if not Path(cfg.out).is_absolute() else Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    timings_path = out / "timings.json"
+    timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
+    t0 = time.perf_counter()
+    log(f"config {json.dumps({k: v for k, v in asdict(cfg).items()})}")
+    try:
+        split = prepare(cfg, out, timings)
+        train_info = training_sets(cfg, out)
+        log(f"training sets {json.dumps(train_info)}")
+        from llm.embedded import default_model_dir
+
+        evaluate_model(cfg, out, "base", str(default_model_dir()), timings)
+        for variant, seed in cfg.trainings():
+            train_and_evaluate(cfg, out, variant, seed, timings)
+            summarize(cfg, out, split, train_info, timings)     # after each model: a crash keeps the table
+    finally:
+        timings["wall_this_invocation"] = round(time.perf_counter() - t0, 1)
+        timings_path.write_text(json.dumps(timings, indent=2) + "\n")
+    summary = summarize(cfg, out, split, train_info, timings)
+    print(markdown(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
