@@ -16,9 +16,10 @@ sizes and counts. Steps, each skipped when its output exists (rerun to resume):
    reaches a training run, not even its graph.
 2. ``heldout/``: graph built and negatives mined (all axes, the whole pool); the label-only export
    (``--format trl-labels``: the demonstrated action at a coin-flipped position) gives the
-   evaluation pairs; ``--eval-pairs`` of them, whole states drawn at random, are ``eval.parquet``.
+   evaluation pairs; ``--eval-pairs`` of them (random states, at most two pairs each) are ``eval.parquet``.
 3. ``graph/`` and ``nograph/``: the training tasks mined with the graph and with ``--no-graph``
-   (the paper's No-Graph ablation), ``--verify-pairs`` sampled, verified by the embedded teacher
+   (the paper's No-Graph ablation), ``--verify-pairs`` sampled (``--nograph-verify-pairs`` in the
+   No-Graph run), verified by the embedded teacher
    (``teacher.verify``: score-both, one forward pass per order) and the kept pairs exported
    (``--format trl``). The kept share is measured, overall and per axis.
 4. Training sets of ``--train-pairs`` rows each: ``graph`` (the mixture), ``nograph``, and one per
@@ -79,9 +80,11 @@ class BenchConfig:
     input: str = str(SHARED)
     test_fraction: float = 0.25              # share of task templates held out
     split_seed: int = 42
-    verify_pairs: int = 64                   # candidates the teacher verifies per training run
+    verify_pairs: int = 64                   # candidates the teacher verifies in the graph run
+    nograph_verify_pairs: int | None = None  # ... in the No-Graph run (default: verify_pairs); it only
+    #                                          needs train_pairs kept, the graph run also feeds each axis
     train_pairs: int = 16                    # rows (= LoRA steps) per training
-    eval_pairs: int = 32                     # held-out pairs (whole states drawn until reached)
+    eval_pairs: int = 32                     # held-out pairs (random states, <= 2 pairs each)
     seeds: tuple[int, ...] = (0, 1, 2)       # training seeds of the main variant (graph)
     ablation_seeds: tuple[int, ...] = (0,)   # training seeds of the other variants
     variants: tuple[str, ...] = VARIANTS
@@ -124,19 +127,23 @@ def split_by_template(task_ids, seed: int = 42, test_fraction: float = 0.25) -> 
     return task_ids - test, test
 
 
-def sample_states(rows: list[dict], n_pairs: int, seed: int) -> list[dict]:
-    """Whole states ``(traj_id, step_idx)`` in a seeded random order until ``n_pairs`` pairs are
-    reached (the last state may overshoot), so best-of-N sees every pair of a state."""
+def sample_states(rows: list[dict], n_pairs: int, seed: int, per_state: int = 2) -> list[dict]:
+    """States ``(traj_id, step_idx)`` in a seeded random order, up to ``per_state`` pairs of each
+    (a seeded pick), until ``n_pairs`` pairs are reached. A state holds ~5 mined pairs here: taking
+    them all would leave a handful of states, and the bootstrap resamples states."""
     states: dict = defaultdict(list)
     for r in rows:
         states[(r["traj_id"], r["step_idx"])].append(r)
     keys = sorted(states)
-    random.Random(seed).shuffle(keys)
+    rng = random.Random(seed)
+    rng.shuffle(keys)
     out: list[dict] = []
     for k in keys:
         if len(out) >= n_pairs:
             break
-        out += states[k]
+        pairs = sorted(states[k], key=lambda r: r["pair_id"])
+        rng.shuffle(pairs)
+        out += pairs[:min(per_state, n_pairs - len(out))]
     return out
 
 
@@ -294,7 +301,7 @@ def prepare(cfg: BenchConfig, out: Path, timings: dict) -> dict:
     tmpl = ["--prompt-template", str(TEMPLATE)]
     for name, part, no_graph, budget in (("heldout", "heldout", False, 100000),
                                          ("graph", "train", False, cfg.verify_pairs),
-                                         ("nograph", "train", True, cfg.verify_pairs)):
+                                         ("nograph", "train", True, cfg.nograph_verify_pairs or cfg.verify_pairs)):
         if name == "nograph" and "nograph" not in cfg.variants:
             continue
         run = out / name
@@ -490,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--source", choices=("agentlab", "canonical"))
     ap.add_argument("--input")
-    for f in ("verify_pairs", "train_pairs", "eval_pairs", "prompt_budget", "threads", "bootstrap", "split_seed"):
+    for f in ("verify_pairs", "nograph_verify_pairs", "train_pairs", "eval_pairs", "prompt_budget", "threads", "bootstrap", "split_seed"):
         ap.add_argument("--" + f.replace("_", "-"), type=int)
     ap.add_argument("--test-fraction", type=float)
     ap.add_argument("--seeds", help="comma-separated training seeds of the graph variant")

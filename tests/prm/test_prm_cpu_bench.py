@@ -51,13 +51,15 @@ def _rows(n_states: int, per_state: int):
             for s in range(n_states) for i in range(per_state)]
 
 
-def test_eval_sample_takes_whole_states_until_the_size_is_reached():
+def test_eval_sample_spreads_over_states():
     rows = _rows(20, 3)
-    chosen = sample_states(rows, 10, seed=1)
-    states = {(r["traj_id"], r["step_idx"]) for r in chosen}
-    assert 10 <= len(chosen) < 13 and len(chosen) == 3 * len(states)    # whole states only
-    assert chosen == sample_states(rows, 10, seed=1)
-    assert len(sample_states(rows, 1000, seed=1)) == len(rows)
+    chosen = sample_states(rows, 10, seed=1, per_state=2)
+    states = [(r["traj_id"], r["step_idx"]) for r in chosen]
+    assert len(chosen) == 10 and len(set(states)) == 5                    # two pairs from each of five states
+    assert len({r["pair_id"] for r in chosen}) == 10
+    assert chosen == sample_states(rows, 10, seed=1, per_state=2)
+    assert len(sample_states(rows, 1000, seed=1, per_state=3)) == len(rows)
+    assert len(sample_states(rows, 7, seed=1, per_state=3)) == 7         # the last state is cut to the size
 
 
 def test_training_sets_are_filled_to_the_same_size():
