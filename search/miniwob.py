@@ -42,7 +42,7 @@ from search.runner import main as run_cli
 
 # Tasks an AXTree agent can complete with BrowserGym's element actions (no canvas, drag or drawing).
 SUBSETS = {
-    "axtree10": ["click-test", "click-button", "click-link", "click-dialog", "click-option", "click-checkboxes",
+    "axtree10": ["click-test", "click-button", "click-tab", "click-dialog", "click-option", "click-checkboxes",
                  "enter-text", "focus-text", "login-user", "choose-list"],
 }
 PREFIX = "miniwob."
