@@ -2,16 +2,17 @@
 JSON outputs per step (the right step among malformed, off-menu, leaky and wrong ones), a
 scripted judge prefers the right one; the loop must execute exactly the judge's picks, keep the
 guides, count compliance per step and succeed. The unguided baseline runs one output per step;
-a step without a valid output executes nothing and uses budget."""
+a step without a valid output executes nothing, uses budget and keeps its guide. A coordinate
+episode sees exactly the SoM episode's observations."""
 
 import json
 from pathlib import Path
 
 import pytest
+import recorders
+from shop_scripts import GUIDES, mag_output, right_output_for
 
 from search.demo_site import Shop, make_task
-from shop_scripts import GUIDES, mag_output, right_output_for
-import recorders
 from search.env import host_of
 from search.mag_agent import run_mag_episode
 from search.mag_metrics import check_step, ofcr, score_task
@@ -119,8 +120,9 @@ def as_coordinates(output: str, obs) -> str:
 def test_a_coordinate_episode_sees_the_same_observation_as_the_som_one():
     """The same task under both groundings, the right step each time: every observation the
     coordinate policy gets has the SoM one's marks, menu and marked screenshot."""
-    from PIL import Image, ImageChops
     import io
+
+    from PIL import Image, ImageChops
 
     seen = {"som": [], "coord": []}
 

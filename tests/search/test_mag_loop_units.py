@@ -8,7 +8,12 @@ import json
 
 import pytest
 
-from search.mag_agent import PolicyTemplate, build_messages, screen_outputs, system_prompt
+from search.mag_agent import (
+    PolicyTemplate,
+    build_messages,
+    screen_outputs,
+    system_prompt,
+)
 from search.mag_metrics import parse_step
 from search.som import Mark, SomObservation, UnexecutableStep, render_menu, to_code
 
