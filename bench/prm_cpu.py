@@ -1,7 +1,8 @@
 """The method at CPU scale: graph negatives, teacher-verified, train the embedded PRM, base vs trained.
 
-    .venv/bin/python bench/prm_cpu.py [--out runs/prm-cpu] [--verify-pairs 64 --train-pairs 16
-        --eval-pairs 32 --seeds 0,1,2 --ablation-seeds 0 --variants graph,nograph,spatial,temporal,spatiotemporal]
+    .venv/bin/python bench/prm_cpu.py [--out runs/prm-cpu] [--verify-pairs 64 --nograph-verify-pairs 24
+        --train-pairs 12 --eval-pairs 24 --seeds 0,1,2 --ablation-seeds 0 --workers 1
+        --variants graph,nograph,spatial,temporal,spatiotemporal]
     .venv/bin/python bench/prm_cpu.py --small            # make prm-demo: the bundled sample, minutes
 
 Every stage is the project's own (``data.ingest``, ``graph.build``, ``proposals.mine``,
@@ -52,8 +53,10 @@ import random
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -81,25 +84,29 @@ class BenchConfig:
     test_fraction: float = 0.25              # share of task templates held out
     split_seed: int = 42
     verify_pairs: int = 64                   # candidates the teacher verifies in the graph run
-    nograph_verify_pairs: int | None = None  # ... in the No-Graph run (default: verify_pairs); it only
+    nograph_verify_pairs: int | None = 24    # ... in the No-Graph run (None: verify_pairs); it only
     #                                          needs train_pairs kept, the graph run also feeds each axis
-    train_pairs: int = 16                    # rows (= LoRA steps) per training
-    eval_pairs: int = 32                     # held-out pairs (random states, <= 2 pairs each)
+    train_pairs: int = 12                    # rows (= LoRA steps) per training
+    eval_pairs: int = 24                     # held-out pairs (random states, <= 2 pairs each)
     seeds: tuple[int, ...] = (0, 1, 2)       # training seeds of the main variant (graph)
     ablation_seeds: tuple[int, ...] = (0,)   # training seeds of the other variants
     variants: tuple[str, ...] = VARIANTS
     prompt_budget: int = 400
     threads: int = 1
+    workers: int = 1                         # trainings (each followed by its evaluation) run at once
     bootstrap: int = 2000
     keep_models: bool = False
     extra_train_args: list[str] = field(default_factory=list)
 
     def trainings(self) -> list[tuple[str, int]]:
-        """(variant, seed) in the order they run: the main comparison first, then the ablations."""
-        out = [("graph", s) for s in self.seeds] if "graph" in self.variants else []
-        for seed in self.ablation_seeds:
-            out += [(v, seed) for v in self.variants if v != "graph" or seed not in self.seeds]
-        return list(dict.fromkeys(out))
+        """(variant, seed) in the order they run, so that a cut-short run has the most to show: the
+        main variant's first seed, the No-Graph ablation, the main variant's other seeds, then the
+        single axes."""
+        main = [("graph", s) for s in self.seeds] if "graph" in self.variants else []
+        nograph = [("nograph", s) for s in self.ablation_seeds if "nograph" in self.variants]
+        axes = [(v, s) for s in self.ablation_seeds for v in self.variants if v in AXES]
+        graph_extra = [("graph", s) for s in self.ablation_seeds if "graph" in self.variants]
+        return list(dict.fromkeys(main[:1] + nograph + main[1:] + graph_extra + axes))
 
 
 SMALL = {"source": "canonical", "input": str(BUNDLED), "test_fraction": 0.25, "verify_pairs": 12,
@@ -497,7 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--source", choices=("agentlab", "canonical"))
     ap.add_argument("--input")
-    for f in ("verify_pairs", "nograph_verify_pairs", "train_pairs", "eval_pairs", "prompt_budget", "threads", "bootstrap", "split_seed"):
+    for f in ("verify_pairs", "nograph_verify_pairs", "train_pairs", "eval_pairs", "prompt_budget", "threads", "workers",
+              "bootstrap", "split_seed"):
         ap.add_argument("--" + f.replace("_", "-"), type=int)
     ap.add_argument("--test-fraction", type=float)
     ap.add_argument("--seeds", help="comma-separated training seeds of the graph variant")
@@ -535,9 +543,21 @@ def main(argv: list[str] | None = None) -> int:
         from llm.embedded import default_model_dir
 
         evaluate_model(cfg, out, "base", str(default_model_dir()), timings)
-        for variant, seed in cfg.trainings():
-            train_and_evaluate(cfg, out, variant, seed, timings)
-            summarize(cfg, out, split, train_info, timings)     # after each model: a crash keeps the table
+        lock = threading.Lock()
+
+        def job(variant_seed: tuple[str, int]) -> None:
+            train_and_evaluate(cfg, out, *variant_seed, timings)
+            with lock:
+                summarize(cfg, out, split, train_info, timings)     # after each model: a crash keeps the table
+
+        with ThreadPoolExecutor(max_workers=cfg.workers) as pool:   # started in order
+            futures = [pool.submit(job, t) for t in cfg.trainings()]
+            try:
+                for f in futures:
+                    f.result()
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)       # the running jobs end, no new one starts
+                raise
     finally:
         timings["wall_this_invocation"] = round(time.perf_counter() - t0, 1)
         timings_path.write_text(json.dumps(timings, indent=2) + "\n")
