@@ -37,7 +37,8 @@ keeps the tasks the agent finished (their last line is an evaluated result), run
 failures again, and refuses a folder whose ``run.json`` has other ``resume_settings``.
 
 ``--workers N`` (N > 1) runs the episodes in parallel, as Prefect tasks on a local Dask cluster of N
-worker processes; ``--dask-address`` sends them to an existing Dask scheduler (``search.workers``).
+worker processes; ``--dask-address`` sends them to an existing Dask scheduler (``search.workers``). A result
+line names the process that ran it (``worker``: ``host:pid``).
 
 ``summary.json`` always holds ``macro.success_rate`` (success per site, ``sites``, macro-averaged),
 ``tasks``, ``terminations``, the environment failures (``env_failures``, ``env_failed_tasks``:
