@@ -7,12 +7,15 @@ Part 1 (quality): ``python -m search.miniwob`` with the embedded SmolLM2 as the 
 knockout), same tasks and seeds; success rate per task and macro, and seconds per step split into
 policy, judge and browser (the step lines' ``policy_s``, ``judge_s``, ``browser_s``). The runs use
 ``--resume``: a rerun reuses finished episodes.
-Part 2 (parallel episodes): episodes per minute with ``--workers 1`` (in process) and ``--workers 2``
+Part 2 (the PRM's picks): the embedded PRM judges, at every step, the right and a wrong action of
+a scripted policy (``tests/search/miniwob_scripts.py``) on click-button and enter-text: success
+rate and judge seconds per step.
+Part 3 (parallel episodes): episodes per minute with ``--workers 1`` (in process) and ``--workers 2``
 (Prefect tasks on a local Dask cluster), wall clock of the whole command (Prefect's temporary
 server and the cluster's start included), with a scripted policy that solves click-button and
 enter-text (``tests/search/miniwob_scripts.py``, behind an OpenAI-protocol server): browser and
 harness, not model, time.
-Part 3 (the loop): the episodes of part 2 -> ``data.ingest --source canonical`` -> ``graph.build``
+Part 4 (the loop): the episodes of part 3 -> ``data.ingest --source canonical`` -> ``graph.build``
 -> ``proposals.mine`` (fill values from the fixed-answer peer): trajectories, graph nodes and
 edges, negatives by rule.
 """
@@ -31,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
-from miniwob_scripts import policy  # noqa: E402
+from miniwob_scripts import actions, policy  # noqa: E402
 from scripted_llm import scripted_server  # noqa: E402
 
 DEFAULT_TASKS = ["click-test", "click-button", "click-dialog", "focus-text", "enter-text"]
@@ -73,6 +76,29 @@ def quality(a, out: Path) -> list[str]:
         lines.append(f"| {name} | {s['macro']['success_rate']:.2f} | {per} | {t['steps']} | {t['policy_s']:.1f} | "
                      f"{t['judge_s']:.1f} | {t['browser_s']:.2f} |")
     return lines
+
+
+def judged(a, out: Path) -> list[str]:
+    """The embedded PRM alone: each step's candidates are the right and a wrong action (scripted)."""
+    def both(payload):
+        acts = actions(payload["messages"][-1]["content"])
+        return [f"```\n{acts[k]}\n```" for k in ("wrong", "right")][:payload["n"]]
+
+    server = scripted_server(both)
+    try:
+        search(["--prm", "embedded", "--n", "2", "--prm-max-tokens", str(a.prm_max_tokens), "--policy", "scripted",
+                "--policy-base-url", server.base_url, "--policy-no-cache", "--policy-api-key-env",
+                "SURFPRM_BENCH_KEY_UNSET", "--tasks", "click-button", "enter-text", "--seeds", a.parallel_seeds,
+                "--max-steps", "4", "--out", str(out / "judge"), "--resume"])
+    finally:
+        server.shutdown()
+    s = json.loads((out / "judge" / "summary.json").read_text())
+    t = step_times(out / "judge")
+    per = ", ".join(f"{k.removeprefix('miniwob.')} {v['success']}/{v['tasks']}" for k, v in s["per_task"].items())
+    return ["| run | success rate | per task | steps | judge calls | policy s/step | judge s/step | browser s/step |",
+            "|---|---|---|---|---|---|---|---|",
+            f"| scripted right+wrong, embedded PRM | {s['macro']['success_rate']:.2f} | {per} | {t['steps']} | "
+            f"{s['totals']['judge_calls']} | {t['policy_s']:.2f} | {t['judge_s']:.1f} | {t['browser_s']:.2f} |"]
 
 
 def parallel(a, out: Path) -> list[str]:
@@ -134,12 +160,13 @@ def main(argv=None) -> int:
     ap.add_argument("--policy-max-tokens", type=int, default=40)
     ap.add_argument("--prm-max-tokens", type=int, default=48)
     ap.add_argument("--parallel-seeds", default="0-3")
-    ap.add_argument("--parts", nargs="*", default=["quality", "parallel", "loop"])
+    ap.add_argument("--parts", nargs="*", default=["quality", "judge", "parallel", "loop"])
     ap.add_argument("--out", default="runs/bench-miniwob")
     a = ap.parse_args(argv)
     out = ROOT / a.out
     print(f"load average at start: {os.getloadavg()}, cores: {os.cpu_count()}")
-    for part, fn in (("quality", lambda: quality(a, out)), ("parallel", lambda: parallel(a, out)),
+    for part, fn in (("quality", lambda: quality(a, out)), ("judge", lambda: judged(a, out)),
+                     ("parallel", lambda: parallel(a, out)),
                      ("loop", lambda: loop(out))):
         if part in a.parts:
             t = time.perf_counter()
