@@ -83,6 +83,9 @@ class SearchConfig:
     max_format_errors: int | None = None       # steps in a row without a valid candidate that end it (None: no limit)
     seed: int = 0
     both_orders: bool = False
+    # 'auto': score-both for a local PRM (llm.scoring: always a verdict, no position bias), generate
+    # at an endpoint; or generate | score | score-both explicitly (local PRMs only; prm.judge.JUDGE_MODES)
+    prm_judge_mode: str = "auto"
     resume: bool = False
     baseline: str | None = None                # a baseline run's folder
     demo: bool = False                         # the built-in demo task on a local shop
@@ -103,6 +106,8 @@ class SearchConfig:
         from search.tournament import prm_format
 
         prm_format(self)            # a bad --prm-prompt-template
+        if self.guided:
+            prm_judge_mode(self, prm_llm_config(self).is_local)     # a scoring mode at an endpoint
 
 
 class Benchmark:
@@ -111,7 +116,7 @@ class Benchmark:
     name = "search"
     Config = SearchConfig
     task_key = "task_id"
-    resume_settings = ("prm", "policy", "n", "max_steps", "seed", "both_orders", "demo")
+    resume_settings = ("prm", "policy", "n", "max_steps", "seed", "both_orders", "prm_judge_mode", "demo")
     harness_kwargs: dict = {}
     flag_help: dict = {}            # help texts of the shared flags, where the benchmark says it better
     trajectories = False            # write ``trajectories.parquet`` (observations are AXTrees)
@@ -282,6 +287,17 @@ def policy_llm_config(config: SearchConfig):
     return model_config(config.policy, config.policy_llm, 1.0 if config.guided else 0.0)
 
 
+def prm_judge_mode(config: SearchConfig, local: bool) -> str:
+    """The PRM's verdict mode: ``auto`` is score-both for a local model, generate at an endpoint
+    (an endpoint only generates: another mode there is an error)."""
+    mode = config.prm_judge_mode
+    if mode == "auto":
+        return "score-both" if local else "generate"
+    if not local and mode != "generate":
+        raise ValueError(f"--prm-judge-mode {mode} needs a local PRM (a folder or 'embedded'); an endpoint only generates")
+    return mode
+
+
 def judge_factory(config: SearchConfig):
     """``judge_for(obs, history) -> pair judge`` over the PRM (``prm.judge``), in the
     comparative-judgment format or ``--prm-prompt-template``'s; None for ``--prm none``."""
@@ -290,7 +306,8 @@ def judge_factory(config: SearchConfig):
     from prm.judge import make_judge
     from search.tournament import prm_format, prm_pair_judge, prm_state
 
-    judge, fmt = make_judge(prm_llm_config(config)), prm_format(config)
+    llm_config = prm_llm_config(config)
+    judge, fmt = make_judge(llm_config, mode=prm_judge_mode(config, llm_config.is_local)), prm_format(config)
 
     def judge_for(obs, history):
         return prm_pair_judge(judge, prm_state(obs, history), fmt=fmt)
@@ -468,6 +485,9 @@ def build_parser(benchmark: type[Benchmark], description: str = "") -> argparse.
     ap.add_argument("--task-ids", nargs="*", type=int, help=h["task_ids"])
     ap.add_argument("--max-steps", type=int, default=d["max_steps"])
     ap.add_argument("--both-orders", action="store_true", help="judge every match in both orders")
+    ap.add_argument("--prm-judge-mode", choices=("auto", "generate", "score", "score-both"), default=d["prm_judge_mode"],
+                    help="a local PRM's verdicts: generate a judgment and read its tag, score the two answer tags "
+                         "(one order, or both orders combined); auto: score-both locally, generate at an endpoint")
     ap.add_argument("--seed", type=int, default=d["seed"], help=h["seed"])
     ap.add_argument("--out", default=d["out"], help="output folder")
     ap.add_argument("--resume", action="store_true", help="skip tasks already finished in --out")

@@ -47,3 +47,31 @@ def test_a_run_where_no_task_could_run_fails_the_task(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match=r"no task could run: .*site_unreachable: 1"):
         search_task.fn(WebArenaLite, WebArenaSearch(prm="none", policy="embedded", demo=True, out=str(tmp_path / "o")))
     assert (tmp_path / "o" / "summary.json").exists()
+
+
+def test_prm_judge_mode_auto_scores_a_local_prm_and_generates_at_an_endpoint(tmp_path):
+    """'auto' gives a local PRM verdicts by scoring both orders (always a verdict, the bare answer
+    tag as its text), an endpoint generates; a scoring mode at an endpoint is refused at parse time."""
+    from types import SimpleNamespace
+
+    from search.runner import judge_factory, prm_judge_mode
+    from tiny_lm import save_tiny_lm
+
+    folder = save_tiny_lm(["goal button click scroll Response 1 2 <Answer> </Answer>"], tmp_path / "prm")
+    cfg = parse_config(WebArenaLite, ["--prm", folder, "--policy", "m"])
+    assert cfg.prm_judge_mode == "auto"
+    judge_for = judge_factory(cfg)
+    obs = SimpleNamespace(goal="click the button", axtree="[12] button 'Go'", url="http://x/", start_url="http://x/")
+    judgments = judge_for(obs, [])([("click('12')", "scroll(0, 200)"), ("scroll(0, 200)", "click('12')")])
+    assert [j.verdict in (1, 2) for j in judgments] == [True, True]
+    assert all(j.text.strip().startswith("<Answer>Response ") for j in judgments)
+    # both orders combined: swapping the two actions swaps the verdict (no position bias)
+    assert judgments[0].verdict != judgments[1].verdict
+
+    generating = parse_config(WebArenaLite, ["--prm", folder, "--policy", "m", "--prm-judge-mode", "generate"])
+    assert prm_judge_mode(generating, local=True) == "generate" and prm_judge_mode(cfg, local=False) == "generate"
+    with pytest.raises(SystemExit):
+        parse_config(WebArenaLite, ["--prm", "judge", "--prm-base-url", "http://gpu/v1", "--policy", "m",
+                                    "--prm-judge-mode", "score"])
+    assert parse_config(WebArenaLite, ["--prm", "judge", "--prm-base-url", "http://gpu/v1",
+                                       "--policy", "m"]).prm_judge_mode == "auto"
