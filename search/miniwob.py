@@ -146,7 +146,8 @@ class MiniWoB(Benchmark):
             raise SetupError(str(e)) from None
         classes = task_classes()
         names = select_tasks(c.tasks, classes)
-        self.base_url = os.environ.get("MINIWOB_URL") or default_url()
+        # BrowserGym appends '<task>.html' to the base URL as a string: the folder needs its slash
+        self.base_url = (os.environ.get("MINIWOB_URL") or default_url()).rstrip("/") + "/"
         check_pages(self.base_url, names)
         return [{"task_id": f"{n}.{s}", "seed": s, "sites": [PREFIX + n], "intent": classes[n].desc,
                  "task_class": classes[n].__name__} for n in names for s in seeds]

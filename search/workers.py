@@ -1,6 +1,6 @@
 """Episodes of one search run in parallel: Prefect tasks on a Dask cluster (``--workers N``).
 
-    python -m search.miniwob --prm embedded --policy embedded --tasks easy10 --seeds 0-4 --workers 2
+    python -m search.miniwob --prm embedded --policy embedded --tasks axtree10 --seeds 0-4 --workers 2
     python -m search.miniwob ... --dask-address tcp://scheduler:8786     # an existing cluster
 
 ``--workers N`` starts a local Dask cluster of N worker processes, one thread each (``prefect-dask``'s

@@ -112,3 +112,13 @@ def test_trajectory_rows_from_an_episode():
                              benchmark="b", site_of_obs=lambda o: "s")
     assert [r.success for r in failed] == [None, None]
     assert episode_records([], None, row, run_id="r1", benchmark="b", site_of_obs=lambda o: "s") == []
+
+
+def test_a_miniwob_url_without_its_trailing_slash_still_names_the_pages(monkeypatch):
+    """BrowserGym joins MINIWOB_URL and the page name as strings: the runner adds the slash a user
+    may leave out (check_pages would pass either way)."""
+    monkeypatch.setenv("MINIWOB_URL", mw.default_url().rstrip("/"))
+    bench = mw.MiniWoB(mw.MiniWoBSearch(prm="none", policy="x", tasks=["click-test"], seeds="0"))
+    bench.tasks()
+    page = mw.task_classes()["click-test"](seed=0, base_url=bench.base_url).url
+    assert page == mw.default_url() + "click-test.html"
