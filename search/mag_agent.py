@@ -24,7 +24,8 @@ the guide it wrote (the first output's, when it has one) still joins the guide h
 The policy sees only the task, the marked screenshot, the menu and the guides it wrote before
 (the guide history is the only text state carried across steps), the same under both
 groundings. OFCR per step is the executed output's ``check_step`` reason (a leaky guide is
-executed but not compliant), or the first output's when none was executed.
+executed but not compliant), or the first output's when none was executed; a step the policy
+never answered (an outage: ``policy_error``) has no output and is not scored.
 
 Terminations: ``answered`` (finish), ``step_budget``, ``env_error``, ``site_unreachable``,
 ``policy_error``; the task's evaluator runs for the first two.
@@ -262,6 +263,12 @@ class MagStep:
     judge_unparsed: int = 0
     judge_truncated: int = 0            # judgments cut at the length limit before an answer
 
+    @property
+    def scored(self) -> bool:
+        """Whether OFCR scores this step: not when the policy never answered (an outage ends the
+        episode as ``policy_error`` with no output to score; App. D scores model outputs)."""
+        return bool(self.outputs) or self.reason is not None
+
 
 @dataclass(slots=True)
 class MagEpisode(EpisodeResult):
@@ -274,7 +281,8 @@ class MagEpisode(EpisodeResult):
 
     @property
     def reasons(self) -> list[str | None]:
-        return [s.reason for s in self.steps]
+        """OFCR per scored step (``MagStep.scored``), None when compliant."""
+        return [s.reason for s in self.steps if s.scored]
 
     def to_dict(self) -> dict:
         d = EpisodeResult.to_dict(self)

@@ -158,3 +158,36 @@ def test_executor_coordinates():
     step, _ = parse_step(out("scroll", None, "sideways"), ())
     with pytest.raises(UnexecutableStep, match="'up' or 'down'"):
         to_code(step, obs)
+
+
+def test_a_step_the_policy_never_answered_is_not_scored_by_ofcr(monkeypatch):
+    """A policy outage (``policy_error``) leaves a step without any output: OFCR scores model
+    outputs (App. D), so that step is neither compliant nor not; a step whose outputs were all
+    invalid still counts, as not compliant."""
+    import search.mag_agent as mag_agent
+    from search.loop import PolicyError
+    from search.mag_metrics import ofcr
+
+    monkeypatch.setattr(mag_agent, "observe", lambda harness: obs_with(MARKS))
+
+    class Harness:
+        browser_s, last_obs = 0.0, {}
+
+        def reset(self, seed):
+            pass
+
+        def step(self, code):
+            pass
+
+    answers = iter([[out()], ["no json here"]])
+
+    def propose(obs, guides, n, step):
+        try:
+            return next(answers)
+        except StopIteration:
+            raise PolicyError("endpoint down") from None
+
+    episode = mag_agent.run_mag_episode(Harness(), propose, None, n=1, max_steps=5)
+    assert episode.termination == "policy_error" and len(episode.steps) == 3
+    assert episode.reasons[0] is None and episode.reasons[1].startswith("no_json")
+    assert len(episode.reasons) == 2 and ofcr(episode.reasons) == 0.5
