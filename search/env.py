@@ -29,6 +29,7 @@ Nothing is imported from BrowserGym at module import.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +60,9 @@ class SiteUnreachable(RuntimeError):
 
 def prepare_nltk_stub(cache: Path = CACHE) -> Path:
     """Empty ``punkt_tab`` files so that ``import browsergym.webarena*`` does not try to download
-    them (it only needs them to exist); sets ``NLTK_DATA``. Returns the folder."""
+    them (it only needs them to exist); sets ``NLTK_DATA``, and ``nltk.data.path`` when NLTK is
+    already imported (it reads ``NLTK_DATA`` once, at import: e.g. after MAG's BLEU). Returns
+    the folder."""
     root = (cache / "nltk_data").resolve()
     d = root / "tokenizers" / "punkt_tab" / "english"
     d.mkdir(parents=True, exist_ok=True)
@@ -68,6 +71,8 @@ def prepare_nltk_stub(cache: Path = CACHE) -> Path:
     paths = os.environ.get("NLTK_DATA", "")
     if str(root) not in paths.split(os.pathsep):
         os.environ["NLTK_DATA"] = os.pathsep.join(p for p in (str(root), paths) if p)
+    if (nltk_data := sys.modules.get("nltk.data")) is not None and str(root) not in nltk_data.path:
+        nltk_data.path.insert(0, str(root))
     return root
 
 
@@ -77,7 +82,6 @@ def prepare_webarena_imports(cache: Path = CACHE) -> None:
     no evaluator used here calls; the package is left out of the install because it caps
     huggingface-hub < 1, see requirements/browsergym.txt)."""
     import importlib.util
-    import sys
     import types
 
     prepare_nltk_stub(cache)

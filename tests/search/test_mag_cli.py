@@ -30,6 +30,21 @@ def test_webarena_evaluator_scores_a_mag_answer_offline():
     assert [score_answer(config, a, urls, evaluators="webarena") for a in ("0", "There are 3", None)] == [1.0, 0.0, 0.0]
 
 
+def test_the_nltk_stub_reaches_an_nltk_imported_before_it(tmp_path, monkeypatch):
+    """NLTK reads NLTK_DATA once, at import: a process that computed BLEU (MAG's guide scores)
+    before WebArena's imports would miss the punkt_tab stub and have WebArena's evaluator look
+    for the real data (offline: a LookupError)."""
+    import nltk
+
+    from search.env import prepare_nltk_stub
+
+    monkeypatch.setattr(nltk.data, "path", list(nltk.data.path))
+    monkeypatch.delenv("NLTK_DATA", raising=False)
+    root = prepare_nltk_stub(tmp_path)
+    assert str(root) in nltk.data.path
+    nltk.data.find("tokenizers/punkt_tab/english/")
+
+
 def _run_cli(args, env, tmp_path):
     code = ("import sys, search.mag as mag, search.runner as runner\n"
             "runner.load_models = lambda bench: sys.exit('models loaded')\n"
