@@ -167,7 +167,7 @@ class Mag(Benchmark):
 
     name = "search.mag"
     Config = MagSearch
-    resume_settings = Benchmark.resume_settings + ("grounding", "policy_prompt_template")
+    resume_settings = Benchmark.resume_settings + ("grounding", "screenshot", "policy_prompt_template")
     flag_help = {"n": "outputs per step (paper: 5)", "task_ids": "WebArena task ids (default: those of --gold-guides)",
                  "baseline": "a baseline run's folder: table.md shows its row too",
                  "demo": "run the built-in demo task (a small shop on 127.0.0.1, gold guides included) instead "

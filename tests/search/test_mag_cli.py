@@ -154,3 +154,6 @@ def test_resume_rescoring_reruns_and_settings(tmp_path):
 
     p = _resume(out, "--task-ids", "1", prm="other-prm")
     assert p.returncode == 2 and "settings differ from the earlier run (prm)" in p.stderr
+    # what the policy sees is a setting too: a resume with the screenshot switched is another run
+    p = _resume(out, "--task-ids", "1", "--screenshot", "on")
+    assert p.returncode == 2 and "settings differ from the earlier run (screenshot)" in p.stderr
