@@ -166,12 +166,12 @@ def _parse_step(text, menu_ids, grounding):
         return None, "empty_think: think must be a non-empty string"
     if not _filled(obj["guide_text"]):
         return None, "empty_guide: guide_text must be a non-empty string"
-    verb = obj["action_type"].strip().lower() if isinstance(obj["action_type"], str) else None
-    if verb not in VERBS:
+    verb = obj["action_type"]                 # exactly one of the verbs, as the contract states them
+    if not isinstance(verb, str) or verb not in VERBS:
         return None, f"bad_verb: {obj['action_type']!r}"
     content = obj["content"]
     step = Step(think=obj["think"].strip(), action_type=verb, guide_text=obj["guide_text"].strip(),
-                content=content.strip() if isinstance(content, str) else content)
+                content=content if verb == "type" or not isinstance(content, str) else content.strip())
     if verb in ELEMENT_VERBS:
         raw = obj[GROUNDING_KEY[grounding]]
         if grounding == "som":

@@ -95,9 +95,17 @@ def test_verb_must_be_one_of_the_seven(grounding, verb):
 
 
 @BOTH
-def test_verbs_are_read_after_strip_and_lower_case(grounding):
-    step, why = check_step(out(grounding, action_type=" Click "), MENU, grounding)
+def test_the_verb_is_one_of_the_seven_exactly_and_typed_text_is_kept_as_given(grounding):
+    """App. D: action_type is one of the verbs as the contract spells them; type carries the exact
+    text to type (spaces included), while a select label is read without surrounding spaces."""
+    step, why = check_step(out(grounding, action_type="click"), MENU, grounding)
     assert why is None and step.action_type == "click"
+    for loose in (" Click ", "CLICK", "click ", ["click"]):
+        assert reason(out(grounding, action_type=loose), grounding).startswith("bad_verb"), loose
+    step, why = check_step(out(grounding, action_type="type", content=" red shoes "), MENU, grounding)
+    assert why is None and step.content == " red shoes "
+    step, why = check_step(out(grounding, action_type="select", content=" Size M "), MENU, grounding)
+    assert why is None and step.content == "Size M"
 
 
 # ---- (ii) valid action: grounding argument of the element verbs, type's text, select's label ---
