@@ -283,8 +283,8 @@ def mine_run(run: Path, budget: int, no_graph: bool = False) -> None:
         server.shutdown()
 
 
-def prepare(cfg: BenchConfig, out: Path, timings: dict) -> dict:
-    """Steps 1-3: split, held-out evaluation pairs, mined and verified training pools."""
+def prepare(cfg: BenchConfig, out: Path, timings: dict, runs: tuple[str, ...] = ("heldout", "graph", "nograph")) -> dict:
+    """Steps 1-3 for ``runs``: split, held-out evaluation pairs, mined and verified training pools."""
     if not (out / "all" / "trajectories.parquet").exists():
         sh(cfg, "-m", "data.ingest", "--source", cfg.source, "--input", cfg.input, "--out", str(out / "all"),
            timings=timings, key="ingest")
@@ -309,7 +309,7 @@ def prepare(cfg: BenchConfig, out: Path, timings: dict) -> dict:
     for name, part, no_graph, budget in (("heldout", "heldout", False, 100000),
                                          ("graph", "train", False, cfg.verify_pairs),
                                          ("nograph", "train", True, cfg.nograph_verify_pairs or cfg.verify_pairs)):
-        if name == "nograph" and "nograph" not in cfg.variants:
+        if name not in runs or (name == "nograph" and "nograph" not in cfg.variants):
             continue
         run = out / name
         if not (run / "candidates.parquet").exists():
@@ -462,9 +462,10 @@ def _ci(c) -> str:
 
 def markdown(s: dict) -> str:
     held = ", ".join(t.split(".")[-1] for t in s["split"]["templates"]["heldout"])
-    lines = [(f"Held-out: {s['eval_pairs']} pairs in {s['eval_states']} states of "
-              f"{s['split']['heldout_tasks']} tasks ({held}); training tasks: {s['split']['train_tasks']}. "
-              f"Intervals: {s['interval']}."), ""]
+    n_held, n_train = len(s["split"]["templates"]["heldout"]), len(s["split"]["templates"]["train"])
+    lines = [(f"Held-out: {s['eval_pairs']} pairs in {s['eval_states']} states of {s['split']['heldout_tasks']} "
+              f"task instances of {n_held} templates ({held}); training: {s['split']['train_tasks']} task instances "
+              f"of {n_train} templates. Intervals: {s['interval']}."), ""]
     titles = {"both_orders": "both orders (right only if both orders pick the demonstrated action)",
               "as_given": "as given (first order only; chance 50%)",
               "debiased": "debiased (sign of margin(as given) - margin(swapped))"}
@@ -537,12 +538,16 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     log(f"config {json.dumps({k: v for k, v in asdict(cfg).items()})}")
     try:
-        split = prepare(cfg, out, timings)
-        train_info = training_sets(cfg, out)
-        log(f"training sets {json.dumps(train_info)}")
         from llm.embedded import default_model_dir
 
-        evaluate_model(cfg, out, "base", str(default_model_dir()), timings)
+        split = prepare(cfg, out, timings, ("heldout", "graph"))
+        with ThreadPoolExecutor(max_workers=min(cfg.workers, 2)) as pool:    # base model || No-Graph pool
+            jobs = [pool.submit(evaluate_model, cfg, out, "base", str(default_model_dir()), timings),
+                    pool.submit(prepare, cfg, out, timings, ("nograph",))]
+            for f in jobs:
+                f.result()
+        train_info = training_sets(cfg, out)
+        log(f"training sets {json.dumps(train_info)}")
         lock = threading.Lock()
 
         def job(variant_seed: tuple[str, int]) -> None:
