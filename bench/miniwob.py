@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,9 +143,7 @@ def loop(out: Path) -> list[str]:
     finally:
         server.shutdown()
     cands = pq.read_table(run / "candidates.parquet").to_pylist()
-    by_rule: dict[str, int] = {}
-    for c in cands:
-        by_rule[c["rule"]] = by_rule.get(c["rule"], 0) + 1
+    by_rule = dict(Counter(c["rule"] for c in cands))
     return [f"ingest: {stats.n_in} rows in, {stats.n_out} out, rejected {dict(stats.rejected)}; "
             f"{len({r['traj_id'] for r in rows})} trajectories, {len(ok)} successful",
             f"graphs: {len(list((run / 'graphs').glob('*/nodes.parquet')))} sites, {nodes} nodes, {edges} edges",

@@ -170,19 +170,13 @@ class PromptTemplate:
 
     @classmethod
     def load(cls, path: str | Path) -> "PromptTemplate":
-        import yaml
-
-        try:
-            spec = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-            raise ValueError(f"prompt template {path}: {e}") from None
+        spec = read_template_file(path, "prompt template")
         if not isinstance(spec, dict) or not isinstance(spec.get("user"), str) or \
                 not isinstance(spec.get("system", ""), (str, type(None))) or set(spec) - {"user", "system"}:
             raise ValueError(f"prompt template {path}: a YAML mapping with a 'user' string and an optional "
                              "'system' string")
         template = cls(spec["user"], spec.get("system"))
-        names = {text: [m.group(2) for m in _PLACEHOLDER.finditer(text) if m.group(2)]
-                 for text in (template.user, template.system or "")}
+        names = {text: placeholder_names(text) for text in (template.user, template.system or "")}
         unknown = {m for found in names.values() for m in found if m not in FIELDS and m not in _ALIASES}
         placed = {_ALIASES.get(m, m) for m in names[template.user]}
         if not {"response_1", "response_2"} <= placed:
@@ -192,23 +186,43 @@ class PromptTemplate:
         return template
 
     def render(self, values: dict[str, str]) -> list[dict]:
-        def sub(m: re.Match) -> str:
-            if m.group(1):                      # {{name}}: a literal {name}
-                return m.group(1)
-            name = m.group(2)
+        def value_of(name: str, raw: str) -> str:
             if name in _ALIASES:
                 name = _ALIASES[name]
                 if name is None:
                     return ""
-            return values[name] if name in values else m.group(0)
+            return values[name] if name in values else raw
 
-        messages = [{"role": "user", "content": _PLACEHOLDER.sub(sub, self.user)}]
+        messages = [{"role": "user", "content": fill_placeholders(self.user, value_of)}]
         if self.system is not None:
-            messages.insert(0, {"role": "system", "content": _PLACEHOLDER.sub(sub, self.system)})
+            messages.insert(0, {"role": "system", "content": fill_placeholders(self.system, value_of)})
         return messages
 
 
+# The placeholders of every user template (judgment prompts here, MAG's policy prompt in search):
+# ``{name}`` is a field, ``{{name}}`` a literal ``{name}``, other braces stay as they are.
 _PLACEHOLDER = re.compile(r"\{(\{\w+\})\}|\{(\w+)\}")
+
+
+def read_template_file(path: str | Path, what: str):
+    """The YAML of a user's template file; ValueError naming ``what`` and the file."""
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ValueError(f"{what} {path}: {e}") from None
+
+
+def placeholder_names(text: str) -> list[str]:
+    """The ``{name}`` fields ``text`` places (literal ``{{name}}`` excluded)."""
+    return [m.group(2) for m in _PLACEHOLDER.finditer(text) if m.group(2)]
+
+
+def fill_placeholders(text: str, value_of) -> str:
+    """``text`` with each ``{name}`` replaced by ``value_of(name, "{name}")`` and each ``{{name}}`` by
+    a literal ``{name}``."""
+    return _PLACEHOLDER.sub(lambda m: m.group(1) or value_of(m.group(2), m.group(0)), text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,12 +33,10 @@ Terminations: ``answered`` (finish), ``step_budget``, ``env_error``, ``site_unre
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from data.judgment import fence
+from data.judgment import fence, fill_placeholders, placeholder_names, read_template_file
 from llm import LLMClient, LLMConfig
 from search.agent import sample_texts
 from search.loop import EpisodeResult, Memory, run_episode
@@ -163,7 +161,6 @@ the keys: think, action_type, {key}, content, guide_text."""
 SCREENSHOT_NOTE = ("The screenshot of the current page, with numbered boxes on the candidate elements "
                    "matching the ids above, is attached as an image.\n")
 TEMPLATE_FIELDS = ("task", "guides", "menu", "url", "grounding_key")
-_PLACEHOLDER = re.compile(r"\{(\{\w+\})\}|\{(\w+)\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,25 +176,19 @@ class PolicyTemplate:
 
     @classmethod
     def load(cls, path) -> PolicyTemplate:
-        import yaml
-
-        try:
-            spec = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-            raise ValueError(f"policy prompt template {path}: {e}") from None
+        spec = read_template_file(path, "policy prompt template")
         if not isinstance(spec, dict) or set(spec) != {"system", "user"} or \
                 not all(isinstance(v, str) for v in spec.values()):
             raise ValueError(f"policy prompt template {path}: a YAML mapping with 'system' and 'user' strings")
-        unknown = sorted({m.group(2) for text in spec.values() for m in _PLACEHOLDER.finditer(text)
-                          if m.group(2) and m.group(2) not in TEMPLATE_FIELDS})
+        unknown = sorted({name for text in spec.values() for name in placeholder_names(text)
+                          if name not in TEMPLATE_FIELDS})
         if unknown:
             raise ValueError(f"policy prompt template {path}: unknown placeholders {unknown}; known: {TEMPLATE_FIELDS}")
         return cls(spec["system"], spec["user"])
 
     def render(self, values: dict[str, str]) -> tuple[str, str]:
-        def sub(text):
-            return _PLACEHOLDER.sub(lambda m: m.group(1) or values[m.group(2)], text)
-        return sub(self.system), sub(self.user)
+        return (fill_placeholders(self.system, lambda name, _: values[name]),
+                fill_placeholders(self.user, lambda name, _: values[name]))
 
 
 def build_messages(obs, guides: list[str], grounding: str = "som", screenshot: bool = False,
