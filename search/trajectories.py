@@ -18,13 +18,12 @@ the run's file is rebuilt from them at the end of every run, resumed tasks inclu
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pyarrow as pa
 from pyarrow import feather
 
-from data.rundir import atomic_write_parquet
+from data.rundir import atomic_write_bytes, atomic_write_parquet
 from data.schema import (
     ROW_GROUP_SIZE,
     TRAJECTORY_SCHEMA,
@@ -69,10 +68,10 @@ def trajectory_keeper(bench, out: Path, run_id: str, task: dict):
     def keep(decided, final, row):
         records = episode_records(decided, final, row, run_id=run_id, benchmark=bench.name,
                                   site_of_obs=lambda obs: bench.trajectory_site(task, obs), settings=settings)
-        path = Path(out) / "tasks" / f"{row['task_id']}{SUFFIX}"
-        tmp = path.with_name(path.name + ".tmp")
-        feather.write_feather(steps_to_table(records), tmp)
-        os.replace(tmp, path)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, TRAJECTORY_SCHEMA) as writer:
+            writer.write_table(steps_to_table(records))
+        atomic_write_bytes(Path(out) / "tasks" / f"{row['task_id']}{SUFFIX}", sink.getvalue().to_pybytes())
     return keep
 
 
