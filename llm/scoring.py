@@ -22,16 +22,26 @@ This is the local models' second way to a verdict besides generating a judgment
 (``prm.judge.LocalJudge(mode="score")``, ``teacher.verify`` with a local teacher); an endpoint
 only generates. Scoring does not write the judgment's sections: what a caller keeps as text is
 its choice (``TagScore.text`` is the bare answer).
+
+``cached_score(model_dir, messages, mode, cache)`` is the cached form ``teacher.verify`` uses: the
+scores go into the LLM disk cache (``llm.cache``) under a hash of the model, the prompt and the
+mode, so a rerun finds every verdict there and neither loads the model nor runs a forward pass,
+as a generated answer is served from the same cache.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
+import math
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from data.judgment import ANSWER_TAG, swap_responses
+from llm.cache import ResponseCache, request_key
+
+SCORE_MODES = ("score", "score-both")
 
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -160,3 +170,78 @@ def score_both_orders(model, tokenizer, messages: list[dict], rationale: str = "
         raise ValueError("the prompt has no [The Begin of Response 1/2] blocks to swap")
     return BothOrdersScore(score_answers(model, tokenizer, messages, rationale),
                            score_answers(model, tokenizer, swapped, rationale))
+
+
+def score(model, tokenizer, messages: list[dict], mode: str, rationale: str = "") -> TagScore | BothOrdersScore:
+    """``score_answers`` (``mode='score'``) or ``score_both_orders`` (``'score-both'``)."""
+    if mode == "score":
+        return score_answers(model, tokenizer, messages, rationale)
+    if mode == "score-both":
+        return score_both_orders(model, tokenizer, messages, rationale)
+    raise ValueError(f"mode must be one of {SCORE_MODES}, not {mode!r}")
+
+
+def score_request(model_id: str, messages: list[dict], mode: str, rationale: str = "") -> dict:
+    """What a scoring verdict depends on, as the cache's request: the model, the prompt (and
+    rationale) and the mode. Nothing is sampled, so there are no sampling parameters."""
+    return {"model": model_id, "mode": mode, "rationale": rationale,
+            "messages": [{"role": m["role"], "content": m["content"]} for m in messages]}
+
+
+def score_to_dict(s: TagScore | BothOrdersScore) -> dict:
+    """The cache's response body for a score (floats round-trip exactly through JSON)."""
+    if isinstance(s, BothOrdersScore):
+        return {"object": "surfprm.score", "given": asdict(s.given), "swapped": asdict(s.swapped)}
+    return {"object": "surfprm.score", "given": asdict(s)}
+
+
+def _tag_score(d) -> TagScore | None:
+    if not isinstance(d, dict) or set(d) != {"logprob_1", "logprob_2", "prompt_tokens"}:
+        return None
+    lp = (d["logprob_1"], d["logprob_2"])
+    tokens = d["prompt_tokens"]
+    # a log-probability is a finite number <= 0; a count is a non-negative int
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x <= 0 for x in lp):
+        return None
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+        return None
+    return TagScore(float(lp[0]), float(lp[1]), tokens)
+
+
+def score_from_dict(body, mode: str) -> TagScore | BothOrdersScore | None:
+    """A cached score of ``mode``, or None for an entry of another shape or out of range (a
+    hand-edited or foreign entry is a miss, scored afresh)."""
+    if not isinstance(body, dict) or body.get("object") != "surfprm.score":
+        return None
+    given = _tag_score(body.get("given"))
+    if mode == "score":
+        return given if "swapped" not in body else None
+    swapped = _tag_score(body.get("swapped"))
+    return BothOrdersScore(given, swapped) if given and swapped else None
+
+
+def cached_score(model_dir: str | Path, messages: list[dict], mode: str, cache: ResponseCache | None,
+                 rationale: str = "") -> tuple[TagScore | BothOrdersScore, bool]:
+    """(the score of ``messages`` by the local model at ``model_dir`` in ``mode``, whether it came
+    from ``cache``). The key is ``llm.cache.request_key`` of ``score_request`` at the endpoint
+    ``local:<folder>`` (as the client keys the model's generations); on a hit the model is not
+    even loaded. ``cache=None`` scores every time."""
+    from llm.local import load_local_model
+
+    if mode not in SCORE_MODES:
+        raise ValueError(f"mode must be one of {SCORE_MODES}, not {mode!r}")
+    model_dir = Path(model_dir).resolve()
+    payload = score_request(model_dir.name, messages, mode, rationale)
+    key = request_key(payload, f"local:{model_dir}")
+    if cache is not None:
+        hit = score_from_dict(cache.get(key), mode)
+        if hit is not None:
+            return hit, True
+    local = load_local_model(model_dir)
+    s = score(local.model, local.tokenizer, messages, mode, rationale)
+    if cache is not None:
+        try:
+            cache.put(key, payload, score_to_dict(s))
+        except OSError:             # a full disk costs a repeated forward pass next run, not this verdict
+            pass
+    return s, False

@@ -138,17 +138,21 @@ class Decision:
 async def score_pair(client, pair: Pair, config: VerifyConfig) -> Decision:
     """A local teacher's verdict by scoring the two answer tags (``llm.scoring``): one attempt
     (scoring is deterministic; another would repeat it), kept when it agrees with the label, the
-    gold judgment then the bare answer tag (a label-only row in the benchmark's format)."""
-    from llm.local import load_local_model
-    from llm.scoring import score_answers, score_both_orders
+    gold judgment then the bare answer tag (a label-only row in the benchmark's format). The
+    scores are cached like generated answers (``llm.scoring.cached_score``) and counted in the
+    client's usage, so a rerun runs no forward pass and ``stats.json`` shows what the cache served."""
+    from llm.cache import ResponseCache
+    from llm.client import ChatResult
+    from llm.scoring import cached_score
 
     mode = config.mode_for(True)
-    scorer = score_both_orders if mode == "score-both" else score_answers
+    cache = None if client.config.no_cache else ResponseCache(client.config.cache_dir)
     try:
-        model = await asyncio.to_thread(load_local_model, client.config.local_model_dir())
-        s = await asyncio.to_thread(scorer, model.model, model.tokenizer, pair.messages)
+        s, cached = await asyncio.to_thread(cached_score, client.config.local_model_dir(), pair.messages, mode, cache)
     except (OSError, RuntimeError) as e:          # a model that cannot load or run is no attempt
         return Decision(pair, "pending", [], infra_error=f"local_error: {type(e).__name__}: {e}")
+    client.usage[STAGE].add(ChatResult(texts=[s.text], prompt_tokens=s.prompt_tokens, model=client.config.model_id,
+                                       cached=cached, attempts=0 if cached else 1))
     outcome = "agree" if s.verdict == pair.label else "disagree"
     attempt = Attempt(1, config.seed, s.verdict, outcome, s.text, s.prompt_tokens, 0, 0.0, mode=mode)
     if outcome == "agree":

@@ -104,3 +104,39 @@ def test_both_orders_cancel_a_position_pull(lm):
     assert (j.mode, j.verdict) == ("score-both", both.verdict)
     with pytest.raises(ValueError, match="no \\[The Begin"):
         score_both_orders(model, tok, MSGS)
+
+
+def test_cached_scores_round_trip_and_bad_entries_are_misses(lm):
+    from llm.scoring import (BothOrdersScore, TagScore, score, score_from_dict, score_to_dict)
+
+    model, tok = lm
+    both = score(model, tok, BLOCKS, "score-both")
+    assert isinstance(both, BothOrdersScore) and score_from_dict(score_to_dict(both), "score-both") == both
+    one = score(model, tok, BLOCKS, "score")
+    assert score_from_dict(score_to_dict(one), "score") == one
+    assert score_from_dict(score_to_dict(one), "score-both") is None      # another mode's entry
+    assert score_from_dict(score_to_dict(both), "score") is None
+    good = score_to_dict(TagScore(-1.5, -0.25, 7))
+    for bad in ({**good, "object": "chat.completion"}, {"object": "surfprm.score"}, None, [],
+                {**good, "given": {**good["given"], "logprob_1": 0.5}},            # a log-probability > 0
+                {**good, "given": {**good["given"], "logprob_2": float("nan")}},
+                {**good, "given": {**good["given"], "prompt_tokens": -1}},
+                {**good, "given": {**good["given"], "prompt_tokens": True}}):
+        assert score_from_dict(bad, "score") is None
+    with pytest.raises(ValueError, match="mode"):
+        score(model, tok, BLOCKS, "vote")
+
+
+def test_cached_score_keys_on_model_prompt_and_mode(lm, tmp_path):
+    from llm.cache import ResponseCache
+    from llm.scoring import cached_score
+    from tiny_lm import save_tiny_lm
+
+    model_dir = save_tiny_lm(TEXTS, tmp_path / "tiny", seed=3)
+    cache = ResponseCache(tmp_path / "cache")
+    s, hit = cached_score(model_dir, BLOCKS, "score-both", cache)
+    assert not hit and cached_score(model_dir, BLOCKS, "score-both", cache) == (s, True)
+    other = [BLOCKS[0], {**BLOCKS[1], "content": BLOCKS[1]["content"] + " now"}]
+    assert cached_score(model_dir, other, "score-both", cache)[1] is False       # another prompt
+    assert cached_score(model_dir, BLOCKS, "score", cache)[1] is False             # another mode
+    assert len(list((tmp_path / "cache").rglob("*.json"))) == 3
