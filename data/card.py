@@ -95,6 +95,48 @@ def _stage_line(stats: dict, stage: str, what: str) -> str:
     return f"- `{stage}` ({what}): in {s['in']}, out {s['out']}, rejected: {rej}"
 
 
+def _lengths_table(tokens: dict) -> str:
+    rows = [f"| {part} | " + " | ".join(f"{tokens[part][k]:,}" for k in ("min", "median", "p95", "max")) + " |"
+            for part in ("prompt", "completion", "total")]
+    return "\n".join(["| tokens | min | median | p95 | max |", "| --- | ---: | ---: | ---: | ---: |", *rows])
+
+
+def trl_usage(name: str, tokens: dict | None) -> str:
+    """The card's "Use" section: load the configs and train with TRL's ``SFTTrainer`` with a literal
+    ``max_length`` at least the longest row (``data.export.token_stats``), so that nothing is
+    truncated; without token lengths, ``max_length=None`` (TRL then truncates nothing either)."""
+    if tokens and tokens.get("rows"):
+        max_length = tokens["max_length"]
+        why = (f"The `trl` rows are {tokens['total']['min']}-{tokens['total']['max']} tokens with "
+               f"`{tokens['tokenizer']}`'s tokenizer, counted as `SFTTrainer` tokenizes them (chat template over "
+               f"prompt + completion):\n\n{_lengths_table(tokens)}\n\n"
+               f"`max_length={max_length}` (the longest row rounded up to a multiple of 64) keeps every row whole.")
+    else:
+        max_length = None
+        why = ("Token lengths were not measured (no tokenizer at hand: `python -m data.export --run RUN --format trl "
+               "--tokenizer NAME` counts them); `max_length=None` truncates nothing.")
+    return f"""## Use
+
+```python
+from datasets import load_dataset
+from trl import SFTConfig, SFTTrainer
+
+ds = load_dataset("path/to/{name}", "trl")      # any config listed in the header
+# or: load_dataset("parquet", data_files={{"train": "export/trl/train.parquet", "test": "export/trl/test.parquet"}})
+args = SFTConfig(output_dir="sft-out", max_length={max_length})
+trainer = SFTTrainer(model="your/model", train_dataset=ds["train"], args=args)
+```
+
+{why} TRL's default `max_length=1024` cuts every longer row from the end
+(`truncation_mode="keep_start"`, the default; `"keep_end"` is deprecated and would cut the system
+prompt and the intent instead), which removes the completion first, and `SFTTrainer` then drops
+every row left without completion tokens, without a warning. No other option is
+needed: the loss is on the completion only by TRL's default for prompt/completion data
+(`completion_only_loss=None`), and TRL has no option that shortens only the prompt. With another
+model's tokenizer, count again: `python -m data.export --run RUN --format trl --tokenizer NAME
+--max-length N` warns about every row longer than `N`."""
+
+
 def body(run_dir: str | Path) -> str:
     root = Path(run_dir)
     stats = RunDir(root).read_stats()
@@ -143,14 +185,7 @@ sample: {gmcp} (paper: 74.60% for surfPRM-data, 24.19% for WebArbiter's data). T
 
 Only configs and splits with rows are listed (an empty split cannot be loaded).
 
-## Use
-
-```python
-from datasets import load_dataset
-ds = load_dataset("path/to/{root.name}", "trl")      # any config listed in the header
-# or: load_dataset("parquet", data_files={{"train": "export/trl/train.parquet", "test": "export/trl/test.parquet"}})
-# TRL: SFTTrainer(model=..., train_dataset=ds["train"], args=SFTConfig(...))
-```
+{trl_usage(root.name, stats.get("data.export.trl", {}).get("tokens"))}
 
 ## Limitations
 

@@ -33,6 +33,15 @@ can be checked on tasks it never saw when no benchmark is at hand; ``paper`` tra
 does, on every verified pair with no task held out (``test.parquet`` is empty; ``webprmbench``
 then exports every pair).
 
+**Token lengths** (``trl``, ``trl-labels``): every row is counted as TRL's ``SFTTrainer`` tokenizes
+it (the chat template over the prompt, then over prompt + completion) with ``--tokenizer NAME`` (a
+folder or a model name in the local Hugging Face cache), by default the run's local teacher's (the
+embedded model's, after ``make run``). ``stats.json`` and the card record min, median, p95 and max
+of prompt, completion and total tokens, and ``max_length``: the longest row rounded up to a multiple
+of 64, which the card's snippet passes to ``SFTConfig`` so that TRL truncates nothing (its default
+1024 cuts the end of a longer row, the completion first, and drops the rows left without one).
+``--max-length N`` warns about every row longer than N.
+
 Both load offline with ``datasets.load_dataset("parquet", data_files=...)``. Unless
 ``--no-card``, the dataset card (``RUN/README.md``, ``data.card``) and the report
 (``RUN/report/``, ``data.report``) are written afterwards.
@@ -41,7 +50,9 @@ Both load offline with ``datasets.load_dataset("parquet", data_files=...)``. Unl
 from __future__ import annotations
 
 import argparse
+import math
 import random
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +121,83 @@ def load_preferences(run: RunDir) -> list[dict]:
     return sorted(rows, key=lambda r: r["pair_id"])
 
 
+MAX_LENGTH_MULTIPLE = 64
+
+
+def tokenizer_source(run: RunDir, name: str | None) -> str | None:
+    """What to count tokens with: ``name``, else the run's local teacher's folder (``teacher.verify``'s
+    endpoint ``local:<folder>``), else None (an endpoint teacher's tokenizer is not at hand)."""
+    if name:
+        return name
+    endpoint = run.read_stats().get("teacher.verify", {}).get("endpoint") or ""
+    folder = Path(endpoint.removeprefix("local:")) if endpoint.startswith("local:") else None
+    return str(folder) if folder is not None and (folder / "tokenizer_config.json").exists() else None
+
+
+def load_tokenizer(source: str):
+    """``AutoTokenizer`` of a folder or a cached model name; ``ValueError`` (one line) when it cannot load."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot load tokenizer {source!r}: {str(e).strip().splitlines()[0]}") from None
+
+
+def token_lengths(tokenizer, prompt: list[dict], completion: list[dict]) -> tuple[int, int]:
+    """(prompt tokens, completion tokens) of one row as TRL's ``SFTTrainer`` tokenizes a
+    conversational prompt/completion row: the chat template over the prompt with the generation
+    prompt, then over prompt + completion; the completion starts where the two part."""
+    def ids(messages, **kw):
+        return list(tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, **kw)["input_ids"])
+
+    p, full = ids(prompt, add_generation_prompt=True), ids(prompt + completion)
+    shared = next((i for i, (a, b) in enumerate(zip(p, full)) if a != b), min(len(p), len(full)))
+    return shared, len(full) - shared
+
+
+def _summary(values: list[int]) -> dict:
+    """min, median, p95 (nearest rank) and max."""
+    v = sorted(values)
+    return {"min": v[0], "median": statistics.median(v), "p95": v[math.ceil(0.95 * len(v)) - 1], "max": v[-1]}
+
+
+def token_stats(rows: list[dict], tokenizer, name: str, max_length: int | None = None) -> dict:
+    """Token lengths of export rows (``prompt``/``completion`` messages) for ``stats.json`` and the
+    card: their summaries, the ``max_length`` that truncates no row, and the rows longer than a
+    given ``max_length``."""
+    lengths = [token_lengths(tokenizer, r["prompt"], r["completion"]) for r in rows]
+    out = {"tokenizer": name, "rows": len(rows)}
+    if not rows:
+        return out
+    totals = [p + c for p, c in lengths]
+    out.update(prompt=_summary([p for p, _ in lengths]), completion=_summary([c for _, c in lengths]),
+               total=_summary(totals),
+               max_length=MAX_LENGTH_MULTIPLE * math.ceil(max(totals) / MAX_LENGTH_MULTIPLE))
+    if max_length is not None:
+        longer = sorted(r["pair_id"] for r, t in zip(rows, totals) if t > max_length)
+        out["over_max_length"] = {"max_length": max_length, "rows": len(longer), "pair_ids": longer[:20]}
+    return out
+
+
+def measure_tokens(run: RunDir, rows: list[dict], tokenizer: str | None, max_length: int | None) -> dict | None:
+    """``token_stats`` with the tokenizer ``tokenizer_source`` names (None, said on stderr, when
+    there is none); warns on stderr about rows longer than ``max_length``."""
+    source = tokenizer_source(run, tokenizer)
+    if source is None:
+        print("data.export: no tokenizer to count tokens with (the teacher was not local): pass --tokenizer NAME "
+              "for token lengths and the card's max_length", file=sys.stderr)
+        return None
+    stats = token_stats(rows, load_tokenizer(source), Path(source).name, max_length)
+    over = stats.get("over_max_length", {})
+    if over.get("rows"):
+        print(f"warning: {over['rows']} of {stats['rows']} rows are longer than --max-length {max_length} tokens "
+              f"(longest {stats['total']['max']} with {stats['tokenizer']}'s tokenizer): TRL's SFTTrainer would cut "
+              f"their completions and drop the rows left without one; max_length={stats['max_length']} keeps "
+              f"every row whole", file=sys.stderr)
+    return stats
+
+
 def _messages(msgs: list[dict]) -> list[dict]:
     return [{"role": m["role"], "content": m["content"]} for m in msgs]
 
@@ -125,8 +213,10 @@ def _prompts(run: RunDir, rows: list[dict], fmt: JudgmentFormat | None) -> dict[
 
 
 def export_trl(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
-               fmt: JudgmentFormat | None = None) -> dict[str, Path]:
-    """Write the TRL prompt/completion train and test files; returns their paths by split."""
+               fmt: JudgmentFormat | None = None, tokenizer: str | None = None,
+               max_length: int | None = None) -> dict[str, Path]:
+    """Write the TRL prompt/completion train and test files; returns their paths by split. Their
+    token lengths (``measure_tokens``) go into ``stats.json``."""
     run = RunDir(run_dir)
     run.check_inputs("data.export.trl", run.root / "preferences.parquet", run.trajectories)
     rows = load_preferences(run)
@@ -146,14 +236,16 @@ def export_trl(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
     stats.extra = {"train": len(splits["train"]), "test": len(splits["test"]),
                    "tasks": {"train": len({r["task_id"] for r in splits["train"]}), "test": len(test_tasks)},
                    "seed": seed, "test_fraction": test_fraction,
-                   "files": {k: str(v.relative_to(run.root)) for k, v in paths.items()}}
+                   "files": {k: str(v.relative_to(run.root)) for k, v in paths.items()},
+                   "tokens": measure_tokens(run, splits["train"] + splits["test"], tokenizer, max_length)}
     run.write_stage(stats, [])
     return paths
 
 
 def export_trl_labels(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
                       coin_seed: int = 0, prompt_budget: int | None = None,
-                      fmt: JudgmentFormat | None = None) -> dict[str, Path]:
+                      fmt: JudgmentFormat | None = None, tokenizer: str | None = None,
+                      max_length: int | None = None) -> dict[str, Path]:
     """Write the label-only TRL files (an ablation without rationales: see the module doc) from
     the sampled candidates; returns their paths by split."""
     run = RunDir(run_dir)
@@ -180,7 +272,8 @@ def export_trl_labels(run_dir: str | Path, seed: int = 42, test_fraction: float 
     stats.extra = {"train": len(splits["train"]), "test": len(splits["test"]), "seed": seed,
                    "coin_seed": coin_seed, "test_fraction": test_fraction, "prompt_budget": fmt.budget,
                    "targets": "answer tag only (no teacher rationale)",
-                   "files": {k: str(v.relative_to(run.root)) for k, v in paths.items()}}
+                   "files": {k: str(v.relative_to(run.root)) for k, v in paths.items()},
+                   "tokens": measure_tokens(run, splits["train"] + splits["test"], tokenizer, max_length)}
     run.write_stage(stats, [])
     return paths
 
@@ -221,19 +314,21 @@ def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float
 
 def export(run_dir: str | Path, fmt: str, seed: int = 42, test_fraction: float = 0.2, split: str = "test",
            card: bool = True, prompt_budget: int | None = None, preset: str = "heldout",
-           judgment_format: JudgmentFormat | None = None) -> list[Path]:
+           judgment_format: JudgmentFormat | None = None, tokenizer: str | None = None,
+           max_length: int | None = None) -> list[Path]:
     """One export format, then (unless ``card=False``) the dataset card and the report.
     ``preset='paper'`` trains on every pair (no task held out) and evaluates on all of them;
-    ``judgment_format`` re-renders the prompts (a template, fencing)."""
+    ``judgment_format`` re-renders the prompts (a template, fencing); ``tokenizer`` counts the TRL
+    rows' tokens (default: the run's local teacher's); ``max_length`` warns about longer rows."""
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {PRESETS}, not {preset!r}")
     if preset == "paper":
         test_fraction, split = 0.0, "all"
     if fmt == "trl":
-        paths = list(export_trl(run_dir, seed, test_fraction, judgment_format).values())
+        paths = list(export_trl(run_dir, seed, test_fraction, judgment_format, tokenizer, max_length).values())
     elif fmt == "trl-labels":
         paths = list(export_trl_labels(run_dir, seed, test_fraction, prompt_budget=prompt_budget,
-                                       fmt=judgment_format).values())
+                                       fmt=judgment_format, tokenizer=tokenizer, max_length=max_length).values())
     elif fmt == "webprmbench":
         paths = [export_webprmbench(run_dir, seed, test_fraction, split, judgment_format)]
     else:
@@ -270,6 +365,12 @@ class ExportOptions(Configurable):
         "choices": UNTRUSTED_MODES,
         "help": "re-render the prompts with dataset text escaped (escape) or also fenced (fence)"})
     no_card: bool = field(default=False, metadata={"help": "skip the dataset card and the report"})
+    tokenizer: str | None = field(default=None, metadata={
+        "metavar": "NAME", "help": "trl, trl-labels: count tokens with this tokenizer (a folder or a cached model "
+                                   "name; default: the run's local teacher's, the embedded model after `make run`)"})
+    max_length: int | None = field(default=None, metadata={
+        "metavar": "N", "help": "trl, trl-labels: warn about rows longer than N tokens (what SFTConfig(max_length=N) "
+                                "would truncate)"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,9 +391,10 @@ def main(argv: list[str] | None = None) -> int:
         for i, fmt in enumerate(opts.format):
             last = i == len(opts.format) - 1
             for p in export(args.run, fmt, opts.seed, opts.test_fraction, opts.split, card=last and not opts.no_card,
-                            prompt_budget=opts.prompt_budget, preset=opts.preset, judgment_format=judgment_format):
+                            prompt_budget=opts.prompt_budget, preset=opts.preset, judgment_format=judgment_format,
+                            tokenizer=opts.tokenizer, max_length=opts.max_length):
                 print(f"wrote {p}")
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -124,3 +124,68 @@ def test_trl_export_trains_a_tiny_model_one_step(verified_run, tmp_path):
     out = trainer.train()
     assert out.global_step == 1 and torch.isfinite(torch.tensor(out.training_loss))
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def _snippet_sft_config(card: str) -> dict:
+    """The keyword arguments of ``SFTConfig(...)`` in the card's Python snippet, as literals."""
+    import ast
+
+    code = card.split("```python\n", 1)[1].split("```", 1)[0]
+    call = next(n for n in ast.walk(ast.parse(code))
+                if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "SFTConfig")
+    return {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+
+
+@pytest.mark.slow
+def test_card_snippet_trains_with_trl_and_keeps_every_row(verified_run, tmp_path, capsys):
+    """The card's SFTConfig (its literal max_length and nothing else) keeps every row whole in
+    plain TRL: SFTTrainer drops none, and its sequences are as long as the export counted them.
+    Counted with the embedded SmolLM2 tokenizer; the model is a tiny random one over that vocabulary."""
+    import datasets
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from conftest import EMBEDDED_MODEL
+    from data.export import main, token_lengths
+    from tiny_lm import tiny_model
+
+    if not (EMBEDDED_MODEL / "tokenizer_config.json").exists():
+        pytest.skip("the embedded model is prepared by `make setup`")
+    root = verified_run
+    assert main(["--run", str(root), "--format", "trl", "--tokenizer", str(EMBEDDED_MODEL), "--max-length", "64"]) == 0
+    tokens = json.loads((root / "stats.json").read_text())["data.export.trl"]["tokens"]
+    assert tokens["tokenizer"] == EMBEDDED_MODEL.name and tokens["rows"] == 8
+    assert tokens["over_max_length"]["rows"] == 8 and "warning: 8 of 8 rows are longer than --max-length 64" in \
+        capsys.readouterr().err
+    card = (root / "README.md").read_text()
+    config = _snippet_sft_config(card)
+    assert set(config) == {"output_dir", "max_length"}          # no other TRL option is needed
+    assert config["max_length"] == tokens["max_length"] >= tokens["total"]["max"]
+    assert f"| total | {tokens['total']['min']:,} |" in card
+
+    ds = datasets.load_dataset("parquet", data_files=str(root / "export/trl/train.parquet"),
+                               cache_dir=str(tmp_path / "hf"))["train"]
+    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_MODEL)
+    test_only = dict(max_steps=1, per_device_train_batch_size=2, bf16=False, report_to="none", save_strategy="no",
+                     use_cpu=True, dataloader_num_workers=0)
+    trainer = SFTTrainer(model=tiny_model(tokenizer), train_dataset=ds, processing_class=tokenizer,
+                         args=SFTConfig(**{**config, "output_dir": str(tmp_path / "sft")}, **test_only))
+    assert len(trainer.train_dataset) == ds.num_rows                # every row kept
+    counted = sorted(sum(token_lengths(tokenizer, r["prompt"], r["completion"])) for r in ds)
+    assert sorted(len(ids) for ids in trainer.train_dataset["input_ids"]) == counted   # none truncated
+    assert trainer.train().global_step == 1
+
+    # the counts are TRL's: at the shortest prompt's length, SFTTrainer keeps no row at all
+    short = SFTConfig(output_dir=str(tmp_path / "short"), max_length=tokens["prompt"]["min"], **test_only)
+    assert len(SFTTrainer(model=tiny_model(tokenizer), train_dataset=ds, processing_class=tokenizer,
+                          args=short).train_dataset) == 0
+
+
+def test_card_without_a_tokenizer_truncates_nothing(verified_run, capsys):
+    """An endpoint teacher leaves no tokenizer at hand: the export says so, and the card's snippet
+    passes max_length=None (TRL then truncates nothing)."""
+    root = verified_run
+    export(root, "trl")
+    assert "pass --tokenizer NAME" in capsys.readouterr().err
+    assert json.loads((root / "stats.json").read_text())["data.export.trl"]["tokens"] is None
+    assert _snippet_sft_config((root / "README.md").read_text()) == {"output_dir": "sft-out", "max_length": None}
