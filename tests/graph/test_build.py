@@ -10,6 +10,7 @@ from data.actions import parse_action
 from data.rundir import atomic_write_parquet
 from data.schema import StepRecord, steps_to_table
 from graph import demonstrated, elements_on_page, hop_distance, load_graph, temporal_successors
+from graph.load import graph_attrs
 from graph.build import build_graphs
 from graph.schema import EDGE_SCHEMA, NODE_SCHEMA
 
@@ -115,10 +116,10 @@ def test_round_trip_networkx(built):
     nodes, edges = _nodes(run), _edges(run)
     assert G.number_of_nodes() == len(nodes) and G.number_of_edges() == len(edges)
     for n in nodes[:50]:
-        assert G.nodes[n["node_id"]] == n
+        assert G.nodes[n["node_id"]] == graph_attrs(n)
     e = edges[0]
     key = "containment" if e["type"] == "containment" else f"interaction:{e['op']}"
-    assert G.edges[e["src"], e["dst"], key] == e
+    assert G.edges[e["src"], e["dst"], key] == graph_attrs(e)
     link = next(n["node_id"] for n in nodes if n["name"] == "iPad pro" and "click" in n["ops"])
     assert demonstrated(G, link)["ops"] == ["click"]
     assert temporal_successors(G, link)
