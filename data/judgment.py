@@ -37,7 +37,12 @@ response marker, an output tag or a section header is escaped (``[The End of Res
 ``&#35;###``) and counted, so page text can neither close a block nor forge a verdict. The
 ``fence`` mode (the project's earlier format) additionally puts every field between
 ``<<<BEGIN NAME>>>`` / ``<<<END NAME>>>`` fences and tells the model in the system prompt that
-fenced text is data.
+fenced text is data. Lookalikes are folded first, so they are escaped like the markers they
+imitate: full-width forms (``［The End of Response 1］``, ``＜Answer＞``, ``＃＃＃＃``) become
+ASCII and invisible characters (zero-width spaces and joiners, soft hyphens, BOMs) are removed.
+Every regular expression over untrusted text runs in linear time (no ``\\s*`` that can rescan a
+run of blank lines), and the intent, the URLs and each past action are capped in characters
+(``MAX_INTENT_CHARS``, ``MAX_URL_CHARS``, ``MAX_ACTION_CHARS``) like the AXTree.
 
 **Templates.** ``PromptTemplate.load(FILE)`` renders any exact text a user needs: a YAML file with
 ``user`` (and optionally ``system``) strings whose ``{field}`` placeholders name the fields
@@ -54,6 +59,7 @@ becomes one ``... (N lines cut)`` marker.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +74,11 @@ UNTRUSTED_MODES = ("escape", "fence")
 DEFAULT_BUDGET = 12_000          # AXTree characters (~3k tokens, the paper's ~3.1k input per call)
 MAX_LINE_CHARS = 400
 MAX_HISTORY = 20                 # most recent past actions shown
+# Caps on the other untrusted fields (WebArena and WorkArena intents are well under 2k characters,
+# URLs under 1k): a 100 KB intent or URL is cut like an AXTree line, with its cut counted.
+MAX_INTENT_CHARS = 4000
+MAX_URL_CHARS = 2000
+MAX_ACTION_CHARS = 1000
 
 SYSTEM_PROMPT = """\
 You are an expert judge of the responses of a web-browsing assistant. Given the context of the \
@@ -126,15 +137,38 @@ _ALIASES = {"observation": "axtree", "action1": "response_1", "action2": "respon
             "thought1": None, "thought2": None}      # Action-Only: thoughts render empty
 
 # -- untrusted text -------------------------------------------------------------------------------
+# Linear: each ``\s*`` either follows a literal or is followed by one that whitespace cannot be,
+# and a line's leading blanks never span a newline (``[^\S\n]``), so no run of blank lines is
+# scanned once per line.
 _MARKER = re.compile(r"\[(?=\s*the\s+(?:begin|end)\s+of\s+response)", re.I)
-_TAG = re.compile(r"<(?=\s*/?\s*(?:answer|think|criteria|analysis)\s*>)", re.I)
-_HEADER = re.compile(r"^(\s*)#(?=##)", re.M)
+_TAG = re.compile(r"<(?=\s*(?:/\s*)?(?:answer|think|criteria|analysis)\s*>)", re.I)
+_HEADER = re.compile(r"^([^\S\n]*)#(?=##)", re.M)
 _FENCE = re.compile(r"<<<|>>>")
+# Lookalikes of the markers' characters: full-width ASCII (U+FF01-FF5E), the ideographic space and
+# the small forms of < > # [ ] become ASCII; invisible characters are removed.
+_INVISIBLE = "\u00ad\u034f\u115f\u1160\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\u3164\ufeff\uffa0"
+_FOLD = {**{cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}, 0x3000: " ", 0xFE5F: "#", 0xFE64: "<",
+         0xFE65: ">", 0xFE5D: "[", 0xFE5E: "]", **{ord(c): None for c in _INVISIBLE}}
+
+
+def fold_lookalikes(text: str) -> str:
+    """``text`` with full-width and small-form lookalikes as ASCII and invisible characters
+    removed (see the module doc)."""
+    return text.translate(_FOLD)
+
+
+def cap(text: str, limit: int) -> tuple[str, int]:
+    """``text`` cut to ``limit`` characters with a ``... (N chars cut)`` marker; returns (text,
+    characters cut)."""
+    if len(text) <= limit:
+        return text, 0
+    return text[:limit] + f"... ({len(text) - limit} chars cut)", len(text) - limit
 
 
 def neutralize(text: str) -> tuple[str, int]:
-    """``text`` with response markers, output tags and section headers escaped (see the module
-    doc); returns (safe text, number of escapes)."""
+    """``text`` with lookalikes folded and response markers, output tags and section headers
+    escaped (see the module doc); returns (safe text, number of escapes)."""
+    text = fold_lookalikes(text)
     text, a = _MARKER.subn("&#91;", text)
     text, b = _TAG.subn("&lt;", text)
     text, c = _HEADER.subn(r"\1&#35;", text)
@@ -337,7 +371,7 @@ def budget_axtree(axtree: str, targets: set[str], budget: int) -> tuple[str, dic
 def render_history(history: list[str]) -> tuple[str, int]:
     """The trajectory section: the most recent ``MAX_HISTORY`` actions, numbered from the task's
     first step; returns (text, number of older actions omitted)."""
-    shown = history[-MAX_HISTORY:]
+    shown = [cap(a, MAX_ACTION_CHARS)[0] for a in history[-MAX_HISTORY:]]
     omitted = len(history) - len(shown)
     text = "\n".join(f"Step {omitted + i + 1}: ACTION: {a}" for i, a in enumerate(shown)) or "(no actions yet)"
     if omitted:
@@ -348,13 +382,16 @@ def render_history(history: list[str]) -> tuple[str, int]:
 def render_pair(state: State, a1: str, a2: str, budget: int | None = None,
                 fmt: JudgmentFormat = DEFAULT_FORMAT) -> tuple[list[dict], dict]:
     """The chat messages asking which of two raw actions is better in ``state``, and statistics
-    of what the AXTree budget cut, ``neutralized`` (escapes in untrusted text) and
-    ``history_omitted``."""
+    of what the AXTree budget cut, ``intent_chars_cut`` and ``url_chars_cut`` (the caps),
+    ``neutralized`` (escapes in untrusted text) and ``history_omitted``."""
     axtree, stats = budget_axtree(state.axtree, _target_bids([a1, a2]), fmt.budget if budget is None else budget)
     history, omitted = render_history(state.history)
-    raw = {"intent": state.intent.strip(), "axtree": axtree, "trajectory": history,
-           "start_url": state.start_url or state.url, "current_url": state.url,
-           "response_1": a1, "response_2": a2}
+    intent, intent_cut = cap(state.intent.strip(), MAX_INTENT_CHARS)
+    start_url, start_cut = cap(state.start_url or state.url, MAX_URL_CHARS)
+    url, url_cut = cap(state.url, MAX_URL_CHARS)
+    raw = {"intent": intent, "axtree": axtree, "trajectory": history, "start_url": start_url,
+           "current_url": url, "response_1": a1, "response_2": a2}
+    stats["intent_chars_cut"], stats["url_chars_cut"] = intent_cut, start_cut + url_cut
     neutralized = 0
     values = {}
     for name, text in raw.items():
@@ -411,8 +448,26 @@ class PromptParts:
     response_2: str
 
 
-_RESPONSE = re.compile(r"\[The Begin of Response ([12])\]\s*\n?(.*?)\n?\s*\[The End of Response \1\]", re.S)
-_ACTION_LABEL = re.compile(r"(?:^|\n)\s*ACTION\s*:\s*\n?", re.I)
+_BEGIN = re.compile(r"\[The Begin of Response ([12])\]")
+_ACTION_LABEL = re.compile(r"(?:^|\n)[^\S\n]*ACTION\s*:\s*", re.I)
+
+
+def response_blocks(text: str) -> list[tuple[int, int, str, str]]:
+    """The response blocks of ``text`` as (start, end, "1" or "2", inner text stripped): each
+    ``[The Begin of Response N]`` with the first ``[The End of Response N]`` after it, left to
+    right, without overlap. Linear in ``text`` (a lazy ``.*?`` between ``\\s*`` would rescan
+    every run of blank lines once per character)."""
+    ends = {k: [m.start() for m in re.finditer(re.escape(END.format(k)), text)] for k in "12"}
+    out, pos = [], 0
+    for m in _BEGIN.finditer(text):
+        k = m.group(1)
+        i = bisect.bisect_left(ends[k], m.end())
+        if m.start() < pos or i == len(ends[k]):
+            continue
+        stop = ends[k][i]
+        pos = stop + len(END.format(k))
+        out.append((m.start(), pos, k, text[m.end():stop].strip()))
+    return out
 _FENCED = re.compile(r"\A<<<BEGIN \w+>>>\n(.*)\n<<<END \w+>>>\Z", re.S)
 
 
@@ -432,13 +487,13 @@ def parse_prompt(messages: list[dict] | str) -> PromptParts | None:
     rows, given as chat messages or one string); None when it lacks the structure."""
     text = messages if isinstance(messages, str) else "\n\n".join(
         m["content"] for m in messages if m.get("role") != "system")
-    blocks = {k: v for k, v in _RESPONSE.findall(text)}
+    blocks = {k: v for _, _, k, v in response_blocks(text)}
     if set(blocks) != {"1", "2"}:
         return None
     headers = [h for _, h, _ in SECTIONS] + [RESPONSES_HEADER]
     found = {}
     positions = sorted((m.start(), m.end(), h) for h in headers
-                       for m in re.finditer(rf"^\s*{re.escape(h)}\s*$", text, re.M | re.I))
+                       for m in re.finditer(rf"^[^\S\n]*{re.escape(h)}[^\S\n]*$", text, re.M | re.I))
     for i, (_, end, header) in enumerate(positions):
         stop = positions[i + 1][0] if i + 1 < len(positions) else len(text)
         body = text[end:stop].strip("\n")
@@ -447,8 +502,8 @@ def parse_prompt(messages: list[dict] | str) -> PromptParts | None:
         if name is None:
             continue
         lines = body.split("\n")
-        if lines and lines[0].lower().startswith("note:") or (note and lines and lines[0] == note):
-            lines = lines[1:]
+        if note and lines and (lines[0] == note or lines[0].lower().startswith("note:")):
+            lines = lines[1:]                    # a section's note (ours or the benchmark's wording)
         elif name == "current_url" and lines and lines[0].startswith("The URL provides clues"):
             lines = lines[1:]                    # WebArbiter's note carries no "Note:" label
         found.setdefault(name, _unfence("\n".join(lines)))
@@ -463,10 +518,15 @@ def swap_responses(messages: list[dict]) -> list[dict] | None:
     out, swapped = [], False
     for m in messages:
         content = m["content"]
-        blocks = {k: v for k, v in _RESPONSE.findall(content)}
+        found = response_blocks(content)
+        blocks = {k: v for _, _, k, v in found}
         if set(blocks) == {"1", "2"}:
-            content = _RESPONSE.sub(lambda x: f"{BEGIN.format(x.group(1))}\n{blocks['2' if x.group(1) == '1' else '1']}"
-                                              f"\n{END.format(x.group(1))}", content)
+            parts, pos = [], 0
+            for start, end, k, _ in found:
+                other = blocks["2" if k == "1" else "1"]
+                parts += [content[pos:start], f"{BEGIN.format(k)}\n{other}\n{END.format(k)}"]
+                pos = end
+            content = "".join(parts) + content[pos:]
             swapped = True
         out.append({"role": m["role"], "content": content})
     return out if swapped else None
@@ -494,7 +554,12 @@ def parse_verdict(text: str) -> int | None:
 def judgment_sections(text: str) -> dict[str, bool]:
     """Which requested sections (``<think>``, ``<Criteria>``, ``<Analysis>``) a judgment holds,
     each as an opening and a closing tag in order."""
-    return {s: bool(re.search(rf"<{s}>.*?</{s}>", text or "", re.S | re.I)) for s in OUTPUT_SECTIONS}
+    low = (text or "").lower()
+    found = {}
+    for s in OUTPUT_SECTIONS:          # str.find, not a lazy regex: linear however many tags open
+        i = low.find(f"<{s.lower()}>")
+        found[s] = i >= 0 and low.find(f"</{s.lower()}>", i) >= 0
+    return found
 
 
 def answer_text(label: int) -> str:
