@@ -8,9 +8,12 @@ table's current bytes) and writes ``report/README.md`` with: the rule and axis d
 (pool, verified sample, kept), the GMCP ratio re-derived by the audit next to the paper's
 reference points (24.19% for WebArbiter's data, 74.60% for surfPRM-data), the verification outcome per rule, the attempts histogram, and a cost table
 in the terms of the paper's Table 4 (calls, calls per pair, first-attempt passes, passes per
-retry, discards, input and output tokens, dollars per pair). Plots use matplotlib's Agg
-backend (no display). Every figure is computed from the files, so the report of the same run is
-the same text.
+retry, discards, input and output tokens, dollars per pair), then one example pair (the first
+kept, else the first discarded, by pair id), the stage timings ``stats.json`` records, and what
+the teacher's figures mean for this run's teacher. Plots use matplotlib's Agg backend (no
+display); the distribution plot draws the pool and the verified sample on panels of their own
+(the sample is a few pairs of a pool of hundreds), and the attempts plot runs to the run's K.
+Every figure is computed from the files, so the report of the same run is the same text.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ GMCP_WEBARBITER, GMCP_PAPER = 0.2419, 0.7460
 PAPER_COST = {"pairs": 10000, "kept": 9821, "calls_per_pair": 1.12, "input_tokens_per_call": 3100,
               "output_tokens_per_call": 472, "usd_per_pair": 0.0334}
 _VERIFY_COLS = ["pair_id", "rule", "axis", "gmcp", "attempts", "prompt_tokens", "completion_tokens", "cost_usd"]
+_EXAMPLE_COLS = ["pair_id", "rule", "axis", "intent", "url", "label", "action_pos", "action_neg", "response_1",
+                 "response_2", "verdicts"]
+EXAMPLE_CHARS = 600         # of the kept judgment or a discarded answer
 
 
 def _read(path: Path, columns: list[str]) -> list[dict]:
@@ -56,6 +62,23 @@ def _gmcp(audit: dict | None, rows: list[dict]) -> tuple[float | None, int, str]
     return (sum(r["gmcp"] for r in rows) / len(rows) if rows else None), len(rows), "stored flag"
 
 
+def _example(root: Path) -> dict | None:
+    """The first kept pair by id (with its judgment), else the first discarded (with its reason and
+    last answer), else None."""
+    for name, extra in (("preferences", ["judgment"]), ("discarded", ["reason", "texts"])):
+        rows = _read(root / f"{name}.parquet", _EXAMPLE_COLS + extra)
+        if rows:
+            row = min(rows, key=lambda r: r["pair_id"])
+            return {**row, "status": "kept" if name == "preferences" else "discarded",
+                    "answer": row["judgment"] if name == "preferences" else (row["texts"] or [""])[-1]}
+    return None
+
+
+def _timings(stats: dict) -> dict[str, float]:
+    """Seconds per stage, for the stages whose ``stats.json`` entry records them."""
+    return {stage: e["seconds"] for stage, e in stats.items() if isinstance(e, dict) and "seconds" in e}
+
+
 def collect(run_dir: str | Path) -> dict:
     """Every figure of the report, from the run's files."""
     run = RunDir(run_dir)
@@ -71,6 +94,7 @@ def collect(run_dir: str | Path) -> dict:
     ctok = sum(r["completion_tokens"] for r in decided)
     usd = sum(r["cost_usd"] for r in decided)
     at = Counter(r["attempts"] for r in kept)
+    k = max([verify.get("config", {}).get("k", 1), *at, *(r["attempts"] for r in disc)])
     audit_c, audit_p = read_audit(run.root, "candidates"), read_audit(run.root, "preferences")
     return {
         "run": run.root.resolve().name,
@@ -87,18 +111,47 @@ def collect(run_dir: str | Path) -> dict:
                  "pending": verify.get("pending", 0), "calls": calls,
                  "calls_per_pair": calls / len(decided) if decided else 0.0,
                  "first_attempt_passes": at.get(1, 0),
-                 "passes_per_retry": {k: at.get(k, 0) for k in range(2, max([5, *at]) + 1)},
+                 "passes_per_retry": {i: at.get(i, 0) for i in range(2, k + 1)},
                  "input_tokens": ptok, "output_tokens": ctok,
                  "input_tokens_per_call": ptok / calls if calls else 0.0,
                  "output_tokens_per_call": ctok / calls if calls else 0.0,
                  "usd": usd, "usd_per_pair": usd / len(decided) if decided else 0.0},
         "teacher_model": verify.get("teacher_model", "?"),
+        "teacher_local": str(verify.get("endpoint", "")).startswith("local:"),
+        "verdict_mode": verify.get("config", {}).get("verdict_mode", "generate"),
+        "k": k,
         "audit": audit_c or {},
+        "example": _example(run.root),
+        "timings": _timings(stats),
     }
 
 
 def _pct(x) -> str:
     return "n/a" if x is None else f"{x:.2%}"
+
+
+def distribution_figure(r: dict):
+    """Pairs by rule and by axis: the pool on the top panels, the verified sample and the kept
+    pairs below on a scale of their own (beside a pool of hundreds they would not show)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 6.4), width_ratios=[len(RULES), len(AXES) + 1])
+    for col, key, cats in ((0, "rule", RULES), (1, "axis", AXES)):
+        for row, names in ((0, ("pool",)), (1, ("sample", "kept"))):
+            ax, width = axes[row][col], 0.8 / len(names)
+            for i, name in enumerate(names):
+                offset = (i - (len(names) - 1) / 2) * width
+                ax.bar([j + offset for j in range(len(cats))], [r["dist"][name][key].get(c, 0) for c in cats],
+                       width, label=name, color=f"C{('pool', 'sample', 'kept').index(name)}")
+            ax.set_xticks(range(len(cats)), [c.replace("_", "\n") for c in cats], fontsize=7)
+            ax.set_title(f"{' and '.join(names)}: pairs by {key}", fontsize=9)
+            ax.yaxis.get_major_locator().set_params(integer=True)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
 
 
 def _plots(fig_dir: Path, r: dict) -> list[str]:
@@ -119,16 +172,7 @@ def _plots(fig_dir: Path, r: dict) -> list[str]:
         atomic_write_bytes(fig_dir / name, buf.getvalue())
         names.append(name)
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for ax, key, cats in ((axes[0], "rule", RULES), (axes[1], "axis", AXES)):
-        width = 0.27
-        for i, name in enumerate(("pool", "sample", "kept")):
-            ax.bar([j + (i - 1) * width for j in range(len(cats))], [r["dist"][name][key].get(c, 0) for c in cats],
-                   width, label=name)
-        ax.set_xticks(range(len(cats)), [c.replace("_", "\n") for c in cats], fontsize=7)
-        ax.set_title(f"pairs by {key}")
-        ax.legend(fontsize=7)
-    save(fig, "distribution.png")
+    save(distribution_figure(r), "distribution.png")
 
     fig, ax = plt.subplots(figsize=(6, 3.2))
     labels = ["WebArbiter data\n(paper)", "surfPRM-data\n(paper)", "this run\npool", "this run\nsample",
@@ -153,7 +197,7 @@ def _plots(fig_dir: Path, r: dict) -> list[str]:
     save(fig, "outcome_by_rule.png")
 
     fig, ax = plt.subplots(figsize=(5, 3.2))
-    ks = list(range(1, max([5, *r["attempts_kept"], *r["attempts_discarded"]]) + 1))
+    ks = list(range(1, r["k"] + 1))
     ax.bar(ks, [r["attempts_kept"].get(k, 0) for k in ks], label="kept (attempt that agreed)")
     ax.bar(ks, [r["attempts_discarded"].get(k, 0) for k in ks], bottom=[r["attempts_kept"].get(k, 0) for k in ks],
            label="discarded (attempts spent)")
@@ -208,7 +252,7 @@ def render_markdown(r: dict) -> str:
                   + "."]
     lines += ["", "## Attempts", "", "![attempts](attempts.png)", "",
               "| attempts | kept at this attempt | discarded after |", "| ---: | ---: | ---: |"]
-    for k in range(1, max([5, *r["attempts_kept"], *r["attempts_discarded"]]) + 1):
+    for k in range(1, r["k"] + 1):
         lines.append(f"| {k} | {r['attempts_kept'].get(k, 0)} | {r['attempts_discarded'].get(k, 0)} |")
     p = PAPER_COST
     retry = ", ".join(f"{k}: {v}" for k, v in c["passes_per_retry"].items())
@@ -229,7 +273,52 @@ def render_markdown(r: dict) -> str:
               f"| dollars (per pair) | ${c['usd']:.4f} (${c['usd_per_pair']:.4f}) | (${p['usd_per_pair']:.4f}) |",
               "", "Tokens and dollars count every attempt's answer, including answers served from the LLM "
                   "cache (what the run would cost from scratch); local models cost 0."]
+    lines += ["", "## What the teacher's figures mean", "", _teacher_note(r)]
+    lines += _example_lines(r["example"])
+    lines += ["", "## Stage timings", ""]
+    if r["timings"]:
+        lines += ["| stage | seconds |", "| --- | ---: |"] + [f"| `{s}` | {t:.1f} |" for s, t in r["timings"].items()]
+        lines += ["", "Wall-clock seconds of each stage's last run as `stats.json` records them (a rerun served from "
+                      "the LLM cache is faster); stages that record none are not listed."]
+    else:
+        lines.append("No stage of this run recorded its time in `stats.json`.")
     return "\n".join(lines) + "\n"
+
+
+def _teacher_note(r: dict) -> str:
+    if r["teacher_local"]:
+        return (f"The teacher `{r['teacher_model']}` is a small local model (verdict mode `{r['verdict_mode']}`): it "
+                "exercises the pipeline end to end, and its kept share, agreement and GMCP figures say how this "
+                "model judges, not how good the data is. The kept pairs are those it happened to agree on; a "
+                "dataset to train on is verified by a strong teacher behind an OpenAI-compatible endpoint "
+                "(`make run TEACHER=\"--base-url URL --model M\" VERIFY_ARGS=\"--k 5\"`), whose agreement with "
+                "the demonstrations is the paper's filter.")
+    return (f"The teacher `{r['teacher_model']}` answered through an endpoint (verdict mode `{r['verdict_mode']}`): a "
+            "pair is kept when one of its attempts agrees with the demonstration, so the kept share measures how "
+            "often this teacher confirms the demonstrated action, a filter, not an independent label.")
+
+
+def _fence(text: str) -> list[str]:
+    return ["```text", text.replace("```", "` ` `"), "```"]
+
+
+def _example_lines(ex: dict | None) -> list[str]:
+    if ex is None:
+        return ["", "## An example pair", "", "No pair was verified."]
+    better = ex["label"]
+    answer = ex["answer"] if len(ex["answer"]) <= EXAMPLE_CHARS else ex["answer"][:EXAMPLE_CHARS] + " [...]"
+    verdicts = ", ".join(f"{v['attempt']}: {v['outcome']} ({v['mode']})" for v in ex["verdicts"]) or "none"
+    lines = ["", "## An example pair", "",
+             f"`{ex['pair_id']}` ({ex['status']}; rule `{ex['rule']}`, axis `{ex['axis']}`) on `{ex['url']}`.", "",
+             f"Intent: {ex['intent']}", "",
+             "| | action | |", "| --- | --- | --- |"]
+    for pos in (1, 2):
+        action = ex[f"response_{pos}"].replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| Response {pos} | `{action}` | {'demonstrated (better)' if pos == better else 'negative'} |")
+    lines += ["", f"Teacher attempts: {verdicts}." + (f" Discarded: `{ex['reason']}`." if ex["status"] == "discarded"
+                                                    else ""),
+              "", "Kept judgment:" if ex["status"] == "kept" else "Last answer:", "", *_fence(answer)]
+    return lines
 
 
 def write_report(run_dir: str | Path) -> Path:

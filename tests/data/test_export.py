@@ -189,3 +189,44 @@ def test_card_without_a_tokenizer_truncates_nothing(verified_run, capsys):
     assert "pass --tokenizer NAME" in capsys.readouterr().err
     assert json.loads((root / "stats.json").read_text())["data.export.trl"]["tokens"] is None
     assert _snippet_sft_config((root / "README.md").read_text()) == {"output_dir": "sft-out", "max_length": None}
+
+
+def test_report_shows_an_example_timings_and_what_the_teacher_means(verified_run):
+    root = verified_run
+    report = write_report(root).read_text()
+    kept = min(pq.read_table(root / "preferences.parquet").to_pylist(), key=lambda r: r["pair_id"])
+    example = report.split("## An example pair", 1)[1]
+    assert f"`{kept['pair_id']}` (kept; rule `{kept['rule']}`" in example and kept["intent"] in example
+    assert kept["judgment"][:200] in example and "demonstrated (better)" in example
+    seconds = json.loads((root / "stats.json").read_text())["teacher.verify"]["seconds"]
+    assert f"| `teacher.verify` | {seconds:.1f} |" in report.split("## Stage timings", 1)[1]
+    assert "answered through an endpoint" in report.split("## What the teacher's figures mean", 1)[1]
+
+
+def test_report_plots_run_to_k_and_show_the_sample_beside_the_pool(verified_run, tmp_path):
+    """With K=2 the attempts table and plot stop at 2; the sample and kept bars get panels of their
+    own, scaled to them, not to the pool."""
+    import pyarrow as pa
+
+    from data.report import collect, distribution_figure, render_markdown
+
+    run = tmp_path / "k2"
+    run.mkdir()
+    for name in ("candidates.parquet", "trajectories.parquet"):
+        (run / name).write_bytes((verified_run / name).read_bytes())
+    for name in ("preferences.parquet", "discarded.parquet"):        # the pairs decided within 2 attempts
+        t = pq.read_table(verified_run / name)
+        pq.write_table(t.filter(pa.array([a <= 2 for a in t["attempts"].to_pylist()])), run / name)
+    stats = json.loads((verified_run / "stats.json").read_text())
+    stats["teacher.verify"]["config"]["k"] = 2
+    (run / "stats.json").write_text(json.dumps(stats))
+    r = collect(run)
+    assert r["k"] == 2 and list(r["cost"]["passes_per_retry"]) == [2]
+    attempts = render_markdown(r).split("## Attempts", 1)[1].split("##", 1)[0]
+    assert "| 2 |" in attempts and "| 3 |" not in attempts
+    r["dist"]["pool"]["rule"]["structurally_near"] = 500          # a pool of hundreds beside a sample of a few
+    fig = distribution_figure(r)
+    (pool_rule, pool_axis), (sample_rule, sample_axis) = fig.axes[:2], fig.axes[2:]
+    assert [t.get_text() for t in pool_rule.get_legend().get_texts()] == ["pool"]
+    assert [t.get_text() for t in sample_rule.get_legend().get_texts()] == ["sample", "kept"]
+    assert sample_rule.get_ylim()[1] < 50 < pool_rule.get_ylim()[1]
