@@ -55,6 +55,53 @@ SIGNATURES: dict[str, tuple[tuple[str, object], ...]] = {
     "tab_focus": (("index", _NO_DEFAULT),),
 }
 
+# The argument types of BrowserGym's action functions (browsergym.core.action.functions, 0.14):
+# ``str``, a number (``float``; ``int`` where it says so), ``bool``, a ``Literal`` (a set of
+# strings), or ``str | list[str]`` / ``list[Literal]``. Element ids (``bid: str``) are also
+# written as bare numbers by agents (``click(12)``), and read as their text.
+_STR, _NUMBER, _INT, _BOOL, _BID, _STRS = "str", "number", "int", "bool", "bid", "str | list[str]"
+_BUTTON = frozenset({"left", "middle", "right"})
+_MODIFIERS = frozenset({"Alt", "Control", "ControlOrMeta", "Meta", "Shift"})
+ARG_TYPES: dict[str, object] = {
+    "text": _STR, "reason": _STR, "value": _STR, "key_comb": _STR, "key": _STR, "url": _STR,
+    "wait_ms": _NUMBER, "delta_x": _NUMBER, "delta_y": _NUMBER, "x": _NUMBER, "y": _NUMBER,
+    "from_x": _NUMBER, "from_y": _NUMBER, "to_x": _NUMBER, "to_y": _NUMBER, "dx": _NUMBER, "dy": _NUMBER,
+    "index": _INT, "enable_autocomplete_menu": _BOOL, "bid": _BID, "from_bid": _BID, "to_bid": _BID,
+    "options": _STRS, "file": _STRS, "button": _BUTTON, "modifiers": ("list", _MODIFIERS),
+}
+
+
+def _type_problem(kind, value) -> str | None:
+    """Why ``value`` is not of BrowserGym's argument type ``kind``, or None."""
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == _STR:
+        ok = isinstance(value, str)
+    elif kind == _NUMBER:
+        ok = is_number
+    elif kind == _INT:
+        ok = is_number and float(value).is_integer()
+    elif kind == _BOOL:
+        ok = isinstance(value, bool)
+    elif kind == _BID:
+        ok = isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    elif kind == _STRS:
+        ok = isinstance(value, str) or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value))
+    elif isinstance(kind, frozenset):
+        ok = isinstance(value, str) and value in kind
+    else:                           # ("list", allowed strings)
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) and v in kind[1] for v in value)
+    if ok:
+        return None
+    want = (f"one of {sorted(kind)}" if isinstance(kind, frozenset)
+            else f"a list of {sorted(kind[1])}" if isinstance(kind, tuple) else kind)
+    return f"is {type(value).__name__} {_short_repr(value)}, not {want}"
+
+
+def _short_repr(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 # Ops whose first argument is an element id (bid) in the observation.
 ELEMENT_OPS = frozenset(op for op, params in SIGNATURES.items() if params and params[0][0] in ("bid", "from_bid"))
 # Ops that type text into the target (their value is the typed text).
@@ -202,8 +249,11 @@ def parse_action(text: str) -> Action:
             bound[kw.arg] = ast.literal_eval(kw.value)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         raise ActionParseError(f"{op} arguments must be literals") from None
-    for value in bound.values():
+    for name, value in bound.items():
         _check_number(value)
+        problem = _type_problem(ARG_TYPES[name], value)
+        if problem:
+            raise ActionParseError(f"{op} argument {name!r} {problem} (BrowserGym's argument types)")
     args = []
     for name, default in params:
         if name in bound:
@@ -234,3 +284,21 @@ def split_agent_output(raw: str) -> tuple[str, str]:
         raise ActionParseError("no fenced code block with an action")
     last = matches[-1]
     return raw[: last.start()].strip(), last.group(1).strip()
+
+
+def action_and_thought(raw: str, think: str | None = None) -> tuple[str, str | None]:
+    """(action text, thought) of one recorded AgentLab step, in either format: the last fenced
+    block of the agent's output (DemoAgent and older agents), else the whole text as the bare
+    action string (GenericAgent, AgentLab 0.3+). The thought is the agent's own ``think`` when it
+    has one, else the text around the block."""
+    raw = raw or ""
+    matches = list(_FENCE.finditer(raw))
+    if matches:
+        last = matches[-1]
+        action = last.group(1).strip()
+        around = "\n".join(t for t in (raw[: last.start()].strip(), raw[last.end():].strip()) if t)
+    else:
+        action, around = raw.strip(), ""
+    if isinstance(think, str) and think.strip():
+        return action, think.strip()
+    return action, around or None

@@ -15,6 +15,7 @@ Exits non-zero only when nothing could be ingested.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -40,8 +41,9 @@ def ingest(source: str, inputs: Iterable[str | Path], out: str | Path,
     ``quiet``)."""
     if source not in READERS:
         raise ValueError(f"unknown source {source!r}; choose from {sorted(READERS)}")
-    if not max_decompressed_mb > 0:
-        raise ValueError(f"max_decompressed_mb must be positive, not {max_decompressed_mb!r}")
+    problem = _mb_problem(max_decompressed_mb)
+    if problem:
+        raise ValueError(f"max_decompressed_mb {problem}")
     paths = [Path(p) for p in inputs]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
@@ -90,17 +92,44 @@ def ingest(source: str, inputs: Iterable[str | Path], out: str | Path,
     return stats
 
 
+# The largest cap --max-decompressed-mb takes (1 TiB): a step pickle is a few MB at most.
+MAX_DECOMPRESSED_MB_LIMIT = 2**20
+
+
+def _mb_problem(value) -> str | None:
+    """Why ``value`` is not a usable decompression cap in MB, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"must be a number, not {type(value).__name__}"
+    if not math.isfinite(value):
+        return f"must be a finite number, not {value}"
+    if not value > 0:
+        return f"must be positive, not {value}"
+    if value > MAX_DECOMPRESSED_MB_LIMIT:
+        return f"must be at most {MAX_DECOMPRESSED_MB_LIMIT} (1 TiB), not {value:g}"
+    return None
+
+
+def _mb(text: str) -> float:
+    """--max-decompressed-mb, range-checked where it is parsed."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    problem = _mb_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m data.ingest", description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", required=True, choices=sorted(READERS))
     ap.add_argument("--input", required=True, nargs="+", help="files or folders to read")
     ap.add_argument("--out", required=True, help="run directory to write (a used one: its later outputs are removed)")
-    ap.add_argument("--max-decompressed-mb", type=float, default=DEFAULT_MAX_DECOMPRESSED_MB,
+    ap.add_argument("--max-decompressed-mb", type=_mb, default=DEFAULT_MAX_DECOMPRESSED_MB,
                     help="agentlab: reject a step or goal pickle that decompresses to more than this "
                          f"(default {DEFAULT_MAX_DECOMPRESSED_MB})")
     args = ap.parse_args(argv)
-    if not args.max_decompressed_mb > 0:
-        ap.error("--max-decompressed-mb must be positive")
     try:
         stats = ingest(args.source, args.input, args.out, args.max_decompressed_mb)
     except (FileNotFoundError, ValueError, RunDirError) as e:

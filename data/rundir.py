@@ -21,6 +21,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,14 +35,26 @@ if TYPE_CHECKING:
     from data.judgment import State
 
 
+# A site's folder name: the name itself when it is plain, short and cannot be mistaken for a
+# digested name; else its sanitized readable part (capped in bytes) and its full SHA-256.
+_SITE_NAME_MAX_BYTES = 120
+_DIGESTED = re.compile(r"-[0-9a-f]{6,}\Z")
+
+
 def site_dirname(site: str) -> str:
-    """A file-system-safe folder name for a site: the name itself when it is safe, else a
-    sanitized name with a short hash (so 'a b' and 'a_b' stay apart and '..' cannot escape)."""
+    """A file-system-safe folder name for a site, injective over all strings: the name itself when
+    it is plain (letters, digits, ``._-``; lower case; not starting with a dot; at most
+    120 bytes; not ending like a digest, ``-<hex>``), else ``<readable>-<sha256 hex>``, whose
+    readable part is the sanitized name cut to 120 bytes. Plain names never end in ``-<hex>`` and
+    digested ones always do, so the two kinds never meet, and ``a b``, ``a_b`` and
+    ``a_b-fbd987`` are three folders."""
     safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in site)
-    if safe == site and safe and not safe.startswith("."):
+    if (safe == site and safe and not safe.startswith(".") and safe == safe.lower()
+            and len(safe.encode("utf-8")) <= _SITE_NAME_MAX_BYTES and not _DIGESTED.search(safe)):
         return safe
-    digest = hashlib.blake2b(site.encode("utf-8", "surrogatepass"), digest_size=3).hexdigest()
-    return f"{safe.lstrip('.') or 'site'}-{digest}"
+    readable = safe.lstrip(".").lower().encode("utf-8")[:_SITE_NAME_MAX_BYTES].decode("utf-8", "ignore")
+    digest = hashlib.sha256(site.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{readable or 'site'}-{digest}"
 
 
 class RunDirError(FileNotFoundError):

@@ -1,8 +1,14 @@
-"""Website of an observation, from its URL, through a configurable alias table."""
+"""Website of an observation, from its URL, through a configurable alias table.
+
+MiniWoB++ pages are one site wherever MiniWoB is installed or served: a ``file://`` path or a
+served URL whose path ends in ``miniwob/<task>.html`` is site ``miniwob``, and its page is
+``/<task>`` (so two machines' runs of one task, and search episodes, build one graph).
+"""
 
 from __future__ import annotations
 
 import fnmatch
+import re
 from urllib.parse import unquote, urlsplit
 
 # WebArena serves each site on its own port of one host.
@@ -11,6 +17,11 @@ WEBARENA_PORTS = {7770: "shopping", 7780: "shopping_admin", 9999: "reddit", 8023
 # Host glob -> site name.
 HOST_ALIASES = {"*.service-now.com": "servicenow"}
 
+
+MINIWOB_SITE = "miniwob"
+# The task page of MiniWoB++ (``.../miniwob/html/miniwob/click-dialog.html``, or
+# ``http://host:port/miniwob/click-dialog.html`` when served).
+_MINIWOB_PAGE = re.compile(r"(?:^|/)miniwob/([A-Za-z0-9][A-Za-z0-9_.-]*)\.html$")
 
 _SCHEMES = ("about:", "chrome:", "data:", "javascript:", "file:", "blob:", "view-source:")
 
@@ -26,9 +37,32 @@ def _split(url: str):
         return urlsplit("http://invalid.url/")
 
 
+def normalize_host(host: str) -> str:
+    """A host name as one spelling: lower-cased, the trailing dot of a fully qualified name
+    stripped, and an internationalized name in its IDNA (``xn--``) form, so ``bücher.example``,
+    ``xn--bcher-kva.example`` and ``BÜCHER.example.`` are one host. A name IDNA cannot encode
+    (an over-long label) stays lower-cased."""
+    host = (host or "").strip().lower().rstrip(".")
+    if not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            pass
+    return host
+
+
+def miniwob_task(url: str) -> str | None:
+    """The MiniWoB++ task of a task page's URL (``file://`` or served), else None."""
+    parts = _split(url or "")
+    if parts.scheme.lower() not in ("file", "http", "https"):
+        return None
+    m = _MINIWOB_PAGE.search(unquote(parts.path))
+    return m.group(1) if m else None
+
+
 def _host(url: str) -> tuple[str, int | None]:
     parts = _split(url)
-    host = (parts.hostname or "").lower()
+    host = normalize_host(parts.hostname or "")
     if host.startswith("www."):
         host = host[4:]
     try:
@@ -39,13 +73,16 @@ def _host(url: str) -> tuple[str, int | None]:
 
 
 def site_of(url: str, ports: dict[int, str] | None = None, hosts: dict[str, str] | None = None) -> str:
-    """Site name of ``url``: WebArena port, then host alias, else the host without ``www.``.
+    """Site name of ``url``: a MiniWoB++ task page is ``miniwob``; then the WebArena port, then
+    the host alias, else the host without ``www.`` (IDNA form, no trailing dot).
 
     Non-web pages (``about:blank``, ``chrome://``...) map to their scheme, e.g. ``about``.
     """
     ports = WEBARENA_PORTS if ports is None else ports
     hosts = HOST_ALIASES if hosts is None else hosts
     url = (url or "").strip()
+    if miniwob_task(url):
+        return MINIWOB_SITE
     scheme = _split(url).scheme.lower()
     if scheme and scheme not in ("http", "https"):
         return scheme
@@ -63,8 +100,12 @@ def normalize_url_path(url: str) -> str:
     trailing slash removed, query and fragment dropped.
 
     ServiceNow's UI wraps the real page in ``/now/nav/ui/classic/params/target/<encoded path>``;
-    the encoded target is unwrapped so both routes name the same page.
+    the encoded target is unwrapped so both routes name the same page. A MiniWoB++ task page is
+    ``/<task>``, wherever MiniWoB was installed or served.
     """
+    task = miniwob_task(url)
+    if task:
+        return f"/{task}"
     parts = _split(url)
     host, port = _host(url)
     path = parts.path

@@ -281,6 +281,10 @@ class PageContext:
         sig = []
         for c in node.children[:SIGNATURE_LIMIT]:
             child = nodes[c]
+            # Chromium's InlineTextBox children are line-layout fragments of a text (there or not
+            # depending on the browser build, split where the text wraps): never part of identity.
+            if child.role == "InlineTextBox":
+                continue
             # Text inside an editable field is what was typed into it, not what it is.
             if child.role == "StaticText" and (editable or composite or child.name == node.name):
                 continue

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import logging
 import math
 import threading
 from dataclasses import asdict, dataclass
@@ -42,6 +43,7 @@ from data.judgment import ANSWER_TAG, swap_responses
 from llm.cache import ResponseCache, request_key
 
 SCORE_MODES = ("score", "score-both")
+log = logging.getLogger(__name__)
 
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -242,6 +244,6 @@ def cached_score(model_dir: str | Path, messages: list[dict], mode: str, cache: 
     if cache is not None:
         try:
             cache.put(key, payload, score_to_dict(s))
-        except OSError:             # a full disk costs a repeated forward pass next run, not this verdict
-            pass
+        except OSError as e:        # a full disk costs a repeated forward pass next run, not this verdict
+            log.warning("could not cache a scoring verdict: %s", e)
     return s, False

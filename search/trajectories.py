@@ -9,6 +9,9 @@ then the final observation with a null action. A step without an executed action
 candidate) adds no row: the next step decides on the same page. ``success`` is the task's reward
 > 0, null for an episode that was never evaluated (an environment failure); ``intent`` is the goal
 the policy saw; ``traj_id`` is ``<run_id>/<task_id>`` (unique across runs ingested together).
+``site`` is the benchmark's (``trajectory_site``), except that a MiniWoB++ task page is site
+``miniwob`` wherever the wheel is installed (``data.sites``' rule, as in AgentLab runs of the same
+task), so episodes and demonstrations of one task build one graph.
 
 Each task's rows are kept beside its log as ``tasks/<task_id>.trajectory.arrow`` (Arrow IPC: a
 folder ingest of ``OUT`` reads only the ``.parquet``), written by whichever process ran the episode;
@@ -31,6 +34,7 @@ from data.schema import (
     for_storage,
     steps_to_table,
 )
+from data.sites import MINIWOB_SITE, miniwob_task
 
 SOURCE = "search"
 SUFFIX = ".trajectory.arrow"
@@ -54,7 +58,10 @@ def episode_records(decided: list, final, row: dict, *, run_id: str, benchmark: 
         pairs.append((obs, step.chosen, step.error or after.last_action_error or None))
     pairs.append((final, None, None))
     path = f"tasks/{task_id}.jsonl"
-    return [StepRecord(source=SOURCE, site=site_of_obs(obs), task_id=task_id, traj_id=f"{run_id}/{task_id}",
+    def site(obs) -> str:
+        return MINIWOB_SITE if miniwob_task(obs.url) else site_of_obs(obs)
+
+    return [StepRecord(source=SOURCE, site=site(obs), task_id=task_id, traj_id=f"{run_id}/{task_id}",
                        step_idx=i, intent=obs.goal, url=obs.url, observation=obs.axtree, obs_format="indented",
                        html=None, action=action, action_error=error, thought=None, success=success,
                        source_path=path, meta=json.dumps(meta))

@@ -3,18 +3,35 @@
 An experiment directory holds ``summary_info.json``, ``goal_object.pkl.gz`` and one
 ``step_<t>.pkl.gz`` per step (a pickled ``StepInfo``). The observation at step t is what the
 agent saw before acting; step t+1's ``last_action_error`` says whether that action failed.
+
+Both formats are read: DemoAgent-style runs, whose ``action`` is the agent's output ending in a
+fenced block, and today's AgentLab (0.3+, GenericAgent), whose ``action`` is the bare action
+string and whose reasoning is ``agent_info.think`` (an ``AgentInfo``).
+
+Folders are walked once each (symlinks are followed, loops are not), only regular files are
+read (a FIFO or ``/dev/zero`` under a step's name is a reject, never a hang), and a trajectory's
+id is its folder's name, made unique across input roots when two folders share it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import zlib
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
-from data.actions import ActionParseError, parse_action, split_agent_output
-from data.readers.safe_pickle import DEFAULT_MAX_DECOMPRESSED_MB, TooLargeError, UnexpectedClassError, load_gz
+from data.actions import ActionParseError, action_and_thought, parse_action
+from data.readers.safe_pickle import (
+    DEFAULT_MAX_DECOMPRESSED_MB,
+    NotRegularFileError,
+    TooLargeError,
+    UnexpectedClassError,
+    load_gz,
+    read_regular,
+)
 from data.rundir import Reject
 from data.schema import StepRecord
 from data.sites import site_of
@@ -24,21 +41,66 @@ _STEP_FILE = re.compile(r"^step_(\d+)\.pkl\.gz$")
 # AgentLab names runs "<date>_<time>_<Agent>_on_<task name>_<seed>[_<suffix>]".
 _EXP_NAME = re.compile(r"_on_(?P<task>.+?)_(?P<seed>\d+)(?:_.*)?$")
 _ROOT_URL = re.compile(r"^RootWebArea .*?, url='([^']*)'", re.M)
+# summary_info.json is about 1.5 KB; a bigger one is not AgentLab's.
+MAX_SUMMARY_BYTES = 4 * 2**20
 
 
 def is_experiment_dir(path: Path) -> bool:
     return path.is_dir() and (
-        (path / "summary_info.json").exists() or any(_STEP_FILE.match(p.name) for p in path.iterdir()))
+        os.path.lexists(path / "summary_info.json") or any(_STEP_FILE.match(p.name) for p in path.iterdir()))
 
 
 def find_experiment_dirs(path: Path) -> list[Path]:
-    """``path`` itself if it is an experiment directory, else every one below it."""
-    if is_experiment_dir(path):
-        return [path]
-    found = []
-    for child in sorted(p for p in path.iterdir() if p.is_dir()):
-        found += find_experiment_dirs(child)
+    """``path`` itself if it is an experiment directory, else every one below it, each folder
+    visited once (a symlink back to an ancestor, or two links to one folder, are walked once)."""
+    found: list[Path] = []
+    visited: set[tuple[int, int]] = set()
+    stack = [path]
+    while stack:
+        d = stack.pop()
+        try:
+            st = d.stat()
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in visited:
+            continue
+        visited.add((st.st_dev, st.st_ino))
+        if is_experiment_dir(d):
+            found.append(d)
+            continue
+        children = []
+        for p in d.iterdir():
+            try:
+                if p.is_dir():
+                    children.append(p)
+            except OSError:
+                continue
+        stack += sorted(children, reverse=True)
     return found
+
+
+def trajectory_ids(exp_dirs: list[Path]) -> list[str]:
+    """One id per experiment folder: its name, unless folders with other real paths share that
+    name (``A/X_on_task_1`` and ``B/X_on_task_1``); those get the shortest trailing part of their
+    real path that tells them apart. The same folder reached twice keeps one id (its steps are
+    then duplicates)."""
+    real = [Path(os.path.realpath(d)) for d in exp_dirs]
+    by_name: dict[str, set[Path]] = defaultdict(set)
+    for d, r in zip(exp_dirs, real):
+        by_name[d.name].add(r)
+    ids = {}
+    for name, paths in by_name.items():
+        if len(paths) == 1:
+            ids[next(iter(paths))] = name
+            continue
+        depth = 2
+        while True:
+            tails = {p: "/".join(p.parts[-depth:]) for p in paths}
+            if len(set(tails.values())) == len(paths) or depth > max(len(p.parts) for p in paths):
+                break
+            depth += 1
+        ids.update(tails)
+    return [ids[r] for r in real]
 
 
 def step_files(exp_dir: Path) -> list[tuple[int, Path]]:
@@ -69,8 +131,17 @@ def _active_url(obs: dict) -> str | None:
         i = int(idx[0]) if hasattr(idx, "__len__") else int(idx)
         return str(urls[i])
     except (TypeError, ValueError, IndexError):
+        if isinstance(obs.get("url"), str) and obs["url"]:       # BrowserGym 0.12+ also records it
+            return obs["url"]
         m = _ROOT_URL.search(obs.get("axtree_txt") or "")
         return m.group(1) if m else None
+
+
+def _field(obj, name: str):
+    """A field of a dict (older agent_info) or of a loaded record (``AgentInfo``), else None."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, "__dict__", {}).get(name)
 
 
 def _load(path: Path, max_bytes: int):
@@ -82,6 +153,8 @@ def _load(path: Path, max_bytes: int):
         return None, ("unexpected_class", str(e))
     except TooLargeError as e:
         return None, ("too_large", str(e))
+    except NotRegularFileError as e:
+        return None, ("not_regular_file", e.strerror)
     except (OSError, EOFError, zlib.error) as e:
         return None, ("corrupt_gzip", f"{type(e).__name__}: {e}")
     except Exception as e:  # noqa: BLE001  (OverflowError on a huge frame length, MemoryError, ...)
@@ -101,28 +174,58 @@ def _load_step(path: Path, max_bytes: int):
     step, err = _load(path, max_bytes)
     if err:
         return None, err
-    if not hasattr(step, "obs") or not hasattr(step, "action"):
-        return None, ("missing_field", f"not a StepInfo: {type(step).__name__}")
+    fields = getattr(step, "__dict__", None)
+    if not isinstance(fields, dict) or isinstance(step, dict):
+        return None, ("missing_field", f"not a StepInfo: {type(step).__name__} has no fields")
+    missing = [f for f in ("obs", "action") if f not in fields]
+    if missing:
+        return None, ("missing_field", f"StepInfo has no field {', '.join(map(repr, missing))} "
+                                       f"(an unknown layout; its fields: {', '.join(sorted(map(str, fields))[:20])})")
     return step, None
 
 
-def read_experiment(exp_dir: Path, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_MB * 2**20
-                    ) -> Iterator[StepRecord | Reject]:
-    """The steps of one experiment directory; each step that cannot be read or converted is one
-    Reject, and so is a goal file that cannot be read (its steps fall back to the goal in the
-    user's chat message)."""
-    traj_id = exp_dir.name
-    m = _EXP_NAME.search(traj_id)
-    task_name, seed = (m.group("task"), m.group("seed")) if m else (traj_id, None)
+def _summary(exp_dir: Path, traj_id: str):
+    """(summary dict, note, reject or None). A missing file is a note; one that exists but cannot
+    be read (not a regular file, too large, not a JSON object, a bad reward) is one reject."""
+    path = exp_dir / "summary_info.json"
+    if not os.path.lexists(path):
+        return {}, "summary_info.json missing", None
+    reason = "corrupt_file"
+    try:
+        summary = json.loads(read_regular(path, MAX_SUMMARY_BYTES))
+        if not isinstance(summary, dict):
+            raise ValueError(f"a JSON {type(summary).__name__}, not an object")
+        reward = summary.get("cum_reward")
+        if reward is not None:
+            float(reward)
+        return summary, "", None
+    except TooLargeError as e:
+        reason, detail = "too_large", str(e)
+    except NotRegularFileError as e:
+        reason, detail = "not_regular_file", e.strerror
+    except Exception as e:  # noqa: BLE001  (unreadable, not JSON, a huge number...)
+        detail = f"{type(e).__name__}: {_short(e)}"
+    note = f"summary_info.json unreadable: {reason}"
+    return {}, note, Reject(STAGE, reason, str(path), f"summary_info.json: {detail}",
+                            {"traj_id": traj_id, "file": path.name})
+
+
+def read_experiment(exp_dir: Path, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_MB * 2**20,
+                    traj_id: str | None = None) -> Iterator[StepRecord | Reject]:
+    """The steps of one experiment directory (``traj_id``: its name unless given); each step that
+    cannot be read or converted is one Reject, and so are a goal file that cannot be read (its
+    steps fall back to the goal in the user's chat message) and a summary_info.json that cannot
+    be read (its steps' success is then unknown)."""
+    traj_id = traj_id or exp_dir.name
+    m = _EXP_NAME.search(exp_dir.name)
+    task_name, seed = (m.group("task"), m.group("seed")) if m else (exp_dir.name, None)
     task_id = f"{task_name}_{seed}" if seed is not None else task_name
 
-    success, summary_note = None, ""
-    try:
-        summary = json.loads((exp_dir / "summary_info.json").read_text())
-        reward = summary.get("cum_reward")
-        success = bool(reward is not None and float(reward) > 0)
-    except Exception as e:  # noqa: BLE001  (unreadable, not JSON, not an object, a huge number...)
-        summary, summary_note = {}, f"summary_info.json unreadable: {type(e).__name__}"
+    summary, summary_note, bad_summary = _summary(exp_dir, traj_id)
+    if bad_summary:
+        yield bad_summary
+    reward = summary.get("cum_reward")
+    success = bool(float(reward) > 0) if reward is not None else None
 
     goal = None
     goal_path = exp_dir / "goal_object.pkl.gz"
@@ -180,9 +283,14 @@ def _convert(step, idx: int, path: Path, key: dict, by_idx: dict, goal, success,
     if not url:
         return Reject(STAGE, "missing_field", str(path), "no active page URL", key)
     action = thought = None
+    agent_info = getattr(step, "agent_info", None)
     if step.action is not None:
+        if not isinstance(step.action, str):
+            return Reject(STAGE, "missing_field", str(path),
+                          f"action is {type(step.action).__name__}, not the agent's text", key)
+        think = _field(agent_info, "think")
         try:
-            thought, action_text = split_agent_output(str(step.action))
+            action_text, thought = action_and_thought(step.action, think if isinstance(think, str) else None)
             action = parse_action(action_text).to_string()
         except ActionParseError as e:
             return Reject(STAGE, "unparseable_action", str(path), str(e), key)
@@ -192,7 +300,7 @@ def _convert(step, idx: int, path: Path, key: dict, by_idx: dict, goal, success,
         action_error = str(nxt.obs.get("last_action_error") or "").strip() or None
     meta = {"task_name": task_name, "seed": seed, "exp_dir": str(exp_dir),
             "open_pages_urls": [str(u) for u in (obs.get("open_pages_urls") or ())],
-            "model": ((getattr(step, "agent_info", None) or {}).get("model_info") or {}).get("model_name"),
+            "model": _field(_field(agent_info, "model_info"), "model_name"),
             "cum_reward": summary.get("cum_reward"), "err_msg": summary.get("err_msg")}
     if summary_note:
         meta["note"] = summary_note
@@ -210,15 +318,15 @@ def read_agentlab(inputs: list[Path], max_decompressed_mb: float = DEFAULT_MAX_D
     """Every experiment directory under ``inputs``; a pickle that decompresses to more than
     ``max_decompressed_mb`` is rejected (``too_large``) without being decompressed further."""
     max_bytes = int(max_decompressed_mb * 2**20)
+    exp_dirs: list[Path] = []
     for root in inputs:
         try:
-            exp_dirs = find_experiment_dirs(root)
+            exp_dirs += find_experiment_dirs(root)
         except OSError as e:
             yield Reject(STAGE, "corrupt_file", str(root), f"{type(e).__name__}: {_short(e)}")
-            continue
-        for exp_dir in exp_dirs:
-            try:
-                yield from read_experiment(exp_dir, max_bytes)
-            except OSError as e:   # the folder itself cannot be listed: its steps were never counted
-                yield Reject(STAGE, "corrupt_file", str(exp_dir), f"{type(e).__name__}: {_short(e)}",
-                             {"traj_id": exp_dir.name})
+    for exp_dir, traj_id in zip(exp_dirs, trajectory_ids(exp_dirs)):
+        try:
+            yield from read_experiment(exp_dir, max_bytes, traj_id)
+        except OSError as e:   # the folder itself cannot be listed: its steps were never counted
+            yield Reject(STAGE, "corrupt_file", str(exp_dir), f"{type(e).__name__}: {_short(e)}",
+                         {"traj_id": traj_id})
