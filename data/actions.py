@@ -69,6 +69,13 @@ ARG_TYPES: dict[str, object] = {
     "index": _INT, "enable_autocomplete_menu": _BOOL, "bid": _BID, "from_bid": _BID, "to_bid": _BID,
     "options": _STRS, "file": _STRS, "button": _BUTTON, "modifiers": ("list", _MODIFIERS),
 }
+# Where one op types a name differently: scroll_at(x: int, y: int, dx: int, dy: int).
+OP_ARG_TYPES: dict[tuple[str, str], object] = {("scroll_at", n): _INT for n in ("x", "y", "dx", "dy")}
+
+
+def arg_type(op: str, name: str):
+    """BrowserGym's type of argument ``name`` of ``op`` (one of the kinds above)."""
+    return OP_ARG_TYPES.get((op, name), ARG_TYPES[name])
 
 
 def _type_problem(kind, value) -> str | None:
@@ -251,7 +258,7 @@ def parse_action(text: str) -> Action:
         raise ActionParseError(f"{op} arguments must be literals") from None
     for name, value in bound.items():
         _check_number(value)
-        problem = _type_problem(ARG_TYPES[name], value)
+        problem = _type_problem(arg_type(op, name), value)
         if problem:
             raise ActionParseError(f"{op} argument {name!r} {problem} (BrowserGym's argument types)")
     args = []

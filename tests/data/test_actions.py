@@ -64,3 +64,32 @@ def test_signatures_match_browsergym():
         expected = [(p.name, _NO_DEFAULT if p.default is inspect.Parameter.empty else p.default)
                     for p in inspect.signature(theirs[op]).parameters.values()]
         assert list(params) == expected, op
+
+
+def test_signatures_and_argument_types_match_browsergyms_functions():
+    """Our table of BrowserGym's actions against the installed package's own functions: the same
+    parameters, defaults and argument types (so a BrowserGym upgrade that changes them fails here)."""
+    import inspect
+    import typing
+
+    from data.actions import _NO_DEFAULT, SIGNATURES, arg_type
+
+    functions = pytest.importorskip("browsergym.core.action.functions")
+    kinds = {str: "str", float: "number", int: "int", bool: "bool"}
+    for op, params in SIGNATURES.items():
+        theirs = inspect.signature(getattr(functions, op)).parameters
+        assert [n for n, _ in params] == list(theirs), op
+        for name, default in params:
+            p = theirs[name]
+            assert (p.default is inspect.Parameter.empty) == (default is _NO_DEFAULT), (op, name)
+            if default is not _NO_DEFAULT:
+                assert p.default == default, (op, name)
+            ann, ours = p.annotation, arg_type(op, name)
+            if typing.get_origin(ann) is typing.Literal:
+                assert ours == frozenset(typing.get_args(ann)), (op, name)
+            elif typing.get_origin(ann) is list:
+                assert ours == ("list", frozenset(typing.get_args(typing.get_args(ann)[0]))), (op, name)
+            elif ann in kinds:
+                assert ours == ("bid" if name.endswith("bid") else kinds[ann]), (op, name)
+            else:       # str | list[str]
+                assert str(ann) == "str | list[str]" and ours == "str | list[str]", (op, name)

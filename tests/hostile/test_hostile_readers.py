@@ -164,7 +164,7 @@ def test_hosts_are_idna_normalized_and_lose_the_trailing_dot():
                                   "fill('6', ...)", "click('2', button='sideways')", "click('2', modifiers=['Hyper'])",
                                   "fill('4', 5)", "scroll('a', 0)", "tab_focus(1.5)", "tab_focus(True)",
                                   "fill('4', 'x', enable_autocomplete_menu=1)", "select_option('3', [1, 2])",
-                                  "click(None)", "goto(['http://x'])"])
+                                  "click(None)", "goto(['http://x'])", "scroll_at(1.5, 2, 0, 10)"])
 def test_arguments_of_types_browsergym_does_not_take_are_refused(text):
     with pytest.raises(ActionParseError, match="BrowserGym's argument types"):
         parse_action(text)
