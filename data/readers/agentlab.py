@@ -50,9 +50,11 @@ def is_experiment_dir(path: Path) -> bool:
         os.path.lexists(path / "summary_info.json") or any(_STEP_FILE.match(p.name) for p in path.iterdir()))
 
 
-def find_experiment_dirs(path: Path) -> list[Path]:
+def find_experiment_dirs(path: Path, errors: list | None = None) -> list[Path]:
     """``path`` itself if it is an experiment directory, else every one below it, each folder
-    visited once (a symlink back to an ancestor, or two links to one folder, are walked once)."""
+    visited once (a symlink back to an ancestor, or two links to one folder, are walked once).
+    A folder below ``path`` that cannot be listed is appended to ``errors`` as (folder, error)
+    when a list is given (the walk goes on), else raises; ``path`` itself always raises."""
     found: list[Path] = []
     visited: set[tuple[int, int]] = set()
     stack = [path]
@@ -60,23 +62,27 @@ def find_experiment_dirs(path: Path) -> list[Path]:
         d = stack.pop()
         try:
             st = d.stat()
-        except OSError:
-            continue
-        if (st.st_dev, st.st_ino) in visited:
-            continue
-        visited.add((st.st_dev, st.st_ino))
-        if is_experiment_dir(d):
-            found.append(d)
-            continue
-        children = []
-        for p in d.iterdir():
-            try:
-                if p.is_dir():
-                    children.append(p)
-            except OSError:
+            if (st.st_dev, st.st_ino) in visited:
                 continue
+            visited.add((st.st_dev, st.st_ino))
+            if is_experiment_dir(d):
+                found.append(d)
+                continue
+            children = [p for p in d.iterdir() if _is_dir(p)]
+        except OSError as e:
+            if errors is None or d == path:
+                raise
+            errors.append((d, e))
+            continue
         stack += sorted(children, reverse=True)
     return found
+
+
+def _is_dir(p: Path) -> bool:
+    try:
+        return p.is_dir()
+    except OSError:      # a symlink to itself (ELOOP), a name too long to stat
+        return False
 
 
 def trajectory_ids(exp_dirs: list[Path]) -> list[str]:
@@ -300,7 +306,8 @@ def _convert(step, idx: int, path: Path, key: dict, by_idx: dict, goal, success,
         action_error = str(nxt.obs.get("last_action_error") or "").strip() or None
     meta = {"task_name": task_name, "seed": seed, "exp_dir": str(exp_dir),
             "open_pages_urls": [str(u) for u in (obs.get("open_pages_urls") or ())],
-            "model": _field(_field(agent_info, "model_info"), "model_name"),
+            "model": _field(_field(agent_info, "model_info"), "model_name")
+            or _field(_field(_field(agent_info, "extra_info"), "chat_model_args"), "model_name"),
             "cum_reward": summary.get("cum_reward"), "err_msg": summary.get("err_msg")}
     if summary_note:
         meta["note"] = summary_note
@@ -320,10 +327,13 @@ def read_agentlab(inputs: list[Path], max_decompressed_mb: float = DEFAULT_MAX_D
     max_bytes = int(max_decompressed_mb * 2**20)
     exp_dirs: list[Path] = []
     for root in inputs:
+        errors: list = []
         try:
-            exp_dirs += find_experiment_dirs(root)
+            exp_dirs += find_experiment_dirs(root, errors)
         except OSError as e:
             yield Reject(STAGE, "corrupt_file", str(root), f"{type(e).__name__}: {_short(e)}")
+        for folder, e in errors:    # a folder that cannot be listed: its steps were never counted
+            yield Reject(STAGE, "corrupt_file", str(folder), f"{type(e).__name__}: {_short(e)}")
     for exp_dir, traj_id in zip(exp_dirs, trajectory_ids(exp_dirs)):
         try:
             yield from read_experiment(exp_dir, max_bytes, traj_id)

@@ -48,6 +48,7 @@ def test_generic_agent_runs_give_a_row_per_observation(generic_run, shared_data)
     assert {r["site"] for r in rows} == {"miniwob"} and all(r["success"] for r in rows)
     assert all(r["url"].endswith("/miniwob/click-dialog.html") for r in rows)
     assert {r["intent"] for r in rows} == {'Close the dialog box by clicking the "x".'}
+    assert {json.loads(r["meta"])["model"] for r in acting} == {"gpt-4o-mini"}     # AgentInfo.extra_info
 
 
 def test_generic_agent_runs_build_a_miniwob_graph_and_mine(generic_run, tmp_path):

@@ -40,6 +40,28 @@ def test_symlink_loops_are_walked_once(tmp_path):
     assert (s["in"], s["out"], s["rejected"], s["trajectories"]) == (2 * STEPS, 2 * STEPS, {}, 2)
 
 
+def test_a_folder_that_cannot_be_listed_costs_only_itself(tmp_path, monkeypatch):
+    import data.readers.agentlab as reader
+
+    root = tmp_path / "in"
+    experiment(root / "a")
+    (root / "locked").mkdir()
+    os.symlink("self", root / "self")                    # a link to itself: skipped, not a crash
+    real = reader.is_experiment_dir
+
+    def is_experiment_dir(path):     # root can read any folder: the refusal is simulated
+        if path.name == "locked":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(reader, "is_experiment_dir", is_experiment_dir)
+    run = tmp_path / "run"
+    stats_ = ingest("agentlab", [root], run)
+    assert (stats_.n_in, stats_.n_out, dict(stats_.rejected)) == (STEPS + 1, STEPS, {"corrupt_file": 1})
+    (rej,) = rejects(run)
+    assert rej["source"] == str(root / "locked") and "PermissionError" in rej["detail"]
+
+
 # -- item 9: summary_info.json (and steps) that are not regular files -------------------------------
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero", "huge"])
 def test_summary_that_is_not_a_small_regular_file_is_a_reject_not_a_hang(tmp_path, kind):
