@@ -8,22 +8,29 @@ step's observation O_t from ``RUN/trajectories.parquet``; nothing the miner comp
 ``gmcp`` flag, its node ids, its grounding) is trusted. Paper, App. B:
 
 - a pair is a grounded minimal contrastive pair (GMCP) when both targets are physically present
-  and uniquely resolvable in O_t (the bid occurs exactly once in the parsed observation) and
-  both actions use the same op;
+  and uniquely resolvable in O_t (the bid occurs exactly once in the parsed observation, and
+  the negative's persistent node, re-derived from O_t with the graph build's own identity
+  function, resolves to exactly one bid) and both actions use the same op;
 - the residual splits into *virtual positives* (the positive has no element target: scroll,
   go_back, an answer; the negative is a grounded element), *affordance mismatches* (both
   targets grounded, the ops differ) and *other* (anything that should not happen: a negative
-  whose bid is absent from O_t or occurs twice, a virtual negative, a positive whose target is
-  absent, an unparseable action or observation), counted by reason;
-- a *hallucinated target* is an element negative whose bid is not in O_t at all.
+  whose bid is absent from O_t or occurs twice, whose persistent node has several bids there,
+  or whose second target (``drag_and_drop``'s ``to_bid``) is absent or not unique, a virtual
+  negative, a positive whose target is absent, an unparseable action or observation), counted
+  by reason;
+- a *hallucinated target* is an element negative whose bid is not in O_t at all;
+- an *ambiguous target* is a negative with a target (every target of a multi-target action)
+  whose persistent node resolves to more than one bid of O_t (``ambiguous_targets``).
 
 The output is one JSON object: the counts over every row at the top level (``pairs``,
 ``gmcp_ratio``, ``hallucinated_targets``, ``by_rule``, ``by_axis``, ...), the same counts over
 the teacher's seeded sample under ``sample`` (candidates only), and the SHA-256 of the audited
 table so that a reader can tell whether the audit is still current. It is written to
 ``RUN/audit/<table>.json`` (the report reads it there; ``proposals.mine`` writes the candidates
-audit the same way and copies it into ``stats.json``). Exit code 1 when any pair is not grounded
-or its stored ``gmcp`` flag disagrees with the re-derived one, 2 when a file is missing.
+audit the same way and copies it into ``stats.json``). The audit takes the files as they are: a
+table edited by hand is audited, never refused as stale. Exit code 1 when any pair is not
+grounded (``ambiguous_targets`` and ``hallucinated_targets`` included) or its stored ``gmcp``
+flag disagrees with the re-derived one, 2 when a file is missing.
 """
 
 from __future__ import annotations
@@ -39,7 +46,8 @@ import pyarrow.parquet as pq
 
 from data.actions import ELEMENT_OPS, ActionParseError, parse_action
 from data.rundir import atomic_write_text
-from graph.axtree import AXTreeParseError, parse_axtree
+from graph.axtree import AXTree, AXTreeParseError, parse_axtree
+from graph.resolve import resolve_observation
 
 TABLES = ("candidates", "preferences")
 CATEGORIES = ("gmcp", "virtual_positive", "affordance_mismatch", "other")
@@ -49,8 +57,10 @@ def _ratio(n: int, d: int) -> float:
     return round(n / d, 6) if d else 0.0
 
 
-def bid_counts(text: str | None, obs_format: str | None) -> Counter | None:
+def bid_counts(text: str | AXTree | None, obs_format: str | None) -> Counter | None:
     """How often each bid occurs in the parsed observation; None when it cannot be parsed."""
+    if isinstance(text, AXTree):
+        return Counter(n.bid for n in text.nodes if n.bid is not None)
     try:
         tree = parse_axtree(text or "", obs_format)
     except AXTreeParseError:
@@ -58,15 +68,33 @@ def bid_counts(text: str | None, obs_format: str | None) -> Counter | None:
     return Counter(n.bid for n in tree.nodes if n.bid is not None)
 
 
-def classify(pos_text: str, neg_text: str, counts: Counter | None) -> dict:
+def element_targets(action: Action) -> list[str]:
+    """Every element an action acts on: its bid, and ``drag_and_drop``'s ``to_bid``."""
+    if action.op not in ELEMENT_OPS:
+        return []
+    return [str(v) for k, v in action.args if k in ("bid", "from_bid", "to_bid")]
+
+
+def node_bid_counts(tree: AXTree, site: str, url: str, html: str | None, targets: tuple[str, ...]) -> dict[str, int]:
+    """bid -> how many bids of O_t its persistent node resolves to, re-derived with the graph
+    build's identity function (``graph.resolve``; the targets are resolved even when they are
+    not interactive, as the build does for acted-on elements)."""
+    res = resolve_observation(tree, tree.obs_format, site, url, html, targets)
+    return {bid: len(res.node_to_bids[node]) for bid, node in res.bid_to_node.items()}
+
+
+def classify(pos_text: str, neg_text: str, counts: Counter | None, node_bids: dict[str, int] | None = None) -> dict:
     """One pair, re-derived: its category, the reason when it is 'other', whether the negative's
-    target is hallucinated, and both ops (None when an action does not parse)."""
+    target is hallucinated or its persistent node ambiguous, and both ops (None when an action
+    does not parse). ``node_bids`` (bid -> bids of its node in O_t, see ``node_bid_counts``)
+    adds the node check; without it only bids are checked."""
     try:
         pos, neg = parse_action(pos_text), parse_action(neg_text)
     except ActionParseError:
-        return {"category": "other", "reason": "unparseable_action", "hallucinated": False,
+        return {"category": "other", "reason": "unparseable_action", "hallucinated": False, "ambiguous": False,
                 "op_pos": None, "op_neg": None}
-    out = {"category": "other", "reason": None, "hallucinated": False, "op_pos": pos.op, "op_neg": neg.op}
+    out = {"category": "other", "reason": None, "hallucinated": False, "ambiguous": False, "op_pos": pos.op,
+           "op_neg": neg.op}
     if counts is None:
         out["reason"] = "unparseable_observation"
         return out
@@ -78,6 +106,14 @@ def classify(pos_text: str, neg_text: str, counts: Counter | None) -> dict:
         return out
     if counts[neg.bid] > 1:
         out["reason"] = "negative_ambiguous"
+        return out
+    targets = element_targets(neg)
+    for extra in targets[1:]:
+        if counts[extra] != 1:
+            out["reason"] = "second_target_absent" if counts[extra] == 0 else "second_target_ambiguous"
+            return out
+    if node_bids is not None and any(node_bids.get(t, 1) > 1 for t in targets):
+        out["reason"], out["ambiguous"] = "negative_node_ambiguous", True
         return out
     if pos.op not in ELEMENT_OPS:
         out["category"] = "virtual_positive"
@@ -97,6 +133,7 @@ def _counts(records: list[dict]) -> dict:
     for c in CATEGORIES:
         out[c], out[f"{c}_ratio"] = cat[c], _ratio(cat[c], n)
     out["hallucinated_targets"] = sum(r["hallucinated"] for r in records)
+    out["ambiguous_targets"] = sum(r.get("ambiguous", False) for r in records)
     return out
 
 
@@ -119,16 +156,41 @@ def audit_records(records: list[dict]) -> dict:
     return out
 
 
-def _observations(run_root: Path, keys: set[tuple[str, int]]) -> dict[tuple[str, int], Counter | None]:
-    """Bid counts of the observations of the given steps, parsed from ``trajectories.parquet``
-    batch by batch (only the steps asked for are kept)."""
-    got: dict[tuple[str, int], Counter | None] = {}
+def _targets(pairs: list[dict]) -> dict[tuple[str, int], set[str]]:
+    """The element targets of each step's pairs (both actions), resolved with O_t."""
+    out: dict[tuple[str, int], set[str]] = {}
+    for p in pairs:
+        got = out.setdefault((p["traj_id"], p["step_idx"]), set())
+        for text in (p["pos"], p["neg"]):
+            try:
+                got.update(element_targets(parse_action(text)))
+            except ActionParseError:
+                pass
+    return out
+
+
+def _observations(run_root: Path, targets: dict[tuple[str, int], set[str]]
+                  ) -> dict[tuple[str, int], tuple[Counter, dict[str, int]] | None]:
+    """(bid counts, node bid counts) of the observations of the given steps, parsed and resolved
+    from ``trajectories.parquet`` batch by batch (only the steps asked for are kept); None
+    for an observation that does not parse."""
+    got: dict[tuple[str, int], tuple[Counter, dict[str, int]] | None] = {}
     f = pq.ParquetFile(run_root / "trajectories.parquet")
-    for batch in f.iter_batches(columns=["traj_id", "step_idx", "observation", "obs_format"], batch_size=256):
+    cols = [c for c in ("traj_id", "step_idx", "site", "url", "observation", "obs_format", "html")
+            if c in f.schema_arrow.names]
+    for batch in f.iter_batches(columns=cols, batch_size=256):
         d = batch.to_pydict()
-        for traj, step, text, fmt in zip(d["traj_id"], d["step_idx"], d["observation"], d["obs_format"]):
-            if (traj, step) in keys and (traj, step) not in got:
-                got[(traj, step)] = bid_counts(text, fmt)
+        for i, key in enumerate(zip(d["traj_id"], d["step_idx"])):
+            if key not in targets or key in got:
+                continue
+            try:
+                tree = parse_axtree(d["observation"][i] or "", d["obs_format"][i])
+            except AXTreeParseError:
+                got[key] = None
+                continue
+            html = d["html"][i] if "html" in d else None
+            got[key] = (bid_counts(tree, None),
+                        node_bid_counts(tree, d["site"][i], d["url"][i], html, tuple(sorted(targets[key]))))
     return got
 
 
@@ -155,11 +217,12 @@ def audit_table(run_dir: str | Path, table: str = "candidates") -> dict:
         if not need.exists():
             raise FileNotFoundError(f"{need} not found")
     pairs = _pairs(path, table)
-    obs = _observations(root, {(p["traj_id"], p["step_idx"]) for p in pairs})
+    obs = _observations(root, _targets(pairs))
     records = []
     for p in pairs:
         key = (p["traj_id"], p["step_idx"])
-        rec = classify(p["pos"], p["neg"], obs.get(key))
+        counts, node_bids = obs.get(key) or (None, None)
+        rec = classify(p["pos"], p["neg"], counts, node_bids)
         if key not in obs and rec["reason"] == "unparseable_observation":
             rec["reason"] = "no_observation"
         records.append({**rec, "rule": p["rule"], "axis": p["axis"], "stored_gmcp": p["gmcp"],
@@ -178,8 +241,9 @@ def write_audit(run_dir: str | Path, table: str = "candidates") -> dict:
 
 
 def failures(audit: dict) -> int:
-    """Pairs that should not exist: not grounded, or whose stored gmcp flag is wrong."""
-    return audit["other"] + audit["stored_gmcp_disagrees"]
+    """Pairs that should not exist: not grounded (an ambiguous or hallucinated target among
+    them), or whose stored gmcp flag is wrong."""
+    return audit["other"] + audit["stored_gmcp_disagrees"] + audit["ambiguous_targets"] + audit["hallucinated_targets"]
 
 
 def audit_webprm_rejected(rows: list[dict]) -> dict:
@@ -207,8 +271,8 @@ def format_audit(audit: dict) -> str:
     lines = [f"{audit['table']}: {audit['pairs']} pairs; GMCP {audit['gmcp_ratio']:.2%} (paper: 74.60%; "
              f"WebArbiter data: 24.19%); virtual positives {audit['virtual_positive_ratio']:.2%}, affordance "
              f"mismatches {audit['affordance_mismatch_ratio']:.2%}, other {audit['other']} {audit['other_reasons']}; "
-             f"hallucinated targets {audit['hallucinated_targets']}; stored gmcp flags that disagree "
-             f"{audit['stored_gmcp_disagrees']}"]
+             f"hallucinated targets {audit['hallucinated_targets']}; ambiguous targets {audit['ambiguous_targets']}; "
+             f"stored gmcp flags that disagree {audit['stored_gmcp_disagrees']}"]
     lines.append(f"{'rule':<30} {'pairs':>6} {'GMCP':>8} {'virtual+':>8} {'mismatch':>8} {'other':>6} {'halluc.':>7}")
     for name, group in (*audit["by_rule"].items(), *audit["by_axis"].items()):
         lines.append(f"{name:<30} {group['pairs']:>6} {group['gmcp_ratio']:>8.2%} {group['virtual_positive']:>8} "

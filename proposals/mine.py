@@ -1,10 +1,14 @@
 """Propose grounded, minimally contrastive negatives for every demonstrated step.
 
     python -m proposals.mine --run RUN [--budget 10000 --seed 42 --axes spatial,temporal,spatiotemporal --no-graph
-                                        --prefer-same-op]
+                                        --max-per-rule 3 --prefer-same-op]
 
 Reads ``RUN/trajectories.parquet`` and the graphs of ``graph.build`` (with the step-to-node
-mapping it wrote; observations it rejected are not mined: ``steps`` in stats.json); writes the full pool to
+mapping it wrote; observations it rejected are not mined: ``steps`` in stats.json). Each rule's ranked
+candidates are grounded first (the element resolves to exactly one enabled bid of O_t, the negative differs
+from the positive and from what an earlier rule proposed at this step, it has a value), and the first
+``--max-per-rule`` grounded ones are kept (0: all); what grounding removes is counted per rule and reason
+(``rules`` in stats.json). Writes the full pool to
 ``RUN/candidates.parquet`` with ``sampled`` marking the seeded sample of ``--budget`` rows the
 teacher will verify, then audits that file with ``proposals.audit`` (re-derived from the files:
 ``RUN/audit/candidates.json``, copied into the ``proposals.mine`` entry of ``stats.json`` with
@@ -36,9 +40,9 @@ from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from graph.identity import NodeKind
 from graph.passes import Observation, ObservationRejected, Observations, demonstrated_steps, next_urls, observe
 from graph.schema import check_outputs, pinned_table, reading, require_columns
-from proposals.affordance import (FILL_ATTEMPTS, FILL_TEMPERATURE, current_values, fill_prompt, page_context,
-                                  pick_option, pick_value, valid_fill)
-from proposals.audit import audit_webprm_rejected, write_audit
+from proposals.affordance import (FILL_ATTEMPTS, FILL_TEMPERATURE, current_values, fill_prompt, is_disabled,
+                                  page_context, pick_option, pick_value, valid_fill)
+from proposals.audit import audit_webprm_rejected, element_targets, write_audit
 from proposals.audit import format_audit as format_table_audit
 from proposals.graphindex import GraphIndex, check_graphs
 from proposals.rules import RULE_FUNCS, Params, Proposal, StepContext, TrajStep
@@ -48,6 +52,17 @@ STAGE = "proposals.mine"
 INGEST = "python -m data.ingest"
 COLUMNS = ["source", "site", "task_id", "traj_id", "step_idx", "intent", "url", "observation", "obs_format",
            "action", "action_error", "success", "source_path", "meta"]
+
+
+def non_negative_int(text: str) -> int:
+    """``--max-per-rule N``: an integer >= 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, not {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (0 = no cap), not {n}")
+    return n
 
 
 def parse_axes(text: str) -> tuple[str, ...]:
@@ -66,13 +81,20 @@ class MineConfig(Configurable):
 
     ARG_GROUP = "mining"
 
-    budget: int = field(default=10000, metadata={"help": "rows of the seeded sample the teacher verifies"})
+    budget: int = field(default=10000, metadata={"min": 0, "help": "rows of the seeded sample the teacher verifies"})
     seed: int = field(default=42, metadata={"help": "seeds the sample and the values picked"})
     axes: tuple[str, ...] = field(default=AXES, metadata={
         "help": "comma-separated subset of spatial,temporal,spatiotemporal", "type": parse_axes, "metavar": "AXES"})
     no_graph: bool = field(default=False, metadata={
         "help": "mine from the local observation and trajectory only (the No-Graph ablation)"})
+    max_per_rule: int = field(default=3, metadata={
+        "help": "grounded negatives kept per rule and step, in the rule's own ranking; counted after grounding "
+                "(our choice: the paper states no cap); 0 = no cap", "type": non_negative_int, "metavar": "N"})
     params: Params = field(default_factory=Params)
+
+    def __post_init__(self):
+        if not isinstance(self.max_per_rule, int) or isinstance(self.max_per_rule, bool) or self.max_per_rule < 0:
+            raise ValueError(f"max_per_rule must be an integer >= 0 (0 = no cap), not {self.max_per_rule!r}")
 
     @property
     def rules(self) -> list[str]:
@@ -95,6 +117,7 @@ class _Pending:
     value: object = None
     value_source: str | None = None
     prompt: list | None = None       # fill prompt when the value comes from the LLM
+    numeric: bool = False            # the field takes a number (a spinbutton)
     current: list = field(default_factory=list)    # what the field holds (the value must differ)
     positive_value: str | None = None
     also_fired: list = field(default_factory=list)
@@ -137,6 +160,9 @@ class Miner:
         self.drops: Counter = Counter()
         self.rejects: list[Reject] = []
         self.proposed = 0
+        self.rule_in: Counter = Counter()               # candidates each rule put forward (grounded or not)
+        self.rule_drops: Counter = Counter()            # (rule, reason) -> candidates removed
+        self.op_sources: Counter = Counter()            # where grounded negatives' ops came from
         self.steps_in = self.steps_mined = 0           # demonstrated steps, and those mined
         self.step_rejected: Counter = Counter()         # steps not mined, by reason
         self.step_rejects: list[Reject] = []
@@ -160,6 +186,7 @@ class Miner:
         key = {"traj_id": row["traj_id"], "step_idx": row["step_idx"]}
         if rule:
             key["rule"] = rule
+            self.rule_drops[(rule, reason)] += 1
         self.rejects.append(Reject(STAGE, reason, row.get("source_path") or row["traj_id"], detail, key))
 
     # -- one trajectory -------------------------------------------------------------------
@@ -190,10 +217,14 @@ class Miner:
     def tallies(self) -> tuple:
         """The counts and rejects of this miner (a worker's, sent back to the parent)."""
         return (self.drops, self.rejects, self.proposed, self.steps_in, self.steps_mined, self.step_rejected,
-                self.step_rejects)
+                self.step_rejects, self.rule_in, self.rule_drops, self.op_sources)
 
     def absorb(self, tallies: tuple) -> None:
-        drops, rejects, proposed, steps_in, steps_mined, step_rejected, step_rejects = tallies
+        (drops, rejects, proposed, steps_in, steps_mined, step_rejected, step_rejects, rule_in, rule_drops,
+         op_sources) = tallies
+        self.rule_in.update(rule_in)
+        self.rule_drops.update(rule_drops)
+        self.op_sources.update(op_sources)
         self.drops.update(drops)
         self.rejects += rejects
         self.proposed += proposed
@@ -271,57 +302,76 @@ class Miner:
 
     # -- one step -------------------------------------------------------------------------
     def step(self, row: dict, ctx: StepContext) -> list[_Pending]:
+        """Ground first, then cap: each rule's candidates are grounded in the rule's own order
+        and the first ``max_per_rule`` grounded ones are kept (0: all). Every candidate looked
+        at is counted in (``proposed``, per rule), and one grounding removes is dropped with its
+        reason; candidates ranked below the cap are never looked at."""
         rng = random.Random(f"{self.config.seed}:{row['traj_id']}:{row['step_idx']}")
-        pos_str = ctx.positive.to_string()
         kept: dict[str, _Pending] = {}
-        by_bid = ctx.res.tree.by_bid()
+        cap = self.config.max_per_rule
         for rule in self.config.rules:
+            grounded = 0
             for prop in RULE_FUNCS[rule](ctx, self.config.params):
+                if cap and grounded >= cap:
+                    break
                 self.proposed += 1
-                if prop.kind == NodeKind.VIRTUAL:
-                    self.drop("virtual_target", row, f"{rule}: {prop.node} has no DOM anchor", rule)
-                    continue
-                bids = ctx.res.node_to_bids.get(prop.node)
-                if not bids:
-                    self.drop("absent_target", row, f"{rule}: {prop.node} not visible in O_t", rule)
-                    continue
-                if len(bids) > 1:
-                    self.drop("ambiguous_target", row, f"{rule}: {prop.node} has bids {bids}", rule)
-                    continue
-                bid = bids[0]
-                ax = by_bid[bid]
-                p = _Pending(self.slim(row), pos_str, ctx.positive.op, ctx.pos_kind, ctx.pos_bid, ctx.pos_node, rule,
-                             prop, "")
-                if prop.action is not None:            # a demonstrated action, replayed here
-                    action = prop.action.with_bid(bid)
-                    p.op, p.value, p.value_source = action.op, action.value, "action"
-                else:
-                    p.op = ctx.op_for(prop.node, bid)
-                    if not self._value(p, ctx, ax, rng, row):
-                        continue
-                    if p.value_source == "llm":
-                        action = None            # completed in a batch later
-                    else:
-                        action = _make(p.op, bid, p.value)
-                if action is not None:
-                    neg = action.to_string()
-                    if neg == pos_str:
-                        self.drop("equals_positive", row, f"{rule}: {neg}", rule)
-                        continue
-                    if neg in kept:
-                        kept[neg].also_fired.append(rule)
-                        self.drop("duplicate_negative", row, f"{rule}: {neg} already proposed by {kept[neg].rule}", rule)
-                        continue
-                    kept[neg] = p
-                else:
-                    # Same element, same op, same prompt: the same negative whichever rule found it.
-                    slot = f"\x00llm:{prop.node}:{p.op}"
-                    if slot in kept:
-                        kept[slot].also_fired.append(rule)
-                        self.drop("duplicate_negative", row, f"{rule}: {p.op} on {prop.node} already proposed", rule)
-                        continue
-                    kept[slot] = p
+                self.rule_in[rule] += 1
+                grounded += self.ground(rule, prop, row, ctx, rng, kept)
         return list(kept.values())
+
+    def ground(self, rule: str, prop: Proposal, row: dict, ctx: StepContext, rng: random.Random,
+               kept: dict[str, _Pending]) -> bool:
+        """Ground one candidate: a concrete element whose node resolves to exactly one enabled
+        bid of O_t, with its op and value, different from the positive and from what an earlier
+        rule proposed at this step. True when it is kept (in ``kept``), else dropped with the
+        reason."""
+        if prop.kind == NodeKind.VIRTUAL:
+            self.drop("virtual_target", row, f"{rule}: {prop.node} has no DOM anchor", rule)
+            return False
+        bids = ctx.res.node_to_bids.get(prop.node)
+        if not bids:
+            self.drop("absent_target", row, f"{rule}: {prop.node} not visible in O_t", rule)
+            return False
+        if len(bids) > 1:
+            self.drop("ambiguous_target", row, f"{rule}: {prop.node} has bids {bids}", rule)
+            return False
+        bid = bids[0]
+        ax = ctx.res.tree.by_bid()[bid]
+        if is_disabled(ax):
+            self.drop("disabled_target", row, f"{rule}: [{bid}] {ax.role} {ax.name!r} is disabled", rule)
+            return False
+        pos_str = ctx.positive.to_string()
+        p = _Pending(self.slim(row), pos_str, ctx.positive.op, ctx.pos_kind, ctx.pos_bid, ctx.pos_node, rule,
+                     prop, "")
+        source = "action"
+        if prop.action is not None:            # a demonstrated action, replayed here
+            action = prop.action.with_bid(bid)
+            if len(element_targets(action)) > 1:
+                # drag_and_drop's to_bid is a bid of another observation: it is not re-grounded here.
+                self.drop("second_target_ungrounded", row, f"{rule}: {action.to_string()}", rule)
+                return False
+            p.op, p.value, p.value_source = action.op, action.value, "action"
+        else:
+            p.op, source = ctx.op_and_source(prop.node, bid)
+            if not self._value(p, ctx, ax, rng, row):
+                return False
+            action = None if p.value_source == "llm" else _make(p.op, bid, p.value)   # LLM values: in a batch later
+        if action is not None:
+            neg = action.to_string()
+            if neg == pos_str:
+                self.drop("equals_positive", row, f"{rule}: {neg}", rule)
+                return False
+            slot = neg
+        else:
+            # Same element, same op, same prompt: the same negative whichever rule found it.
+            slot, neg = f"\x00llm:{prop.node}:{p.op}", f"{p.op} on {prop.node}"
+        if slot in kept:
+            kept[slot].also_fired.append(rule)
+            self.drop("duplicate_negative", row, f"{rule}: {neg} already proposed by {kept[slot].rule}", rule)
+            return False
+        kept[slot] = p
+        self.op_sources[source] += 1
+        return True
 
     def _value(self, p: _Pending, ctx: StepContext, ax, rng: random.Random, row: dict) -> bool:
         """Set the value of a fill / select / press negative; False (and a drop) if impossible.
@@ -348,7 +398,7 @@ class Miner:
         if p.op == "press":
             self.drop("no_value", p.row, f"{p.rule}: no key demonstrated on {ax.name!r}", p.rule)
             return False
-        p.value_source, p.current = "llm", current
+        p.value_source, p.current, p.numeric = "llm", current, ax.role == "spinbutton"
         p.prompt = fill_prompt(row["intent"], row["url"], p.proposal.bid, ax, current, p.positive_value,
                                page_context(row["observation"], p.proposal.bid))
         return True
@@ -381,7 +431,7 @@ class Miner:
                 if not r.ok:
                     p.value, p.infra = None, r.infra_error
                     continue
-                p.value, p.fill_error = valid_fill(r.text, p.current, p.positive_value)
+                p.value, p.fill_error = valid_fill(r.text, p.current, p.positive_value, p.numeric)
                 if p.value is None:
                     counts["invalid_answers"][p.fill_error] += 1
                     retry.append(p)
@@ -499,9 +549,22 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     atomic_write_parquet(run.candidates, pinned_table(cands, CANDIDATE_SCHEMA))
 
     stats = StageStats(STAGE, n_in=miner.proposed, n_out=len(cands), rejected=miner.drops)
+    out_by_rule = Counter(c["rule"] for c in cands)
+    rules = {}
+    for rule in config.rules:
+        dropped = {reason: n for (r, reason), n in sorted(miner.rule_drops.items()) if r == rule}
+        rules[rule] = {"in": miner.rule_in[rule], "out": out_by_rule[rule], "rejected": dropped}
+        assert rules[rule]["in"] == rules[rule]["out"] + sum(dropped.values()), (rule, rules[rule])
     stats.extra = {
         "config": {"budget": config.budget, "seed": config.seed, "axes": list(config.axes),
-                   "no_graph": config.no_graph, "params": {k: getattr(config.params, k) for k in config.params.__slots__}},
+                   "no_graph": config.no_graph, "max_per_rule": config.max_per_rule,
+                   "params": {k: getattr(config.params, k) for k in config.params.__slots__}},
+        # Per rule: candidates looked at (in), candidates written (out), and what grounding and
+        # the later value checks removed, by reason (in = out + rejected for every rule).
+        "rules": rules,
+        # Where the grounded negatives' ops came from; 'remapped': the role's fill on a control
+        # that cannot take text, clicked instead (App. F). Counted before LLM fill values.
+        "ops": dict(sorted(miner.op_sources.items())),
         # Demonstrated steps of successful trajectories: mined, or not (by reason, in rejects.jsonl).
         "steps": {"in": miner.steps_in, "out": miner.steps_mined, "rejected": dict(sorted(miner.step_rejected.items()))},
         # Re-derived from the files just written, as ``python -m proposals.audit`` does.

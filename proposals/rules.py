@@ -1,12 +1,14 @@
 """The six rules that propose grounded negatives for one demonstrated step.
 
-Each rule is a plain function ``rule(ctx, params) -> list[Proposal]``: which element (node and
+Each rule is a plain function ``rule(ctx, params) -> Iterator[Proposal]``: which element (node and
 bid of the current observation) to act on, optionally the full action (temporal rules replay a
-demonstrated action), and the evidence that made the rule fire. Each rule ranks its candidates by
-its own criterion (nearest, most similar, closest in time, least extra distance, tightest loop)
-and keeps ``max_per_rule``; ``prefer_same_op`` ranks those taking the positive's op first (an
-option, off by default: GMCP is an outcome of the rules, not a target). Grounding, affordance and
-fill values are applied afterwards (``proposals.mine``), the same way for every rule.
+demonstrated action), and the evidence that made the rule fire. Each rule yields its candidates
+ranked by its own criterion (nearest, most similar, closest in time, least extra distance,
+tightest loop), lazily and without a cap; ``prefer_same_op`` ranks those taking the positive's op
+first (an option, off by default: GMCP is an outcome of the rules, not a target). Grounding comes
+first, then the cap (``proposals.mine``): the miner grounds each candidate in rank order and keeps
+the first ``--max-per-rule`` grounded ones, so a rule whose best picks are absent, ambiguous or
+already proposed by an earlier rule still fires when it has a grounded candidate further down.
 
 spatial:        structurally_near, textually_near_graph_distant
 temporal:       repeat_past, act_too_early
@@ -16,6 +18,7 @@ spatiotemporal: away_from_goal, create_a_cycle
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from rapidfuzz import fuzz
@@ -24,17 +27,18 @@ from data.actions import Action
 from data.sites import normalize_url_path
 from graph.identity import NodeKind
 from graph.resolve import Resolution
-from proposals.affordance import choose_op
+from proposals.affordance import choose_op, select_of
 from proposals.graphindex import INF, GraphIndex
 
 
 @dataclass(slots=True)
 class Params:
-    max_per_rule: int = 3           # negatives kept per rule and step (by the rule's own ranking)
-    near_hops: int = 4              # structurally_near: containment hops on the page
-    text_ratio: float = 0.75        # textually_near: character-level similarity must exceed this
-    far_hops: int = 4               # textually_near: graph distance must exceed this (or be unreachable)
-    window: int = 3                 # repeat_past / act_too_early: k <= window steps away
+    near_hops: int = field(default=4, metadata={"min": 0})      # structurally_near: containment hops on the page
+    text_ratio: float = field(default=0.75, metadata={"min": 0, "max": 1})   # textually_near: character-level
+                                    # similarity must exceed this
+    far_hops: int = field(default=4, metadata={"min": 0})       # textually_near: graph distance must exceed
+                                    # this (or be unreachable)
+    window: int = field(default=3, metadata={"min": 0})         # repeat_past / act_too_early: k <= window steps away
     prefer_same_op: bool = False    # rank candidates taking the positive's op first, and give an
                                     # element the positive's op when it was demonstrated on it
 
@@ -87,17 +91,17 @@ class StepContext:
 
     def elements(self) -> list[tuple[str, str, int]]:
         """(node, bid, AX index) of every element that resolves to exactly one bid here and can
-        be acted on by itself. The options of a native select (a combobox's option children)
-        are chosen through the select, not clicked: they are left out."""
+        be acted on by itself. The options of a native select (a combobox's option children,
+        directly or under its ``MenuListPopup``) are chosen through the select, not clicked:
+        they are left out."""
         if self._elements is None:
             by_bid = self.res.tree.by_bid()
-            nodes = self.res.tree.nodes
             out = []
             for nid, bids in self.res.node_to_bids.items():
                 if len(bids) != 1:
                     continue
                 ax = by_bid[bids[0]]
-                if ax.role == "option" and ax.parent is not None and nodes[ax.parent].role == "combobox":
+                if select_of(self.res.tree, ax) is not None:
                     continue
                 out.append((nid, bids[0], ax.index))
             self._elements = sorted(out, key=lambda t: t[2])
@@ -109,6 +113,10 @@ class StepContext:
     def op_for(self, node: str, bid: str) -> str:
         """The op a negative would take on this element (see ``proposals.affordance``): the op
         demonstrated on it most often, in the graph or (No-Graph) in this trajectory."""
+        return self.op_and_source(node, bid)[0]
+
+    def op_and_source(self, node: str, bid: str) -> tuple[str, str]:
+        """``op_for`` and where the op came from ('graph', 'role' or 'remapped': App. F)."""
         got = self._ops.get(node)
         if got is None:
             if self.graph is not None:
@@ -117,7 +125,7 @@ class StepContext:
                 counts = Counter(s.action.op for s in self.steps if s.node == node)
                 demo = sorted(counts, key=lambda op: (-counts[op], op))
             got = self._ops[node] = choose_op(self.res.tree, self.ax(bid), demo, self.positive.op,
-                                              self.prefer_same_op)[0]
+                                              self.prefer_same_op)
         return got
 
     def rank_op(self, node: str, bid: str) -> int:
@@ -150,10 +158,10 @@ def _others(ctx: StepContext):
     return [(n, b, i) for n, b, i in ctx.elements() if n != ctx.pos_node]
 
 
-def structurally_near(ctx: StepContext, p: Params) -> list[Proposal]:
+def structurally_near(ctx: StepContext, p: Params) -> Iterator[Proposal]:
     """Elements a few containment hops from the positive target on the current page."""
     if ctx.pos_kind != NodeKind.ELEMENT or ctx.pos_bid is None:
-        return []
+        return
     src = ctx.ax(ctx.pos_bid).index
     scored = []
     for node, bid, idx in _others(ctx):
@@ -161,23 +169,22 @@ def structurally_near(ctx: StepContext, p: Params) -> list[Proposal]:
         if d <= p.near_hops:
             scored.append((ctx.rank_op(node, bid), d, idx, node, bid))
     scored.sort()
-    out = []
-    for _, d, idx, node, bid in scored[: p.max_per_rule]:
-        common = next(i for i in ctx.chain(idx) if i in set(ctx.chain(src)))
+    src_chain = set(ctx.chain(src))
+    for _, d, idx, node, bid in scored:
+        common = next(i for i in ctx.chain(idx) if i in src_chain)
         shared = ctx.res.tree.nodes[common]
-        out.append(Proposal(node, bid, {"hops": d, "near_hops": p.near_hops,
-                                        "shared_container": [shared.role, shared.name[:60]]}))
-    return out
+        yield Proposal(node, bid, {"hops": d, "near_hops": p.near_hops,
+                                   "shared_container": [shared.role, shared.name[:60]]})
 
 
-def textually_near_graph_distant(ctx: StepContext, p: Params) -> list[Proposal]:
+def textually_near_graph_distant(ctx: StepContext, p: Params) -> Iterator[Proposal]:
     """Elements whose text looks like the positive's but that sit far from it in the graph, so
     viable alternative paths (close in the graph) are not penalized."""
     if ctx.pos_kind != NodeKind.ELEMENT or ctx.pos_bid is None:
-        return []
+        return
     name = ctx.ax(ctx.pos_bid).name.strip()
     if not name:
-        return []
+        return
     scored = []
     for node, bid, idx in _others(ctx):
         other = ctx.ax(bid).name.strip()
@@ -190,13 +197,13 @@ def textually_near_graph_distant(ctx: StepContext, p: Params) -> list[Proposal]:
         if hops > p.far_hops:
             scored.append((ctx.rank_op(node, bid), -ratio, idx, node, bid, ratio, hops))
     scored.sort()
-    return [Proposal(node, bid, {"ratio": round(ratio, 4), "text_ratio": p.text_ratio,
-                                 "hops": None if hops == INF else hops, "far_hops": p.far_hops,
-                                 "distance": "graph" if ctx.graph is not None else "page"})
-            for _, _, _, node, bid, ratio, hops in scored[: p.max_per_rule]]
+    for _, _, _, node, bid, ratio, hops in scored:
+        yield Proposal(node, bid, {"ratio": round(ratio, 4), "text_ratio": p.text_ratio,
+                                   "hops": None if hops == INF else hops, "far_hops": p.far_hops,
+                                   "distance": "graph" if ctx.graph is not None else "page"})
 
 
-def _replay(ctx: StepContext, p: Params, direction: int, label: str) -> list[Proposal]:
+def _replay(ctx: StepContext, p: Params, direction: int, label: str) -> Iterator[Proposal]:
     """Demonstrated actions k = 1..window steps away, nearest first (replayed actions keep their
     own op; ``prefer_same_op`` moves those with the positive's op ahead)."""
     out = []
@@ -215,32 +222,32 @@ def _replay(ctx: StepContext, p: Params, direction: int, label: str) -> list[Pro
                                                "demonstrated": other.action.to_string(), "window": p.window},
                              action=other.action, kind=other.kind)))
     out.sort(key=lambda t: t[:2])
-    return [prop for _, _, prop in out[: p.max_per_rule]]
+    for _, _, prop in out:
+        yield prop
 
 
-def repeat_past(ctx: StepContext, p: Params) -> list[Proposal]:
+def repeat_past(ctx: StepContext, p: Params) -> Iterator[Proposal]:
     """The action from k <= N steps back, replayed on its element if it is still visible."""
     return _replay(ctx, p, -1, "k_back")
 
 
-def act_too_early(ctx: StepContext, p: Params) -> list[Proposal]:
+def act_too_early(ctx: StepContext, p: Params) -> Iterator[Proposal]:
     """The action k <= N steps ahead, taken now because its element is already visible."""
     return _replay(ctx, p, +1, "k_ahead")
 
 
-def away_from_goal(ctx: StepContext, p: Params) -> list[Proposal]:
+def away_from_goal(ctx: StepContext, p: Params) -> Iterator[Proposal]:
     """Elements strictly farther from the task's final interaction element than the positive, at
     a finite distance: an element the goal cannot be reached from is not "farther" (its
     distance is unknown), so it is never proposed. Least extra distance first."""
     if ctx.goal is None:
-        return []
-    goal_bids = ctx.res.node_to_bids.get(ctx.goal)
-    goal_bid = goal_bids[0] if goal_bids and len(goal_bids) == 1 else None
+        return
+    goal_bid = ctx.res.unique_bid(ctx.goal)
     if ctx.graph is None and goal_bid is None:
-        return []      # No-Graph: the goal must be on this page to measure anything
+        return         # No-Graph: the goal must be on this page to measure anything
     d_pos = ctx.hop_distance(ctx.goal, ctx.pos_node, goal_bid, ctx.pos_bid)
     if d_pos == INF:
-        return []
+        return
     scored = []
     for node, bid, idx in _others(ctx):
         if node == ctx.goal:
@@ -249,19 +256,19 @@ def away_from_goal(ctx: StepContext, p: Params) -> list[Proposal]:
         if d_pos < d < INF:
             scored.append((ctx.rank_op(node, bid), d - d_pos, idx, node, bid, d))
     scored.sort()
-    return [Proposal(node, bid, {"goal": ctx.goal, "pos_hops": d_pos, "neg_hops": d,
-                                 "distance": "graph" if ctx.graph is not None else "page"})
-            for _, _, _, node, bid, d in scored[: p.max_per_rule]]
+    for _, _, _, node, bid, d in scored:
+        yield Proposal(node, bid, {"goal": ctx.goal, "pos_hops": d_pos, "neg_hops": d,
+                                   "distance": "graph" if ctx.graph is not None else "page"})
 
 
-def create_a_cycle(ctx: StepContext, p: Params) -> list[Proposal]:
+def create_a_cycle(ctx: StepContext, p: Params) -> Iterator[Proposal]:
     """Elements that lead back to a page already visited in this trajectory; the tightest loop
     first (the page left most recently, ``loop_steps`` demonstrated steps ago)."""
     here = ctx.res.content_page
     last_seen = {s.page: i for i, s in enumerate(ctx.steps[: ctx.position]) if s.page != here}
     visited = set(last_seen)
     if not visited:
-        return []
+        return
     found = []
     for node, bid, idx in _others(ctx):
         target, via = None, None
@@ -282,7 +289,8 @@ def create_a_cycle(ctx: StepContext, p: Params) -> list[Proposal]:
                           Proposal(node, bid, {"returns_to": target, "via": via, "current_page": here,
                                                "loop_steps": loop})))
     found.sort(key=lambda t: t[:3])
-    return [prop for _, _, _, prop in found[: p.max_per_rule]]
+    for _, _, _, prop in found:
+        yield prop
 
 
 RULE_FUNCS = {

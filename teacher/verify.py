@@ -236,6 +236,15 @@ def _row(d: Decision, teacher_model: str) -> dict:
             "cost_usd": round(sum(a.cost_usd for a in d.attempts), 9)}
 
 
+def effective_k(config: VerifyConfig, mode: str) -> dict:
+    """``effective_k`` and its one-line note for stats.json: a score mode's verdict is
+    deterministic, so a pair gets one attempt whatever ``--k`` says (nothing is refused)."""
+    if mode.startswith("score"):
+        return {"effective_k": 1, "effective_k_note": f"{mode} verdicts are deterministic: one attempt per pair, "
+                                                      f"--k {config.k} repeats nothing"}
+    return {"effective_k": config.k, "effective_k_note": "generate: up to k sampled attempts per pair"}
+
+
 def write_outputs(run: RunDir, decisions: list[Decision], teacher_model: str) -> tuple[int, int]:
     """``preferences.parquet`` and ``discarded.parquet`` sorted by pair id (pending pairs in
     neither). Returns (kept, discarded)."""
@@ -299,6 +308,7 @@ def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=N
         "config": {"k": config.k, "seed": config.seed, "temperature": config.temperature,
                    "max_tokens": config.max_tokens, **config.format.describe(),
                    "verdict_mode": config.mode_for(client.config.is_local),
+                   **effective_k(config, config.mode_for(client.config.is_local)),
                    **({"prompt_template": str(config.prompt_template)} if config.prompt_template else {})},
         **summarize_decisions(decisions),
         "prompt": {"axtrees_cut": sum(c["truncated"] for c in cut),

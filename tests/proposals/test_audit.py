@@ -122,3 +122,41 @@ def test_a_mined_file_with_a_planted_row(tmp_path):
     r = collect(tmp_path)
     assert r["gmcp"]["pool"] == (audit["gmcp_ratio"], len(rows) + 1, "audit")
     assert r["gmcp"]["pool"][0] < sum(c["gmcp"] for c in rows + [bad]) / (len(rows) + 1)
+
+
+TWO_BUY = OBS + "\n\t\t[6] button 'Buy'"          # two 'Buy' buttons: told apart only by their ordinal
+
+
+def test_a_node_with_two_bids_is_counted(tmp_path, monkeypatch, capsys):
+    """The audit re-derives each negative's persistent node from O_t with the identity function:
+    under a phi that cannot tell the two 'Buy' buttons apart (no sibling ordinal), click('5')
+    targets a node with two bids, and is counted as an ambiguous target (exit code 1), though
+    bid 5 itself occurs once. Under the real phi the same file audits clean."""
+    from graph.identity import ElementContext
+
+    _trajectories(tmp_path, [(TWO_BUY, "click('4')"), (TWO_BUY, None)])
+    rows = [_cand(0, "structurally_near", "click('4')", "click('5')", True)]
+    atomic_write_parquet(tmp_path / "candidates.parquet", pa.Table.from_pylist(rows, schema=CANDIDATE_SCHEMA))
+    clean = audit_table(tmp_path, "candidates")
+    assert clean["ambiguous_targets"] == 0 and clean["gmcp"] == 1
+    assert main(["--run", str(tmp_path)]) == 0
+    monkeypatch.setattr(ElementContext, "persistent_id", lambda self, site: f"e-{site}|{self.page}|{self.role}|{self.name}")
+    capsys.readouterr()
+    assert main(["--run", str(tmp_path), "--json"]) == 1
+    a = json.loads(capsys.readouterr().out)
+    assert a["ambiguous_targets"] == 1 and a["hallucinated_targets"] == 0 and a["gmcp"] == 0
+    assert a["other_reasons"] == {"negative_node_ambiguous": 1} and a["stored_gmcp_disagrees"] == 1
+    assert a["by_rule"]["structurally_near"]["ambiguous_targets"] == 1
+
+
+def test_every_target_of_a_drag_is_checked(tmp_path):
+    """drag_and_drop's second target must be in O_t exactly once too; the first target alone
+    decides whether the negative is hallucinated (that count is unchanged)."""
+    _trajectories(tmp_path, [(OBS, "click('5')"), (OBS, None)])
+    rows = [_cand(0, "structurally_near", "click('5')", "drag_and_drop('4', '3')", False),
+            {**_cand(0, "away_from_goal", "click('5')", "drag_and_drop('4', '99')", False), "pair_id": "x"}]
+    atomic_write_parquet(tmp_path / "candidates.parquet", pa.Table.from_pylist(rows, schema=CANDIDATE_SCHEMA))
+    a = audit_table(tmp_path, "candidates")
+    assert a["affordance_mismatch"] == 1 and a["other_reasons"] == {"second_target_absent": 1}
+    assert a["hallucinated_targets"] == 0 and a["ambiguous_targets"] == 0
+    assert main(["--run", str(tmp_path)]) == 1

@@ -41,8 +41,9 @@ def shop_run(tmp_path):
     return tmp_path
 
 
-def _mine(run, axes=("spatial", "temporal", "spatiotemporal"), **params):
-    stats = mine(run, MineConfig(budget=50, axes=axes, params=Params(**params)), NO_LLM, workers=1)
+def _mine(run, axes=("spatial", "temporal", "spatiotemporal"), max_per_rule=3, **params):
+    stats = mine(run, MineConfig(budget=50, axes=axes, max_per_rule=max_per_rule, params=Params(**params)), NO_LLM,
+                 workers=1)
     return stats, pq.read_table(run / "candidates.parquet").to_pylist()
 
 

@@ -9,7 +9,7 @@ import pytest
 from scripted_teacher import make_run
 from tiny_lm import save_tiny_lm
 from data.judgment import answer_text, parse_verdict
-from teacher.schema import PREFERENCE_SCHEMA, VERDICT
+from teacher.schema import PREFERENCE_SCHEMA
 from teacher.verify import VerifyConfig, verify
 
 
@@ -30,8 +30,46 @@ def _copy(src, dst):
     return dst
 
 
-def test_schema_records_the_mode():
-    assert VERDICT.field("mode").type == "string" and not VERDICT.field("mode").nullable
+def test_each_verdict_is_written_with_the_mode_that_produced_it(tiny_run, tmp_path):
+    """A written verdict keeps its own attempt's mode: decisions of two modes go through
+    ``write_outputs`` and come back from the Parquet files with those modes, not a default."""
+    from data.judgment import JudgmentFormat
+    from data.pairs import load_pairs
+    from data.rundir import RunDir
+    from teacher.verify import Attempt, Decision, write_outputs
+
+    src, _, _ = tiny_run
+    run = _copy(src, tmp_path / "run")
+    pairs = load_pairs(RunDir(run), 0, JudgmentFormat())[:3]
+    modes = {pairs[0].row["pair_id"]: ["score-both"], pairs[1].row["pair_id"]: ["score"],
+             pairs[2].row["pair_id"]: ["generate", "generate"]}
+    decisions = []
+    for p in pairs:
+        attempts = [Attempt(i + 1, i, p.label if i == 1 else 3 - p.label, "agree" if i == 1 else "disagree", "t", 1, 0,
+                            0.0, mode=m) for i, m in enumerate(modes[p.row["pair_id"]])]
+        if attempts[-1].outcome == "agree":
+            decisions.append(Decision(p, "kept", attempts, judgment=answer_text(p.label)))
+        else:
+            decisions.append(Decision(p, "discarded", attempts, reason="all_attempts_disagree"))
+    write_outputs(RunDir(run), decisions, "m")
+    rows = pq.read_table(run / "preferences.parquet").to_pylist() + pq.read_table(run / "discarded.parquet").to_pylist()
+    assert {r["pair_id"]: [v["mode"] for v in r["verdicts"]] for r in rows} == modes
+
+
+def test_score_modes_record_an_effective_k_of_one(tiny_run, tmp_path):
+    """K attempts of a deterministic verdict would repeat it: a score mode makes one, records
+    ``effective_k`` 1 with its note, and refuses nothing (``--k 5`` and ``make run``'s ``--k 2``)."""
+    from llm import LLMConfig
+
+    src, pairs, model = tiny_run
+    for k in (5, 2):
+        run = _copy(src, tmp_path / f"run{k}")
+        stats = verify(run, VerifyConfig(k=k), LLMConfig(model=model, cache_dir=str(tmp_path / "c")), progress=False)
+        cfg = stats.extra["config"]
+        assert cfg["k"] == k and cfg["effective_k"] == 1 and "deterministic" in cfg["effective_k_note"]
+        assert stats.extra["calls_decided"] == stats.n_in == len(pairs)       # one verdict per pair, not k
+        rows = pq.read_table(run / "preferences.parquet").to_pylist() + pq.read_table(run / "discarded.parquet").to_pylist()
+        assert {r["attempts"] for r in rows} == {1}
 
 
 def test_local_teacher_scores(tiny_run, tmp_path):
@@ -74,6 +112,7 @@ def test_generate_mode_is_recorded(tiny_run, tmp_path):
     stats = verify(run, VerifyConfig(k=1, max_tokens=3, verdict_mode="generate"),
                    LLMConfig(model=model, cache_dir=str(tmp_path / "c")), progress=False)
     assert stats.extra["config"]["verdict_mode"] == "generate"
+    assert stats.extra["config"]["effective_k"] == 1 == stats.extra["config"]["k"]
     rows = pq.read_table(run / "preferences.parquet").to_pylist() + pq.read_table(run / "discarded.parquet").to_pylist()
     assert len(rows) == len(pairs) and all(v["mode"] == "generate" for r in rows for v in r["verdicts"])
 
