@@ -20,9 +20,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import time
 import uuid
 from pathlib import Path
+
+# A response body is at most llm.client.MAX_RESPONSE_BYTES; an entry holds it and its request.
+MAX_ENTRY_BYTES = 32 * 1024 * 1024
 
 
 def request_key(payload: dict, endpoint: str) -> str:
@@ -46,10 +50,18 @@ class ResponseCache:
         return self.root / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> dict | None:
-        """The stored response body, or None when absent or unreadable (a miss, never an error)."""
+        """The stored response body, or None when absent, unreadable or over ``MAX_ENTRY_BYTES``
+        (a miss, never an error: the caller also checks the body it gets, as it checks an answer)."""
         try:
-            entry = json.loads(self.path(key).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            # non-blocking: a FIFO planted in the cache must not wait for a writer
+            with os.fdopen(os.open(self.path(key), os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    return None
+                data = f.read(MAX_ENTRY_BYTES + 1)
+            if len(data) > MAX_ENTRY_BYTES:
+                return None
+            entry = json.loads(data.decode("utf-8"))
+        except (OSError, ValueError, RecursionError):
             return None
         response = entry.get("response") if isinstance(entry, dict) else None
         return response if isinstance(response, dict) else None

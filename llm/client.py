@@ -33,10 +33,10 @@ the cache files, logs or error messages). With no key set, the header carries th
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
 import email.utils
+import functools
 import json
 import logging
 import os
@@ -46,6 +46,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
+from data.config import make_parser
 from llm.cache import ResponseCache, request_key
 from llm.config import LLMConfig
 from llm.cost import UsageTotals, cost_usd
@@ -61,6 +62,12 @@ SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_tokens", "n")
 NO_KEY = "surfprm-no-key"
 # What ``chat.completions.create`` passes to ``post``: send the key as a Bearer token.
 _REQUEST_OPTIONS = {"security": {"bearer_auth": True}}
+# A token count above this is no count: refused before it is cached, summed or written (a
+# Parquet int64 column, a stats.json total), so one server's 10**30 cannot poison a run.
+MAX_TOKEN_COUNT = 2**31 - 1
+# The largest response body read. An answer of n=8 choices of 4096 tokens is ~0.3 MB of JSON; a
+# server that sends more is broken or hostile, and each body is held in memory and in the cache.
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -107,6 +114,12 @@ class MalformedResponse(ValueError):
     """A 200 response that is not a chat completion, or one with a choice that holds no answer."""
 
 
+class ResponseRefused(Exception):
+    """A response the client will not read: a body over ``MAX_RESPONSE_BYTES``, a compressed one
+    (only ``identity`` is asked for, so no decompression bomb), or a redirect to another origin
+    (the prompt would leave the configured endpoint). Not retried: the same server says the same."""
+
+
 # -- pure request building and response parsing -----------------------------------------------
 def build_request(messages: list[dict], config: LLMConfig) -> dict:
     """The JSON body of a ``/chat/completions`` request (no network, no key)."""
@@ -131,7 +144,8 @@ def parse_response(body: dict, price: tuple[float, float] = (0.0, 0.0)) -> ChatR
 
     Raises ``MalformedResponse`` for anything that is not a chat completion -- whatever its
     shape (choices that are not objects, an ``index`` that is not a distinct integer, content
-    that is neither a string nor null, ``usage`` that is not an object of integer counts) -- and
+    that is neither a UTF-8 string nor null, ``usage`` that is not an object of counts up to
+    ``MAX_TOKEN_COUNT``) -- and
     never another exception: the client retries it, then reports an infrastructure failure, and
     a cache entry that fails here is a miss.
 
@@ -151,6 +165,18 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_text(value) -> bool:
+    """A str that can be written as UTF-8: JSON's ``\\ud800`` escapes decode to lone surrogates,
+    which the cache and Parquet cannot encode."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _parse_response(body, price: tuple[float, float]) -> ChatResult:
     if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"]:
         raise MalformedResponse("response has no 'choices'")
@@ -165,11 +191,11 @@ def _parse_response(body, price: tuple[float, float]) -> ChatResult:
         content = message.get("content")
         if content is None and not (isinstance(message.get("tool_calls"), list) and message["tool_calls"]):
             raise MalformedResponse(f"choice {index} has null content and no tool calls")
-        if content is not None and not isinstance(content, str):
-            raise MalformedResponse(f"a choice's content is a {type(content).__name__}, not a string")
+        if content is not None and not _is_text(content):
+            raise MalformedResponse(f"a choice's content is not a UTF-8 string: {type(content).__name__}")
         reason = choice.get("finish_reason")
-        if reason is not None and not isinstance(reason, str):
-            raise MalformedResponse(f"a choice's finish_reason is a {type(reason).__name__}, not a string")
+        if reason is not None and not _is_text(reason):
+            raise MalformedResponse(f"a choice's finish_reason is not a UTF-8 string: {type(reason).__name__}")
         indexed.append((index, content or "", reason or ""))
     if len({i for i, _, _ in indexed}) != len(indexed):
         raise MalformedResponse("two choices share an 'index'")
@@ -182,13 +208,14 @@ def _parse_response(body, price: tuple[float, float]) -> ChatResult:
     for name in ("prompt_tokens", "completion_tokens"):
         value = usage.get(name)
         value = 0 if value is None else value
-        if not _is_int(value) or value < 0:
-            raise MalformedResponse(f"usage.{name} is not a count: {value!r:.40}")
+        if not _is_int(value) or not 0 <= value <= MAX_TOKEN_COUNT:
+            shown = f"a {value.bit_length()}-bit number" if _is_int(value) else f"{value!r:.40}"
+            raise MalformedResponse(f"usage.{name} is not a count of at most {MAX_TOKEN_COUNT}: {shown}")
         tokens.append(value)
     p_tok, c_tok = tokens
     return ChatResult(texts=[t for _, t, _ in indexed], finish_reasons=[r for _, _, r in indexed],
                       prompt_tokens=p_tok, completion_tokens=c_tok, cost_usd=cost_usd(p_tok, c_tok, price),
-                      model=str(body.get("model") or ""))
+                      model=body["model"][:200] if _is_text(body.get("model")) else "")
 
 
 def retry_after_s(headers) -> float | None:
@@ -270,8 +297,12 @@ class LLMClient:
 
             c = self.config
             # As many kept-alive connections as requests in flight: none is reopened per request.
+            # Bodies come uncompressed and capped, and a redirect stays on the endpoint's origin
+            # (``_guard_response``).
             http = openai.DefaultAsyncHttpxClient(
-                limits=httpx2.Limits(max_connections=c.concurrency, max_keepalive_connections=c.concurrency))
+                limits=httpx2.Limits(max_connections=c.concurrency, max_keepalive_connections=c.concurrency),
+                headers={"Accept-Encoding": "identity"},
+                event_hooks={"response": [functools.partial(_guard_response, origin=_origin(httpx2.URL(c.endpoint)))]})
             self._openai = openai.AsyncOpenAI(
                 api_key=self._key, base_url=c.endpoint, max_retries=0, http_client=http,
                 timeout=openai.Timeout(c.timeout_s, connect=c.connect_timeout_s))
@@ -301,6 +332,8 @@ class LLMClient:
             raise TypeError(f"unknown sampling overrides {sorted(unknown)}; allowed: {SAMPLING_FIELDS}")
         self._bind_loop()
         cfg = replace(self.config, **sampling) if sampling else self.config
+        if sampling:
+            cfg.validate()        # e.g. a seed + attempt past the seed's range: refused before it is sent
         payload = build_request(messages, cfg)
         key = request_key(payload, cfg.endpoint)
         cache = self._cache if use_cache else None
@@ -401,6 +434,10 @@ class LLMClient:
                     return None, attempt + 1, f"http_{status}: {self._mask(e.response.text)[:300]}"
             except ValueError as e:      # MalformedResponse, or a body that does not decode
                 error = f"malformed_response: {self._mask(str(e))[:200]}"
+            except RecursionError:       # JSON nested past the parser's depth
+                error = "malformed_response: JSON nested too deeply"
+            except ResponseRefused as e:
+                return None, attempt + 1, self._mask(str(e))[:300]
             if attempt == cfg.max_retries:
                 break
             wait = min(wait, cfg.backoff_max_s) if wait is not None else backoff_s(attempt, cfg, self._rng)
@@ -408,6 +445,55 @@ class LLMClient:
                         attempt + 1, cfg.max_retries + 1, error, wait)
             await asyncio.sleep(wait)
         return None, cfg.max_retries + 1, f"{error} (after {cfg.max_retries + 1} attempts)"
+
+
+def _origin(url) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port or {"http": 80, "https": 443}.get(url.scheme)
+
+
+async def _guard_response(response, origin: tuple) -> None:
+    """An httpx response hook: refuse a redirect to another origin, a compressed body and one
+    over ``MAX_RESPONSE_BYTES`` (by its Content-Length, else while it is read). See
+    ``ResponseRefused``."""
+    if response.has_redirect_location:
+        target = response.url.join(response.headers["location"])
+        if _origin(target) != origin:
+            raise ResponseRefused(f"redirect_refused: http_{response.status_code} to another origin "
+                                  f"({target.scheme}://{target.host}) is not followed; set --base-url to the "
+                                  "server that answers")
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise ResponseRefused(f"response_refused: a {encoding[:20]!r}-encoded body although identity was asked for")
+    length = response.headers.get("content-length", "")
+    if length.strip().isdigit() and int(length) > MAX_RESPONSE_BYTES:
+        raise ResponseRefused(f"response_too_large: {int(length)} bytes (Content-Length) is over the client's "
+                              f"limit of {MAX_RESPONSE_BYTES}")
+    response.stream = _capped_stream()(response.stream)
+
+
+@functools.cache
+def _capped_stream():
+    """The class of a response stream that stops past ``MAX_RESPONSE_BYTES`` (httpx is imported
+    with the first request, not with this module)."""
+    import httpx2
+
+    class CappedStream(httpx2.AsyncByteStream):
+        def __init__(self, inner):
+            self.inner = inner
+
+        async def __aiter__(self):
+            seen = 0
+            async for chunk in self.inner:
+                seen += len(chunk)
+                if seen > MAX_RESPONSE_BYTES:
+                    raise ResponseRefused(f"response_too_large: over the client's limit of {MAX_RESPONSE_BYTES} "
+                                          "bytes")
+                yield chunk
+
+        async def aclose(self):
+            await self.inner.aclose()
+
+    return CappedStream
 
 
 async def _closed_with_loop(client):
@@ -436,7 +522,7 @@ def chat(messages: list[dict], config: LLMConfig | None = None, **overrides) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llm.client", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="python -m llm.client", description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompt", required=True, help="user message")
     ap.add_argument("--system", help="optional system message")
     LLMConfig.add_args(ap)

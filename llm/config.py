@@ -6,13 +6,15 @@ override the file; ``--no-cache``/``--cache``)."""
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data.config import Configurable
+from data.config import Configurable, check_ranges
 from llm.cost import DEFAULT_PRICES, price_for
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+MAX_SEED = 2**32 - 1
 
 
 @dataclass
@@ -36,25 +38,28 @@ class LLMConfig(Configurable):
     api_key_env: str = field(default="OPENAI_API_KEY", metadata={
         "help": "NAME of the environment variable holding the API key (the key itself is never "
                 "taken on the command line or written anywhere)"})
-    temperature: float = field(default=0.0, metadata={"help": "sampling temperature; 0 is greedy"})
-    top_p: float | None = field(default=None, metadata={"help": "nucleus sampling mass (unset: server default)"})
-    seed: int | None = field(default=0, metadata={"help": "sampling seed sent with every request"})
-    max_tokens: int = field(default=256, metadata={"help": "maximum completion tokens per choice"})
-    n: int = field(default=1, metadata={"help": "number of choices per request"})
-    timeout_s: float = field(default=120.0, metadata={"help": "seconds to wait for a response (read timeout)"})
-    connect_timeout_s: float = field(default=10.0, metadata={"help": "seconds to wait for a connection"})
-    max_retries: int = field(default=6, metadata={
+    temperature: float = field(default=0.0, metadata={"min": 0, "help": "sampling temperature; 0 is greedy"})
+    top_p: float | None = field(default=None, metadata={"gt": 0, "max": 1,
+                                                        "help": "nucleus sampling mass (unset: server default)"})
+    # A uint32: what every server takes (llama.cpp's seed is 32 bits; OpenAI's and vLLM's are wider).
+    seed: int | None = field(default=0, metadata={"min": 0, "max": MAX_SEED,
+                                                  "help": "sampling seed sent with every request"})
+    max_tokens: int = field(default=256, metadata={"min": 1, "help": "maximum completion tokens per choice"})
+    n: int = field(default=1, metadata={"min": 1, "max": 128, "help": "number of choices per request"})
+    timeout_s: float = field(default=120.0, metadata={"gt": 0, "help": "seconds to wait for a response (read timeout)"})
+    connect_timeout_s: float = field(default=10.0, metadata={"gt": 0, "help": "seconds to wait for a connection"})
+    max_retries: int = field(default=6, metadata={"min": 0, "max": 100,
         "help": "retries after the first attempt on 408/409/429, 5xx, connection errors, timeouts "
                 "and malformed responses"})
-    backoff_s: float = field(default=1.0, metadata={"help": "first retry delay; doubles per retry, with jitter"})
-    backoff_max_s: float = field(default=60.0, metadata={
+    backoff_s: float = field(default=1.0, metadata={"min": 0, "help": "first retry delay; doubles per retry, with jitter"})
+    backoff_max_s: float = field(default=60.0, metadata={"min": 0,
         "help": "longest retry delay, also the cap on a server's Retry-After"})
-    concurrency: int = field(default=16, metadata={"help": "requests in flight at once"})
+    concurrency: int = field(default=16, metadata={"min": 1, "max": 4096, "help": "requests in flight at once"})
     cache_dir: str = field(default=".cache/llm", metadata={"help": "response cache folder"})
     no_cache: bool = field(default=False, metadata={"help": "bypass the response cache (neither read nor write)"})
-    price_in: float | None = field(default=None, metadata={
+    price_in: float | None = field(default=None, metadata={"min": 0,
         "help": "USD per 1M prompt tokens (default: the price table, 0 for unknown and local models)"})
-    price_out: float | None = field(default=None, metadata={"help": "USD per 1M completion tokens"})
+    price_out: float | None = field(default=None, metadata={"min": 0, "help": "USD per 1M completion tokens"})
     prices: dict = field(default_factory=dict, metadata={
         "help": "YAML only: extra price-table rows {model: [usd_in_per_1M, usd_out_per_1M]}"})
 
@@ -94,10 +99,12 @@ class LLMConfig(Configurable):
     def validate(self) -> "LLMConfig":
         if self.backend not in (None, "openai", "local"):
             raise ValueError(f"backend must be 'openai' or 'local', not {self.backend!r}")
-        if self.n < 1 or self.max_tokens < 1 or self.concurrency < 1 or self.max_retries < 0:
-            raise ValueError("n, max_tokens and concurrency must be >= 1, max_retries >= 0")
-        if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
+        check_ranges(self, "LLM config")    # every field's range (the flags check them when parsed)
+        for model, row in self.prices.items():
+            if not (isinstance(row, (list, tuple)) and len(row) == 2 and
+                    all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in row)):
+                raise ValueError(f"LLM config: prices[{model!r}] must be [usd_in_per_1M, usd_out_per_1M], "
+                                 f"two finite numbers >= 0, not {row!r:.60}")
         return self
 
     # -- loading (data.config): defaults, then the YAML file, then the flags given -----------

@@ -15,9 +15,18 @@ finite (NaN, Infinity), ``max_tokens`` above ``--max-tokens-cap``, a prompt that
 the model's context with its ``max_tokens`` (vLLM's check and message), or bytes that are not
 HTTP (a TLS handshake); 413 for a body over ``--max-body-bytes`` (refused from its
 ``Content-Length``, before a byte of it is read); 411 for a chunked body; 405 for a wrong
-method; 404 for an unknown path. Only faults are 5xx: 429 (with ``Retry-After``) when
-``--max-queue`` requests already wait, 503 when a generation runs past ``--time-limit-s``,
-500 for a fault while answering a valid request.
+method; 404 for an unknown path; 408 for a request whose line, headers and body are not all in
+within ``--request-time-limit-s``. Only faults are 5xx: 429 (with ``Retry-After``) when
+``--max-queue`` requests already wait, 503 when a generation runs past ``--time-limit-s`` or
+``--max-connections`` connections are already open (answered at accept, nothing read), 500
+for a fault while answering a valid request.
+
+**Admission before reading.** A request is admitted (or refused with 429) from its headers,
+before its body is read, and the body is read in chunks as it arrives, never allocated from its
+``Content-Length``; the time limit counts from the request's first byte to its body's last, not
+per read. So a trickle of half-sent bodies holds at most ``--max-connections`` threads, at most
+``--max-active`` + ``--max-queue`` bodies, the bytes actually sent, and each for at most the
+time limit.
 
 The model runs one decoding step at a time for up to ``--max-active`` generations, which take
 turns step by step (so a short request is not stuck behind a long one); further requests wait
@@ -27,10 +36,11 @@ stops within a step when its client disconnects. For throughput use vLLM or SGLa
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import inspect
 import json
 import logging
+import math
 import select
 import socket
 import sys
@@ -39,6 +49,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from data.config import make_parser
 from llm.local import Cancelled, check_request
 
 log = logging.getLogger(__name__)
@@ -55,7 +66,14 @@ DEFAULT_MAX_ACTIVE = 4
 DEFAULT_MAX_QUEUE = 32
 RETRY_AFTER_S = 5
 IDLE_TIMEOUT_S = 60                  # a connection that sends nothing for this long is closed
+DEFAULT_MAX_CONNECTIONS = 128        # open connections (one thread each); more get 503 at accept
+DEFAULT_REQUEST_TIME_LIMIT_S = 30.0  # first byte to last body byte: a 4 MiB body at ~1 Mbit/s
+BODY_CHUNK = 64 * 1024
 DRAIN_BYTES, DRAIN_S = 64 * 1024 * 1024, 5.0   # unread input discarded before closing
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its request was complete."""
 
 
 class RequestError(ValueError):
@@ -105,7 +123,9 @@ class ChatServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], complete: Callable[..., dict], model_id: str,
                  handler: type[BaseHTTPRequestHandler] | None = None, *, check: Callable[[dict], None] | None = None,
                  max_tokens_cap: int | None = None, max_inflight: int | None = None,
-                 time_limit_s: float | None = None, max_body_bytes: int = MAX_BODY_BYTES):
+                 time_limit_s: float | None = None, max_body_bytes: int = MAX_BODY_BYTES,
+                 max_connections: int | None = DEFAULT_MAX_CONNECTIONS,
+                 request_time_limit_s: float | None = DEFAULT_REQUEST_TIME_LIMIT_S):
         super().__init__(address, handler or OpenAIHandler)
         self.complete = complete
         self.model_id = model_id
@@ -121,6 +141,12 @@ class ChatServer(ThreadingHTTPServer):
         self.inflight = 0
         self.cancelled = {"disconnected": 0, "time_limit": 0}
         self._inflight_lock = threading.Lock()
+        self.max_connections = max_connections
+        self.request_time_limit_s = request_time_limit_s
+        self.open_connections = 0                 # open now (each holds a handler thread)
+        self.refused_connections = 0         # answered 503 at accept
+        self.expired_reads = 0               # requests cut off by the time limit
+        self._reading: dict = {}             # handler -> deadline of the request it is reading
 
     @property
     def base_url(self) -> str:
@@ -138,6 +164,64 @@ class ChatServer(ThreadingHTTPServer):
         with self._inflight_lock:
             self.inflight -= 1
 
+    # -- connections: a cap at accept, a deadline per request read --------------------------
+    def process_request(self, request, client_address) -> None:
+        with self._inflight_lock:
+            full = self.max_connections is not None and self.open_connections >= self.max_connections
+            if not full:
+                self.open_connections += 1
+        if full:                 # on the accepting thread: a few hundred bytes into an empty buffer
+            self.refused_connections += 1
+            body = json.dumps({"error": {"message": f"{self.max_connections} connections are open; retry later",
+                                         "type": "server_error", "code": 503}}).encode()
+            try:
+                request.settimeout(1.0)
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"Content-Length: %d\r\nRetry-After: %d\r\nConnection: close\r\n\r\n%s"
+                                % (len(body), RETRY_AFTER_S, body))
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._closed()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._closed()
+
+    def _closed(self) -> None:
+        with self._inflight_lock:
+            self.open_connections -= 1
+
+    def reading(self, handler, done: bool = False) -> None:
+        """``handler`` starts (or, ``done``, stops) reading a request: past the time limit its
+        socket's read side is shut, which ends a blocked read at once (``service_actions``)."""
+        with self._inflight_lock:
+            if done:
+                self._reading.pop(handler, None)
+            elif self.request_time_limit_s is not None:
+                self._reading[handler] = time.monotonic() + self.request_time_limit_s
+
+    def service_actions(self) -> None:
+        """Called by ``serve_forever`` between polls: cut off the requests still being read past
+        their deadline (their handler answers 408)."""
+        now = time.monotonic()
+        with self._inflight_lock:     # under the lock: a handler that is done reading is never cut
+            for h in [h for h, deadline in self._reading.items() if deadline < now]:
+                del self._reading[h]
+                self.expired_reads += 1
+                h.read_expired = True
+                try:
+                    h.connection.shutdown(socket.SHUT_RD)
+                except OSError:
+                    pass
+
 
 class OpenAIHandler(BaseHTTPRequestHandler):
     """Routes the OpenAI paths to the server's ``complete``; errors in OpenAI's error shape."""
@@ -149,6 +233,7 @@ class OpenAIHandler(BaseHTTPRequestHandler):
     timeout = IDLE_TIMEOUT_S          # a silent or half-sent request does not hold a thread forever
     server: ChatServer
     _linger = 0                       # bytes of unread input to discard before closing
+    read_expired = False              # the server cut this request off (request time limit)
 
     def log_message(self, fmt, *args) -> None:   # access lines go to logging, not stderr
         log.debug("%s %s", self.address_string(), fmt % args)
@@ -174,6 +259,8 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         the connection closed (its input may be unread: drained first, see ``finish``)."""
         self.close_connection = True
         self._linger = max(self._linger, 1)
+        if self.read_expired:           # the request line or headers came too slowly
+            code, message = 408, self._expired_message()
         if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
             self.request_version = "HTTP/1.0"     # answer with a status line and headers
         message = (message or self.responses.get(code, ("error",))[0])[:300]
@@ -182,11 +269,11 @@ class OpenAIHandler(BaseHTTPRequestHandler):
         self.send_error_json(code, message, kind, {"Connection": "close"})
 
     def _refuse_and_close(self, status: int, message: str, kind: str = "invalid_request_error",
-                          linger: int = 1) -> None:
+                          linger: int = 1, headers: dict | None = None) -> None:
         """Answer an error and close the connection, its unread input drained (``finish``)."""
         self.close_connection = True
         self._linger = max(self._linger, linger)
-        self.send_error_json(status, message, kind, {"Connection": "close"})
+        self.send_error_json(status, message, kind, {"Connection": "close", **(headers or {})})
 
     # -- connection handling ----------------------------------------------------------------
 
@@ -203,13 +290,23 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             hint = " (a TLS handshake? this server speaks plain HTTP)" if first in b"\x16\x80" else ""
             self.send_error(400, f"not an HTTP request{hint}")
             return
-        super().handle_one_request()
+        if first:
+            self.server.reading(self)     # the time limit runs from the request's first byte
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.reading(self, done=True)
+        if self.read_expired:
+            self.close_connection = True
 
     def parse_request(self) -> bool:
         if not super().parse_request():
             return False
         if self.request_version == "HTTP/0.9":
             self.send_error(400, "HTTP/0.9 requests are not supported")
+            return False
+        if self.read_expired:           # the headers were cut off: what arrived is not a request
+            self.send_error(408)
             return False
         return True
 
@@ -221,7 +318,12 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             return False
         return super().handle_expect_100()
 
+    def _expired_message(self) -> str:
+        return (f"the request was not received within this server's limit of {self.server.request_time_limit_s:g} s "
+                "(--request-time-limit-s)")
+
     def finish(self) -> None:
+        self.server.reading(self, done=True)
         try:
             if not self.wfile.closed:
                 self.wfile.flush()
@@ -265,6 +367,30 @@ class OpenAIHandler(BaseHTTPRequestHandler):
                          f"{self.server.max_body_bytes} bytes (--max-body-bytes)")
         return None
 
+    def _read_body(self, length: int) -> bytes:
+        """``length`` bytes of body, read in chunks as they arrive (``rfile.read(length)`` would
+        allocate all of them up front, for a client that may send one). ``RequestError`` 408 when
+        the time limit cut the request off, 400 when the client stopped short."""
+        buf, idle = bytearray(), False
+        try:
+            while len(buf) < length:
+                chunk = self.rfile.read1(min(BODY_CHUNK, length - len(buf)))
+                if not chunk:
+                    break
+                buf += chunk
+        except TimeoutError:
+            idle = True
+        except OSError:
+            pass
+        if len(buf) < length:
+            self.close_connection = True
+            if self.read_expired:
+                raise RequestError(408, self._expired_message())
+            if idle:
+                raise RequestError(408, f"no byte of the request body came for {self.timeout} s")
+            raise ClientGone(f"the client closed after {len(buf)} of its {length} body bytes")
+        return bytes(buf)
+
     def read_json(self) -> dict:
         """The request body as a JSON object. ``RequestError`` (a ``ValueError``) for a body
         refused from its headers -- the connection is then closed unread -- and ``ValueError``
@@ -275,8 +401,10 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             self._linger = 1
             raise RequestError(*problem)
         length = int(self.headers.get("Content-Length") or "0")
+        data = self._read_body(length)
+        self.server.reading(self, done=True)
         try:
-            body = json.loads(self.rfile.read(length) or b"null", parse_constant=_refuse_constant)
+            body = json.loads(data or b"null", parse_constant=_refuse_constant)
         except RecursionError:
             raise ValueError("request body is nested too deeply") from None
         if not isinstance(body, dict):
@@ -307,20 +435,29 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             self._refuse_and_close(404, f"no route {path}", "not_found_error")
             return
         srv = self.server
-        try:
-            request = self.read_json()
-            check_request(request, srv.max_tokens_cap)
-        except RequestError as e:          # refused from its headers, unread
-            self._refuse_and_close(e.status, str(e))
+        problem = self._body_problem()
+        if problem:                        # refused from its headers, unread
+            self._refuse_and_close(*problem)
             return
-        except ValueError as e:            # a bad request, JSON decoding errors included
-            self.send_error_json(400, str(e))
-            return
-        if not srv.admit():
-            self.send_error_json(429, f"{srv.max_inflight} requests are in progress or waiting; retry later",
-                                 "rate_limit_error", {"Retry-After": str(RETRY_AFTER_S)})
+        if not srv.admit():                # before the body is read: a refused body is never held
+            self._refuse_and_close(429, f"{srv.max_inflight} requests are in progress or waiting; retry later",
+                                   "rate_limit_error", headers={"Retry-After": str(RETRY_AFTER_S)})
             return
         try:
+            try:
+                request = self.read_json()
+                check_request(request, srv.max_tokens_cap)
+            except RequestError as e:      # cut off: the connection is closed
+                with contextlib.suppress(OSError):
+                    self._refuse_and_close(e.status, str(e))
+                return
+            except ClientGone as e:        # nobody to answer
+                log.info("%s: %s", self.address_string(), e)
+                self.close_connection = True
+                return
+            except ValueError as e:        # a bad request, JSON decoding errors included
+                self.send_error_json(400, str(e))
+                return
             if srv.check is not None:
                 srv.check(request)
             if srv.complete_takes_stop:
@@ -384,16 +521,19 @@ def fixed_answer(text: str) -> Callable[[dict], dict]:
 
 def model_server(model, host: str = "127.0.0.1", port: int = 0, *, max_tokens_cap: int = DEFAULT_MAX_TOKENS_CAP,
                  max_active: int = DEFAULT_MAX_ACTIVE, max_queue: int = DEFAULT_MAX_QUEUE,
-                 time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, max_body_bytes: int = MAX_BODY_BYTES) -> ChatServer:
+                 time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, max_body_bytes: int = MAX_BODY_BYTES,
+                 max_connections: int | None = DEFAULT_MAX_CONNECTIONS,
+                 request_time_limit_s: float | None = DEFAULT_REQUEST_TIME_LIMIT_S) -> ChatServer:
     """A ``ChatServer`` for a ``llm.local.LocalModel`` with the limits of ``python -m llm.serve``
     (not started: ``serve_forever()`` it)."""
     model.max_active = max_active
     return ChatServer((host, port), model.complete, model.name, check=model.check, max_tokens_cap=max_tokens_cap,
-                      max_inflight=max_active + max_queue, time_limit_s=time_limit_s, max_body_bytes=max_body_bytes)
+                      max_inflight=max_active + max_queue, time_limit_s=time_limit_s, max_body_bytes=max_body_bytes,
+                      max_connections=max_connections, request_time_limit_s=request_time_limit_s)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llm.serve", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="python -m llm.serve", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", help="transformers model folder (default: the default embedded model)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8011)
@@ -409,11 +549,19 @@ def main(argv: list[str] | None = None) -> int:
                          "(default %(default)s; 0: no limit)")
     ap.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
                     help="larger request bodies get 413 before they are read (default %(default)s)")
+    ap.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                    help="open connections (a thread each); more are answered 503 at accept (default %(default)s)")
+    ap.add_argument("--request-time-limit-s", type=float, default=DEFAULT_REQUEST_TIME_LIMIT_S,
+                    help="a request's line, headers and body must all arrive within this many seconds of its "
+                         "first byte, else 408 (default %(default)s)")
     ap.add_argument("--threads", type=int, default=DEFAULT_THREADS,
                     help="torch CPU threads (default %(default)s: on 2 shared cores one thread decodes fastest)")
     args = ap.parse_args(argv)
-    if min(args.max_tokens_cap, args.max_active, args.max_body_bytes) < 1 or args.max_queue < 0:
-        ap.error("--max-tokens-cap, --max-active and --max-body-bytes must be >= 1, --max-queue >= 0")
+    if min(args.max_tokens_cap, args.max_active, args.max_body_bytes, args.max_connections) < 1 or args.max_queue < 0:
+        ap.error("--max-tokens-cap, --max-active, --max-body-bytes and --max-connections must be >= 1, --max-queue >= 0")
+    if not (math.isfinite(args.request_time_limit_s) and args.request_time_limit_s > 0 and
+            math.isfinite(args.time_limit_s) and args.time_limit_s >= 0):
+        ap.error("--request-time-limit-s must be a finite number > 0, --time-limit-s finite and >= 0")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     import torch
 
@@ -423,7 +571,8 @@ def main(argv: list[str] | None = None) -> int:
     model = load_local_model(args.model)   # load before listening: the first request is not slow
     server = model_server(model, args.host, args.port, max_tokens_cap=args.max_tokens_cap,
                           max_active=args.max_active, max_queue=args.max_queue,
-                          time_limit_s=args.time_limit_s or None, max_body_bytes=args.max_body_bytes)
+                          time_limit_s=args.time_limit_s or None, max_body_bytes=args.max_body_bytes,
+                          max_connections=args.max_connections, request_time_limit_s=args.request_time_limit_s)
     print(f"serving {model.name} at {server.base_url} (max_tokens <= {args.max_tokens_cap}, context "
           f"{model.context} tokens, {args.max_active} active + {args.max_queue} waiting, time limit "
           f"{args.time_limit_s:g} s)", flush=True)
