@@ -39,7 +39,8 @@ response marker, an output tag or a section header is escaped (``[The End of Res
 ``<<<BEGIN NAME>>>`` / ``<<<END NAME>>>`` fences and tells the model in the system prompt that
 fenced text is data. Lookalikes are folded first, so they are escaped like the markers they
 imitate: full-width forms (``［The End of Response 1］``, ``＜Answer＞``, ``＃＃＃＃``) become
-ASCII and invisible characters (zero-width spaces and joiners, soft hyphens, BOMs) are removed.
+ASCII and invisible characters (zero-width spaces and joiners, soft hyphens, BOMs, bidi
+controls, variation selectors, Unicode tag characters) are removed.
 Every regular expression over untrusted text runs in linear time (no ``\\s*`` that can rescan a
 run of blank lines), and the intent, the URLs and each past action are capped in characters
 (``MAX_INTENT_CHARS``, ``MAX_URL_CHARS``, ``MAX_ACTION_CHARS``) like the AXTree.
@@ -140,15 +141,19 @@ _ALIASES = {"observation": "axtree", "action1": "response_1", "action2": "respon
 # Linear: each ``\s*`` either follows a literal or is followed by one that whitespace cannot be,
 # and a line's leading blanks never span a newline (``[^\S\n]``), so no run of blank lines is
 # scanned once per line.
-_MARKER = re.compile(r"\[(?=\s*the\s+(?:begin|end)\s+of\s+response)", re.I)
+_MARKER = re.compile(r"\[(?=\s*the\s*(?:begin|end)\s*of\s*response)", re.I)    # also "[TheEnd of..."
 _TAG = re.compile(r"<(?=\s*(?:/\s*)?(?:answer|think|criteria|analysis)\s*>)", re.I)
 _HEADER = re.compile(r"^([^\S\n]*)#(?=##)", re.M)
 _FENCE = re.compile(r"<<<|>>>")
 # Lookalikes of the markers' characters: full-width ASCII (U+FF01-FF5E), the ideographic space and
-# the small forms of < > # [ ] become ASCII; invisible characters are removed.
-_INVISIBLE = "\u00ad\u034f\u115f\u1160\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\u3164\ufeff\uffa0"
+# the small forms of < > # [ ] become ASCII. Invisible characters are removed: zero-width spaces
+# and joiners, soft hyphens, BOMs, fillers, bidi controls, variation selectors, and the Unicode
+# tag characters (U+E0000-E007F), which can spell hidden ASCII that a model still reads.
+_INVISIBLE = [0x00AD, 0x034F, 0x115F, 0x1160, 0x180E, 0x3164, 0xFEFF, 0xFFA0, *range(0x180B, 0x180E),
+              *range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2070), *range(0xFE00, 0xFE10),
+              *range(0xE0000, 0xE0080), *range(0xE0100, 0xE01F0)]
 _FOLD = {**{cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}, 0x3000: " ", 0xFE5F: "#", 0xFE64: "<",
-         0xFE65: ">", 0xFE5D: "[", 0xFE5E: "]", **{ord(c): None for c in _INVISIBLE}}
+         0xFE65: ">", 0xFE5D: "[", 0xFE5E: "]", **dict.fromkeys(_INVISIBLE)}
 
 
 def fold_lookalikes(text: str) -> str:
