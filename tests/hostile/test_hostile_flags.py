@@ -128,3 +128,15 @@ def test_an_immutable_output_fails_the_writability_pre_check(tmp_path):
         RunDir(tmp_path).check_inputs("teacher.verify")          # another stage's outputs are free
     finally:
         subprocess.run(["chattr", "-i", str(target)], check=True)
+
+
+@pytest.mark.parametrize("module, flags, says", [
+    ("data.export", ["--run", "x", "--test-fraction", "2"], "--test-fraction: must be <= 1"),
+    ("data.export", ["--run", "x", "--prompt-budget", "0"], "--prompt-budget: must be >= 1"),
+    ("prm.evaluate", ["--batch-size", "0"], "--batch-size: must be >= 1"),
+    ("prm.evaluate", ["--limit-states", "-3"], "--limit-states: must be >= 1"),
+])
+def test_other_stages_get_the_same_checks(capsys, module, flags, says):
+    import importlib
+
+    assert says in refused(importlib.import_module(module).main, flags, capsys)
