@@ -94,7 +94,8 @@ def collect(run_dir: str | Path) -> dict:
     ctok = sum(r["completion_tokens"] for r in decided)
     usd = sum(r["cost_usd"] for r in decided)
     at = Counter(r["attempts"] for r in kept)
-    k = max([verify.get("config", {}).get("k", 1), *at, *(r["attempts"] for r in disc)])
+    k_set = verify.get("config", {}).get("k", 1)
+    k = max([min(k_set, verify.get("config", {}).get("effective_k", k_set)), *at, *(r["attempts"] for r in disc)])
     audit_c, audit_p = read_audit(run.root, "candidates"), read_audit(run.root, "preferences")
     return {
         "run": run.root.resolve().name,

@@ -206,3 +206,41 @@ def test_all_six_rules_fire_on_the_shared_traces(agentlab_run, scripted_llm):
     audit = stats.extra["audit"]
     assert all(audit["by_rule"][r]["pairs"] > 0 for r in RULES)
     assert audit["hallucinated_targets"] == 0 and audit["other"] == 0
+
+
+def test_grounding_comes_before_the_cap(mined, bundled_run, scripted_llm, tmp_path):
+    """Without a cap (--max-per-rule 0) every grounded candidate is kept; with the default cap of
+    3, counted after grounding, a rule still fires at every step where it has a grounded
+    candidate, and keeps min(3, what it has) there. Per rule, in = out + rejected."""
+    import shutil
+
+    stats, _, rows, _, _ = mined
+    assert stats.extra["config"]["max_per_rule"] == 3
+    run = tmp_path / "run"
+    shutil.copytree(bundled_run, run)
+    uncapped = mine(run, MineConfig(budget=200, seed=42, max_per_rule=0), scripted_llm, workers=1)
+    assert uncapped.extra["config"]["max_per_rule"] == 0
+    everything = pq.read_table(run / "candidates.parquet").to_pylist()
+    capped = Counter((c["traj_id"], c["step_idx"], c["rule"]) for c in rows)
+    grounded = Counter((c["traj_id"], c["step_idx"], c["rule"]) for c in everything)
+    assert len(everything) > len(rows) and max(grounded.values()) > 3 >= max(capped.values())
+    # A later rule may find more with the cap (an earlier rule took fewer), never fewer than it can keep.
+    assert all(capped[k] >= min(3, n) for k, n in grounded.items()), \
+        [(k, capped[k], n) for k, n in grounded.items() if capped[k] < min(3, n)]
+    for s in (stats, uncapped):
+        for rule, r in s.extra["rules"].items():
+            assert r["in"] == r["out"] + sum(r["rejected"].values()), rule
+        assert sum(r["out"] for r in s.extra["rules"].values()) == s.n_out
+        assert sum(r["in"] for r in s.extra["rules"].values()) == s.n_in
+    # The cap counts grounded candidates: replays whose element is gone do not use it up.
+    assert stats.extra["rules"]["repeat_past"]["rejected"].get("absent_target", 0) > 0
+
+
+def test_max_per_rule_is_checked_when_parsed(capsys):
+    from proposals.mine import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--run", "nowhere", "--max-per-rule", "-1"])
+    assert done.value.code == 2 and "--max-per-rule" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="max_per_rule"):
+        MineConfig(max_per_rule=-2)
