@@ -52,8 +52,8 @@ names ``observation, action1, action2, thought1, thought2`` work too, the though
 Action-Only). An unknown ``{name}`` is an error (a typo would otherwise pass silently); write
 ``{{name}}`` for a literal ``{name}``. Braces around anything but a single word stay as they are.
 
-Long AXTrees are budgeted in characters (``budget_axtree``): the root line, both targets and
-their ancestor chains are always kept; the other lines are added in order of ``min(line index,
+Long AXTrees are budgeted in characters (``budget_axtree``, linear in the tree): the root line,
+both targets (a bid on several lines: its first line) and their ancestor chains are always kept; the other lines are added in order of ``min(line index,
 2 * distance to the nearest target line)`` until the budget is spent, and each run of cut lines
 becomes one ``... (N lines cut)`` marker.
 """
@@ -312,6 +312,22 @@ def _target_bids(actions: list[str]) -> set[str]:
     return bids
 
 
+def _distance_to(targets: set[int], n: int) -> list[int]:
+    """Each line's distance to the nearest line in ``targets`` (``n`` when there is none): two
+    passes, not a scan of every target per line."""
+    near, last = [n] * n, None
+    for i in range(n):
+        last = i if i in targets else last
+        if last is not None:
+            near[i] = i - last
+    last = None
+    for i in range(n - 1, -1, -1):
+        last = i if i in targets else last
+        if last is not None:
+            near[i] = min(near[i], last - i)
+    return near
+
+
 def budget_axtree(axtree: str, targets: set[str], budget: int) -> tuple[str, dict]:
     """The AXTree cut to about ``budget`` characters around ``targets`` (see module doc)."""
     lines = axtree.split("\n")
@@ -329,22 +345,32 @@ def budget_axtree(axtree: str, targets: set[str], budget: int) -> tuple[str, dic
     if sum(len(s) + 1 for s in shown) <= budget:
         keep = set(range(len(lines)))
     else:
-        required = {0} | set(target_idx)
-        for i in target_idx:                      # the target's ancestor chain, by indentation
-            depth = len(_BID_LINE.match(lines[i]).group(1))
-            for j in range(i - 1, -1, -1):
-                d = len(lines[j]) - len(lines[j].lstrip("\t"))
-                if d < depth:
-                    required.add(j)
-                    depth = d
-                    if d == 0:
+        first: dict[str, int] = {}
+        for i in target_idx:
+            first.setdefault(_BID_LINE.match(lines[i]).group(2), i)
+        targets = set(first.values())   # a bid on many lines (a broken or hostile tree): its first line
+        required = {0} | targets
+        # Each target's ancestor chain by indentation (the nearest earlier line indented less, and
+        # so on), in one pass: ``open_`` holds the chain of the current line, indents increasing.
+        # A chain is marked from the line up and stops at a line already marked, whose own chain
+        # was marked before: linear however many lines share a target's bid.
+        open_: list[tuple[int, int]] = []
+        for i, line in enumerate(lines):
+            d = len(line) - len(line.lstrip("\t"))
+            while open_ and open_[-1][0] >= d:
+                open_.pop()
+            if i in targets:
+                for _, j in reversed(open_):
+                    if j in required:     # line 0, an earlier target, or a chain already marked
                         break
+                    required.add(j)
+            open_.append((d, i))
         keep = set(required)
         used = sum(len(shown[i]) + 1 for i in keep)
+        near = _distance_to(targets, len(lines))
 
         def rank(i: int) -> tuple[int, int]:
-            dist = min((abs(i - t) for t in target_idx), default=len(lines))
-            return (min(i, 2 * dist), i)
+            return (min(i, 2 * near[i]), i)
 
         for i in sorted(set(range(len(lines))) - keep, key=rank):
             cost = len(shown[i]) + 1

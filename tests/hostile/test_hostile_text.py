@@ -125,3 +125,14 @@ def test_lookalike_markers_reach_the_teacher_escaped(forged):
     assert "\n#### Assistant Responses" not in intent
     parts = parse_prompt(messages)
     assert (parts.response_1, parts.response_2) == ("click('12')", "click('13')")
+
+
+def test_budgeting_an_axtree_whose_lines_all_carry_the_target_bid_is_linear():
+    # every line a target: the old ancestor walk and nearest-target scan were per target line
+    axtree = "RootWebArea 'x'\n" + "\n".join("\t" * (i % 3 + 1) + "[12] button 'x'" for i in range(50_000))
+    with alarm():
+        messages, stats = render_pair(State(intent="Buy", axtree=axtree, url="https://shop.example.com/"),
+                                      "click('12')", "click('13')")
+    assert stats["truncated"] and stats["targets_found"] == ["12"]        # and the budget still holds
+    axtree_shown = messages[1]["content"].split("#### AXTREE ####")[1].split("#### Trajectory ####")[0]
+    assert axtree_shown.count("\n") < 2_000 and "RootWebArea 'x'" in axtree_shown
