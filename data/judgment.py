@@ -53,9 +53,10 @@ Action-Only). An unknown ``{name}`` is an error (a typo would otherwise pass sil
 ``{{name}}`` for a literal ``{name}``. Braces around anything but a single word stay as they are.
 
 Long AXTrees are budgeted in characters (``budget_axtree``, linear in the tree): the root line,
-both targets (a bid on several lines: its first line) and their ancestor chains are always kept; the other lines are added in order of ``min(line index,
-2 * distance to the nearest target line)`` until the budget is spent, and each run of cut lines
-becomes one ``... (N lines cut)`` marker.
+both targets (a bid on several lines: its first line) and their ancestor chains are always kept;
+the other lines are added in order of ``min(line index, 2 * distance to the nearest target
+line)`` until the budget is spent, and each run of cut lines becomes one ``... (N lines cut)``
+marker.
 """
 
 from __future__ import annotations
