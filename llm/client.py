@@ -39,6 +39,7 @@ import email.utils
 import functools
 import json
 import logging
+import math
 import os
 import random
 import sys
@@ -219,23 +220,30 @@ def _parse_response(body, price: tuple[float, float]) -> ChatResult:
 
 
 def retry_after_s(headers) -> float | None:
-    """Seconds a server asked us to wait (``retry-after-ms``, ``Retry-After`` seconds or date)."""
+    """Seconds a server asked us to wait (``retry-after-ms``, ``Retry-After`` seconds or date);
+    None for a value that is no wait (``nan`` would sleep forever), so the backoff applies."""
     if headers.get("retry-after-ms"):
         try:
-            return max(float(headers["retry-after-ms"]) / 1000, 0.0)
+            return _wait(float(headers["retry-after-ms"]) / 1000)
         except ValueError:
             pass
     value = headers.get("retry-after")
     if not value:
         return None
     try:
-        return max(float(value), 0.0)
+        return _wait(float(value))
     except ValueError:
         pass
     try:
         return max(email.utils.parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
     except (TypeError, ValueError):
         return None
+
+
+def _wait(seconds: float) -> float:
+    if math.isnan(seconds):
+        raise ValueError("not a number of seconds")
+    return max(seconds, 0.0)     # inf stays inf: the caller caps it at backoff_max_s
 
 
 def backoff_s(retry: int, config: LLMConfig, rng: random.Random) -> float:

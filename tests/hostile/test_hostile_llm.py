@@ -11,11 +11,13 @@ import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 
 from fake_openai import echo_completion
 from llm.cache import ResponseCache, request_key
-from llm.client import MAX_RESPONSE_BYTES, LLMClient, LLMConfig, MalformedResponse, build_request, parse_response
+from llm.client import (MAX_RESPONSE_BYTES, LLMClient, LLMConfig, MalformedResponse, build_request, parse_response,
+                        retry_after_s)
 
 MSG = [{"role": "user", "content": "click('12')?"}]
 
@@ -205,3 +207,11 @@ def test_a_307_on_the_same_origin_is_followed(scripted, tmp_path):
         return json_answer(ok_body())
     srv = scripted(answer)
     assert client_for(srv.base_url, tmp_path).chat(MSG).ok and srv.posts == 2
+
+
+
+@pytest.mark.parametrize("headers", [{"Retry-After": "nan"}, {"retry-after-ms": "NaN"}])
+def test_a_retry_after_of_nan_is_no_wait(headers):
+    # asyncio.sleep(nan) puts a NaN deadline in the loop's timer heap, whose order it corrupts
+    assert retry_after_s(httpx.Headers(headers)) is None
+    assert retry_after_s(httpx.Headers({"Retry-After": "inf"})) == float("inf")    # capped by the caller
