@@ -35,7 +35,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from data.actions import VALUE_OPS, Action
-from data.config import Configurable
+from data.config import Configurable, check_ranges
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from graph.identity import NodeKind
 from graph.passes import Observation, ObservationRejected, Observations, demonstrated_steps, next_urls, observe
@@ -52,17 +52,6 @@ STAGE = "proposals.mine"
 INGEST = "python -m data.ingest"
 COLUMNS = ["source", "site", "task_id", "traj_id", "step_idx", "intent", "url", "observation", "obs_format",
            "action", "action_error", "success", "source_path", "meta"]
-
-
-def non_negative_int(text: str) -> int:
-    """``--max-per-rule N``: an integer >= 0."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, not {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (0 = no cap), not {n}")
-    return n
 
 
 def parse_axes(text: str) -> tuple[str, ...]:
@@ -88,13 +77,12 @@ class MineConfig(Configurable):
     no_graph: bool = field(default=False, metadata={
         "help": "mine from the local observation and trajectory only (the No-Graph ablation)"})
     max_per_rule: int = field(default=3, metadata={
-        "help": "grounded negatives kept per rule and step, in the rule's own ranking; counted after grounding "
-                "(our choice: the paper states no cap); 0 = no cap", "type": non_negative_int, "metavar": "N"})
+        "min": 0, "metavar": "N", "help": "grounded negatives kept per rule and step, in the rule's own ranking; "
+                                          "counted after grounding (our choice: the paper states no cap); 0 = no cap"})
     params: Params = field(default_factory=Params)
 
     def __post_init__(self):
-        if not isinstance(self.max_per_rule, int) or isinstance(self.max_per_rule, bool) or self.max_per_rule < 0:
-            raise ValueError(f"max_per_rule must be an integer >= 0 (0 = no cap), not {self.max_per_rule!r}")
+        check_ranges(self, "MineConfig")      # settings built in Python too (flags and files: when parsed)
 
     @property
     def rules(self) -> list[str]:

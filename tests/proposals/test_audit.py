@@ -122,6 +122,14 @@ def test_a_mined_file_with_a_planted_row(tmp_path):
     r = collect(tmp_path)
     assert r["gmcp"]["pool"] == (audit["gmcp_ratio"], len(rows) + 1, "audit")
     assert r["gmcp"]["pool"][0] < sum(c["gmcp"] for c in rows + [bad]) / (len(rows) + 1)
+    # Hand-edited files are audited as they are, never refused as stale: not even with the
+    # stage records and the graphs gone.
+    (tmp_path / "stats.json").unlink()
+    import shutil
+
+    shutil.rmtree(tmp_path / "graphs")
+    assert main(["--run", str(tmp_path)]) == 1
+    assert write_audit(tmp_path, "candidates") == audit
 
 
 TWO_BUY = OBS + "\n\t\t[6] button 'Buy'"          # two 'Buy' buttons: told apart only by their ordinal
@@ -160,3 +168,4 @@ def test_every_target_of_a_drag_is_checked(tmp_path):
     assert a["affordance_mismatch"] == 1 and a["other_reasons"] == {"second_target_absent": 1}
     assert a["hallucinated_targets"] == 0 and a["ambiguous_targets"] == 0
     assert main(["--run", str(tmp_path)]) == 1
+
