@@ -107,7 +107,7 @@ def trl_usage(name: str, tokens: dict | None) -> str:
     truncated; without token lengths, ``max_length=None`` (TRL then truncates nothing either)."""
     if tokens and tokens.get("rows"):
         max_length = tokens["max_length"]
-        why = (f"The `trl` rows are {tokens['total']['min']}-{tokens['total']['max']} tokens with "
+        why = (f"The `trl` rows are {tokens['total']['min']:,}-{tokens['total']['max']:,} tokens with "
                f"`{tokens['tokenizer']}`'s tokenizer, counted as `SFTTrainer` tokenizes them (chat template over "
                f"prompt + completion):\n\n{_lengths_table(tokens)}\n\n"
                f"`max_length={max_length}` (the longest row rounded up to a multiple of 64) keeps every row whole.")

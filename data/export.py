@@ -159,7 +159,9 @@ def token_lengths(tokenizer, prompt: list[dict], completion: list[dict]) -> tupl
 def _summary(values: list[int]) -> dict:
     """min, median, p95 (nearest rank) and max."""
     v = sorted(values)
-    return {"min": v[0], "median": statistics.median(v), "p95": v[math.ceil(0.95 * len(v)) - 1], "max": v[-1]}
+    median = statistics.median(v)
+    return {"min": v[0], "median": int(median) if median == int(median) else median,
+            "p95": v[math.ceil(0.95 * len(v)) - 1], "max": v[-1]}
 
 
 def token_stats(rows: list[dict], tokenizer, name: str, max_length: int | None = None) -> dict:
