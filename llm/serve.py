@@ -37,6 +37,7 @@ stops within a step when its client disconnects. For throughput use vLLM or SGLa
 from __future__ import annotations
 
 import contextlib
+import http.client
 import inspect
 import json
 import logging
@@ -69,6 +70,7 @@ IDLE_TIMEOUT_S = 60                  # a connection that sends nothing for this 
 DEFAULT_MAX_CONNECTIONS = 128        # open connections (one thread each); more get 503 at accept
 DEFAULT_REQUEST_TIME_LIMIT_S = 30.0  # first byte to last body byte: a 4 MiB body at ~1 Mbit/s
 BODY_CHUNK = 64 * 1024
+MAX_HEADER_BYTES = 64 * 1024         # all headers together (a chat request sends < 1 KiB)
 DRAIN_BYTES, DRAIN_S = 64 * 1024 * 1024, 5.0   # unread input discarded before closing
 
 
@@ -223,6 +225,25 @@ class ChatServer(ThreadingHTTPServer):
                     pass
 
 
+class _HeaderBudget:
+    """The handler's ``rfile`` while a request's headers are read: past ``left`` bytes in all,
+    ``readline`` raises ``LineTooLong``, which the stdlib answers with 431. Its own limits (64 KiB
+    a line, 100 headers) still let one request hold 6.4 MB of headers."""
+
+    def __init__(self, raw, left: int):
+        self.raw, self.left = raw, left
+
+    def readline(self, limit: int = -1) -> bytes:
+        line = self.raw.readline(self.left + 1 if limit < 0 else min(limit, self.left + 1))
+        self.left -= len(line)
+        if self.left < 0:
+            raise http.client.LineTooLong(f"request line and headers over {MAX_HEADER_BYTES} bytes")
+        return line
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
+
+
 class OpenAIHandler(BaseHTTPRequestHandler):
     """Routes the OpenAI paths to the server's ``complete``; errors in OpenAI's error shape."""
 
@@ -300,7 +321,13 @@ class OpenAIHandler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def parse_request(self) -> bool:
-        if not super().parse_request():
+        # The request line is read (the stdlib caps it at 64 KiB): its headers read under a budget.
+        rfile, self.rfile = self.rfile, _HeaderBudget(self.rfile, MAX_HEADER_BYTES)
+        try:
+            parsed = super().parse_request()
+        finally:
+            self.rfile = rfile
+        if not parsed:
             return False
         if self.request_version == "HTTP/0.9":
             self.send_error(400, "HTTP/0.9 requests are not supported")

@@ -130,3 +130,15 @@ def test_a_steady_trickle_is_cut_off_by_the_request_time_limit(start, part):
     assert got.startswith(b"HTTP/1.1 408"), got[:200]
     assert sent < 60 and srv.expired_reads == 1
     assert until(lambda: srv.open_connections == 0) and ok(srv) == 200
+
+
+def test_request_headers_are_capped_in_total_not_only_per_line(start):
+    srv = start()
+    headers = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 60_000) for i in range(90))    # 5.4 MB, 90 lines
+    s = trickle(srv, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    try:
+        s.sendall(headers + b"Content-Length: 2\r\n\r\n{}")
+    except OSError:
+        pass                              # refused before the client finished sending
+    assert reply(s).startswith(b"HTTP/1.1 431")
+    assert ok(srv) == 200
