@@ -187,8 +187,8 @@ def measure_tokens(run: RunDir, rows: list[dict], tokenizer: str | None, max_len
     there is none); warns on stderr about rows longer than ``max_length``."""
     source = tokenizer_source(run, tokenizer)
     if source is None:
-        print("data.export: no tokenizer to count tokens with (the teacher was not local): pass --tokenizer NAME "
-              "for token lengths and the card's max_length", file=sys.stderr)
+        print("data.export: no tokenizer to count tokens with (no --tokenizer, and the run's teacher was not "
+              "local): pass --tokenizer NAME for token lengths and the card's max_length", file=sys.stderr)
         return None
     stats = token_stats(rows, load_tokenizer(source), Path(source).name, max_length)
     over = stats.get("over_max_length", {})
