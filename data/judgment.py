@@ -153,14 +153,17 @@ _FENCE = re.compile(r"<<<|>>>")
 _INVISIBLE = [0x00AD, 0x034F, 0x115F, 0x1160, 0x180E, 0x3164, 0xFEFF, 0xFFA0, *range(0x180B, 0x180E),
               *range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2070), *range(0xFE00, 0xFE10),
               *range(0xE0000, 0xE0080), *range(0xE0100, 0xE01F0)]
+# The other line breaks (str.splitlines': CR, VT, FF, FS-RS, NEL, U+2028/9) become newlines, so a
+# header after one is at a line start for the escaping as it is for a model.
 _FOLD = {**{cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}, 0x3000: " ", 0xFE5F: "#", 0xFE64: "<",
-         0xFE65: ">", 0xFE5D: "[", 0xFE5E: "]", **dict.fromkeys(_INVISIBLE)}
+         0xFE65: ">", 0xFE5D: "[", 0xFE5E: "]", **dict.fromkeys(_INVISIBLE),
+         **dict.fromkeys([0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029], "\n")}
 
 
 def fold_lookalikes(text: str) -> str:
-    """``text`` with full-width and small-form lookalikes as ASCII and invisible characters
-    removed (see the module doc)."""
-    return text.translate(_FOLD)
+    """``text`` with full-width and small-form lookalikes as ASCII, invisible characters removed
+    and every line break a newline (see the module doc)."""
+    return text.replace("\r\n", "\n").translate(_FOLD)
 
 
 def cap(text: str, limit: int) -> tuple[str, int]:
