@@ -28,7 +28,6 @@ same position in both orders), seconds per verdict, and the load average.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -41,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import pyarrow.parquet as pq  # noqa: E402
+
+from data.config import make_parser  # noqa: E402
 
 RUN = ROOT / ".cache" / "bench" / "embedded_models" / "run"
 
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     from llm.embedded import MODELS, model_dir
     from prm.judge import LocalJudge
 
-    ap = argparse.ArgumentParser(prog="bench/embedded_models.py", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="bench/embedded_models.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--models", default="smollm2-135m,qwen2.5-coder-0.5b")
     ap.add_argument("--modes", default="score,generate")

@@ -26,7 +26,6 @@ measured here, not the model's wording) and prints candidates per rule.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -39,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 import pyarrow.parquet as pq  # noqa: E402
 
+from data.config import make_parser  # noqa: E402
 from data.actions import ELEMENT_OPS, parse_action  # noqa: E402
 from graph.flatten import flatten_run  # noqa: E402
 from data.ingest import ingest  # noqa: E402
@@ -140,7 +140,7 @@ def _fmt(p: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser()
+    ap = make_parser()
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--near-hops", type=int, default=4)
     ap.add_argument("--no-mine", action="store_true", help="skip proposals.mine on the flat run")

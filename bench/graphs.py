@@ -11,7 +11,6 @@ and its worker processes), and the time ratio 4x / 1x (linear = 4.0).
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from data.config import make_parser  # noqa: E402
 from data.ingest import ingest  # noqa: E402
 from data.rundir import atomic_write_parquet  # noqa: E402
 from data.schema import ROW_GROUP_SIZE, for_storage  # noqa: E402
@@ -87,7 +87,7 @@ def replicate(src: Path, dst: Path, k: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser()
+    ap = make_parser()
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--scales", type=int, nargs="+", default=[1, 4, 32])
     ap.add_argument("--workers", type=int, default=0, help="0: one per core")

@@ -18,7 +18,6 @@ request (all its threads): a figure that other processes' load moves far less th
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from data.config import make_parser  # noqa: E402
 from llm import LLMClient, LLMConfig  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def _serve(delay_s: float, port, counter, ready) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="bench/llm_client.py", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="bench/llm_client.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--delay-s", type=float, default=0.2)

@@ -15,7 +15,6 @@ scripted ones so that the PRM always has a match. Caches are off (a fresh folder
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -27,6 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
 from local_pages import MARKS_PAGE, Pages, many_links_page, open_page_task  # noqa: E402
 from shop_scripts import mag_output  # noqa: E402
+from data.config import make_parser  # noqa: E402
 from search.demo_site import Shop, make_task  # noqa: E402
 from prm.judge import LocalJudge  # noqa: E402
 from search import som  # noqa: E402
@@ -93,7 +93,7 @@ def episode(steps: int, n: int, max_tokens: int) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="bench/mag.py")
+    ap = make_parser(prog="bench/mag.py")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--n", type=int, default=5)

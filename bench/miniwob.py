@@ -22,7 +22,6 @@ edges, negatives by rule.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -37,6 +36,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
 from miniwob_scripts import actions, policy  # noqa: E402
 from scripted_llm import scripted_server  # noqa: E402
+
+from data.config import make_parser  # noqa: E402
 
 DEFAULT_TASKS = ["click-test", "click-button", "click-dialog", "focus-text", "enter-text"]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -151,7 +152,7 @@ def loop(out: Path) -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="bench/miniwob.py")
+    ap = make_parser(prog="bench/miniwob.py")
     ap.add_argument("--tasks", nargs="*", default=DEFAULT_TASKS)
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--max-steps", type=int, default=2)

@@ -46,7 +46,6 @@ Trained model folders are deleted after their evaluation unless ``--keep-models`
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -65,6 +64,8 @@ sys.path.insert(0, str(ROOT))
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from data.config import make_parser
 
 SHARED = ROOT.parent / "shared" / "data" / "agentlab_workarena"
 BUNDLED = ROOT / "data" / "bundled" / "agentlab_workarena.parquet"
@@ -500,7 +501,7 @@ def markdown(s: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="bench/prm_cpu.py", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="bench/prm_cpu.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", action="store_true", help="the bundled sample, one variant and seed (make prm-demo)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--source", choices=("agentlab", "canonical"))

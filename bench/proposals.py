@@ -16,7 +16,6 @@ of the rules, so it is reported both ways, per rule too.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -30,6 +29,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from graphs import measure, replicate  # noqa: E402
 
+from data.config import make_parser  # noqa: E402
 from data.ingest import ingest  # noqa: E402
 from graph.build import build_graphs  # noqa: E402
 
@@ -86,7 +86,7 @@ def gmcp_both_ways(shared: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser()
+    ap = make_parser()
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--scale", type=int, default=32)
     ap.add_argument("--workers", type=int, default=0, help="0: one per core")

@@ -13,7 +13,6 @@ time. Caches are off (a fresh folder), greedy judging, so the figures are comput
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
+from data.config import make_parser  # noqa: E402
 from search.demo_site import Shop, make_task  # noqa: E402
 from prm.judge import LocalJudge, judge_pairs  # noqa: E402
 from search.agent import Policy  # noqa: E402
@@ -36,7 +36,7 @@ from data.judgment import State  # noqa: E402
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="bench/search.py")
+    ap = make_parser(prog="bench/search.py")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=48)

@@ -10,7 +10,6 @@ the server process's threads and RSS, and what the server did with the connectio
 
 from __future__ import annotations
 
-import argparse
 import socket
 import sys
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from data.config import make_parser  # noqa: E402
 from llm.serve import DEFAULT_MAX_ACTIVE, DEFAULT_MAX_QUEUE, fixed_answer, serve_in_thread  # noqa: E402
 
 HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4194304\r\n\r\n{"
@@ -29,7 +29,7 @@ def rss_mb() -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = make_parser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--connections", type=int, default=400)
     ap.add_argument("--seconds", type=float, default=3.0)
     args = ap.parse_args()

@@ -9,11 +9,11 @@ copies the WebPRM Collection sample records. The result must stay under 5 MB.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 from pathlib import Path
 
+from data.config import make_parser
 from data.readers.agentlab import read_experiment
 from data.rundir import atomic_write_parquet
 from data.schema import ROW_GROUP_SIZE, StepRecord, for_storage, steps_to_table
@@ -56,7 +56,7 @@ def build(shared: Path, out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m data.bundle")
+    ap = make_parser(prog="python -m data.bundle")
     ap.add_argument("--shared", type=Path, default=Path("../shared/data"))
     ap.add_argument("--out", type=Path, default=Path("data/bundled"))
     args = ap.parse_args(argv)

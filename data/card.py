@@ -11,13 +11,13 @@ the same run gives the same card.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import yaml
 
+from data.config import make_parser
 from data.rundir import RunDir, atomic_write_text
 
 # (config name, split -> path relative to the run directory)
@@ -209,7 +209,7 @@ def write_card(run_dir: str | Path, license: str = "apache-2.0") -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m data.card", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="python -m data.card", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True)
     ap.add_argument("--license", default="apache-2.0", help="license id for the card's header")
     args = ap.parse_args(argv)

@@ -49,7 +49,6 @@ Both load offline with ``datasets.load_dataset("parquet", data_files=...)``. Unl
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import statistics
@@ -60,7 +59,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data.config import Configurable
+from data.config import Configurable, make_parser
 from data.judgment import UNTRUSTED_MODES, JudgmentFormat, answer_text, render_pair
 from data.pairs import load_pairs
 from data.rundir import RunDir, StageStats, atomic_write_parquet
@@ -376,7 +375,7 @@ class ExportOptions(Configurable):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m data.export", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="python -m data.export", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True)
     ExportOptions.add_args(ap)
     args = ap.parse_args(argv)

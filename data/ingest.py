@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from data.config import make_parser
 from data.readers.agentlab import read_agentlab
 from data.readers.canonical import read_canonical
 from data.readers.safe_pickle import DEFAULT_MAX_DECOMPRESSED_MB
@@ -122,7 +123,7 @@ def _mb(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m data.ingest", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="python -m data.ingest", description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", required=True, choices=sorted(READERS))
     ap.add_argument("--input", required=True, nargs="+", help="files or folders to read")
     ap.add_argument("--out", required=True, help="run directory to write (a used one: its later outputs are removed)")

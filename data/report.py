@@ -18,7 +18,6 @@ Every figure is computed from the files, so the report of the same run is the sa
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from data.config import make_parser
 from data.rundir import RunDir, atomic_write_bytes, atomic_write_text
 from data.schema import AXES, AXIS_OF, RULES
 
@@ -333,7 +333,7 @@ def write_report(run_dir: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m data.report", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="python -m data.report", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True)
     args = ap.parse_args(argv)
     print(f"wrote {write_report(args.run)}")

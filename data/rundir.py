@@ -334,6 +334,10 @@ class RunDir:
                              "detail": r.detail, **({"key": r.key} if r.key else {})},
                             ensure_ascii=True, default=str)   # ASCII: source text may hold lone surrogates
                  for r in rejects]
+        # Stages in pipeline order (a stage's lines in the order it wrote them), so the file does not
+        # depend on which stage ran last: a rerun of graph.build after proposals.mine (by the CLI or
+        # the build-graphs flow) leaves the lines where a first run put them.
+        kept.sort(key=lambda line: _stage_rank(_stage_of(line)))
         atomic_write_text(self.rejects_path, "".join(line + "\n" for line in kept))
         all_stats = self.read_stats()
         all_stats[stats.stage] = {**stats.as_dict(), **({"fingerprints": fingerprints} if fingerprints else {})}
@@ -477,6 +481,14 @@ class RunDir:
                         atomic_write_text(self.rejects_path, "".join(ln + "\n" for ln in kept))
                         removed.append(f"rejects.jsonl:{len(lines) - len(kept)} lines")
         return removed
+
+
+_PIPELINE = tuple(STAGE_OUTPUTS)
+
+
+def _stage_rank(stage: str | None) -> tuple[int, str]:
+    """Where a stage's rejects go in ``rejects.jsonl``: pipeline order (``STAGE_OUTPUTS``), then others by name."""
+    return (_PIPELINE.index(stage), "") if stage in _PIPELINE else (len(_PIPELINE), stage or "")
 
 
 def _stage_of(line: str) -> str | None:

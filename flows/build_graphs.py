@@ -4,12 +4,15 @@
 
 Threads by default; ``--dask-address`` sends the per-site tasks to a Dask cluster through
 ``prefect-dask`` (``--dask-local`` starts a local one), the path for users who outgrow one
-machine. The logic lives in :mod:`graph.build`; this module only wires it.
+machine. The logic lives in :mod:`graph.build`, and the flow runs the CLI's own steps: its checks
+and plan (``graph.build.prepare``: the same one-line errors, the input fingerprints in
+``stats.json``), one task per site (``build_and_write_site``), then ``finalize`` (the same
+manifest, ``stats.json`` entry and ``rejects.jsonl`` lines). The summary is posted as a markdown
+artifact.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import sys
 from pathlib import Path
@@ -17,10 +20,12 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from data.config import make_parser
 from data.rundir import Reject, RunDir
 import data
 import graph
-from graph.build import build_and_write_site, finalize, load_plan_rows, plan
+from flows.common import cli_flow, exit_code, post_markdown, retry_unless_refused, stage_task, unwrap
+from graph.build import build_and_write_site, finalize, prepare
 
 # The code a site's graph depends on: a change to any of these files invalidates cached builds.
 _CODE = [Path(graph.__file__).parent / name for name in ("axtree.py", "identity.py", "resolve.py", "passes.py", "build.py",
@@ -53,7 +58,8 @@ def _site_cache_key(context, parameters) -> str:
 
 
 @task(name="build-site-graph", retries=2, retry_delay_seconds=2, cache_key_fn=_site_cache_key,
-      persist_result=True)
+      persist_result=True, retry_condition_fn=retry_unless_refused)
+@stage_task
 def build_site_graph(run: str, site: str, site_plan: dict, fingerprint: str,
                      include_failed: bool) -> tuple[tuple[str, dict, list[Reject]], str | None]:
     """Build and write one site's graph; returns ((site, stats, rejects), fingerprint of the
@@ -63,25 +69,27 @@ def build_site_graph(run: str, site: str, site_plan: dict, fingerprint: str,
 
 
 @flow(name="build-graphs", task_runner=ThreadPoolTaskRunner(max_workers=4), log_prints=True)
+@cli_flow
 def build_graphs_flow(run: str, include_failed: bool = False) -> dict:
     """Build the Interaction Element Graph of every site of a run directory."""
-    rundir = RunDir(run)
-    rows = load_plan_rows(rundir)
-    per_site, plan_rejects = plan(rows, include_failed)
+    rundir, rows, per_site, plan_rejects = prepare(run, include_failed)     # the CLI's checks and plan
     fingerprint = _fingerprint(rundir.trajectories)
     args = {site: (str(rundir.root), site, site_plan, fingerprint, include_failed)
             for site, site_plan in sorted(per_site.items())}
     futures = {site: build_site_graph.submit(*a) for site, a in args.items()}
     results = []
     for site, future in futures.items():
-        result, written = future.result()
+        future.wait()
+        result, written = unwrap(future.state)
         # A cached result is only as good as the files it describes: if they were removed or
         # rewritten since (another build, a manual edit), build the site again.
         if written is None or outputs_fingerprint(run, site) != written:
-            result, _ = build_site_graph.with_options(refresh_cache=True)(*args[site])
+            result, _ = unwrap(build_site_graph.with_options(refresh_cache=True)(*args[site], return_state=True))
         results.append(result)
     stats = finalize(rundir, results, plan_rejects, len(rows), include_failed)
-    print(stats.summary())
+    lines = [stats.summary(), f"{stats.extra['sites']} site graphs", f"wrote {rundir.graph_manifest}"]
+    print("\n".join(lines))
+    post_markdown("build-graphs-summary", "\n\n".join(lines), f"graph.build of {run}")
     return stats.as_dict()
 
 
@@ -97,15 +105,16 @@ def with_dask(address: str | None = None, local: bool = False):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m flows.build_graphs")
+    ap = make_parser(prog="python -m flows.build_graphs")
     ap.add_argument("--run", required=True)
     ap.add_argument("--include-failed", action="store_true")
     ap.add_argument("--dask-address", default=None, help="scheduler address of an existing Dask cluster")
     ap.add_argument("--dask-local", action="store_true", help="start a local Dask cluster")
     args = ap.parse_args(argv)
     fl = with_dask(args.dask_address, True) if (args.dask_address or args.dask_local) else build_graphs_flow
-    fl(run=args.run, include_failed=args.include_failed)
-    return 0
+    state = fl(run=args.run, include_failed=args.include_failed, return_state=True)
+    code = exit_code(state)
+    return code if code or state.result()["out"] else 1       # as graph.build: nothing built is a failure
 
 
 if __name__ == "__main__":

@@ -15,59 +15,73 @@ command line above parses into it) and calls ``search.runner.run_search``; the l
 :mod:`search`. With ``workers`` > 1 (or ``dask_address``) the run's episodes are a nested
 ``search-episodes`` flow of Prefect tasks on Dask (``search.workers``). A setup failure
 (a missing ``WA_*`` variable, an unreachable site, bad tasks or flags, a resume with other
-settings) fails the task at once with the message naming it (no retry: nothing would change), as
-does a run in which no task could run (every task ended in an environment failure); the runs are
-resumable, so a retry of a failed run only finishes the remaining tasks.
+settings) fails the task at once with the message naming it, in one ``error:`` line and with the
+CLI's exit code 2 (no retry: nothing would change), as does a run in which no task could run
+(every task ended in an environment failure; code 1); the runs are resumable, so a retry of a run
+that crashed only finishes the remaining tasks. The run's summary (MAG: ``table.md``) is posted as a
+markdown artifact.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 from prefect import flow, task
 
+from flows.common import StageError, cli_flow, exit_code, post_markdown, retry_unless_refused, stage_task, unwrap
 from search.mag import Mag, MagSearch
 from search.miniwob import MiniWoB, MiniWoBSearch
 from search.runner import Benchmark, SearchConfig, SetupError, nothing_ran, parse_config, run_search
 from search.webarena import WebArenaLite, WebArenaSearch
 
 
-@task(name="search-run")
+@task(name="search-run", retries=1, retry_condition_fn=retry_unless_refused)
+@stage_task
 def search_task(benchmark: type[Benchmark], config: SearchConfig) -> dict:
     """``search.runner.run_search``; its summary. Fails with the setup error's message, or when
-    no task could run."""
+    no task could run (a ``Failed`` state with the line, as the CLI prints it)."""
     try:
         summary = run_search(benchmark, config)
     except SetupError as e:
-        raise RuntimeError(f"{benchmark.name} setup failed: {e}") from None
+        raise StageError(f"{benchmark.name} setup failed: {e}") from None
+    table = Path(config.out) / "table.md"          # MAG's Table-1 row; the others: summary.json as it is
+    post_markdown(f"{benchmark.name.replace('.', '-')}-summary",
+                  table.read_text(encoding="utf-8") if table.exists() else
+                  "```json\n" + json.dumps(summary, indent=2, default=str) + "\n```",
+                  f"{benchmark.name} run in {config.out}")
     if why := nothing_ran(summary):
-        raise RuntimeError(f"{benchmark.name}: {why} (summary in {config.out})")
+        raise StageError(f"{benchmark.name}: {why} (summary in {config.out})", code=1)
     return summary
 
 
 @flow(name="search-webarena", log_prints=True)
+@cli_flow
 def search_webarena_flow(config: WebArenaSearch) -> dict:
     """Run PRM-guided (or ``prm='none'``: unguided) search on WebArena-Lite (``demo``: on the
     built-in demo shop); returns the summary."""
-    summary = search_task(WebArenaLite, config)
+    summary = unwrap(search_task(WebArenaLite, config, return_state=True))
     print(f"macro success {summary['macro_success']} over {summary['tasks']} tasks -> {config.out}")
     return summary
 
 
 @flow(name="search-miniwob", log_prints=True)
+@cli_flow
 def search_miniwob_flow(config: MiniWoBSearch) -> dict:
     """Run PRM-guided (or ``prm='none'``: unguided) search on MiniWoB++ from the installed wheel;
     returns the summary (``per_task``, ``macro.success_rate``)."""
-    summary = search_task(MiniWoB, config)
+    summary = unwrap(search_task(MiniWoB, config, return_state=True))
     print(f"success rate {summary['macro']['success_rate']} over {summary['tasks']} episodes -> {config.out}")
     return summary
 
 
 @flow(name="search-mag", log_prints=True)
+@cli_flow
 def search_mag_flow(config: MagSearch) -> dict:
     """Run PRM-guided (or ``prm='none'``: unguided) search on MAG (``demo``: on the built-in demo
     shop); returns the Table-1 summary."""
-    summary = search_task(Mag, config)
+    summary = unwrap(search_task(Mag, config, return_state=True))
     print(f"SR {summary['SR']}, OFCR {summary['OFCR']}, GGS {summary.get('GGS')} over {summary['tasks']} tasks "
           f"-> {config.out}")
     return summary
@@ -75,13 +89,15 @@ def search_mag_flow(config: MagSearch) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    prog = "python -m flows.search"
     if argv[:1] == ["mag"]:     # bad flags fail here, before a flow run starts
-        search_mag_flow(parse_config(Mag, argv[1:]))
+        state = search_mag_flow(parse_config(Mag, argv[1:], prog=f"{prog} mag"), return_state=True)
     elif argv[:1] == ["miniwob"]:
-        search_miniwob_flow(parse_config(MiniWoB, argv[1:]))
+        state = search_miniwob_flow(parse_config(MiniWoB, argv[1:], prog=f"{prog} miniwob"), return_state=True)
     else:
-        search_webarena_flow(parse_config(WebArenaLite, argv))
-    return 0
+        state = search_webarena_flow(parse_config(WebArenaLite, argv, prog=f"{prog} [miniwob|mag]"),
+                                     return_state=True)
+    return exit_code(state)
 
 
 if __name__ == "__main__":

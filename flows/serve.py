@@ -7,7 +7,9 @@ With a Prefect server running (``prefect server start --host 127.0.0.1 --port 42
 one with e.g. ``prefect deployment run 'build-graphs/default' --param run=runs/demo --watch``
 (also ``propose-negatives/default``, ``verify-pairs/default``, ``synthesize/default``,
 ``train-prm/default``, ``evaluate-prm/default``, ``search-webarena/default``,
-``search-miniwob/default``, ``search-mag/default``).
+``search-miniwob/default``, ``search-mag/default``). Set ``PREFECT_SERVER_ANALYTICS_ENABLED=false``
+and ``DO_NOT_TRACK=1`` (as the Makefile does) where the server and this process run: offline, the
+server's telemetry otherwise logs ``Failed to send telemetry`` as an ERROR with every flow run.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 from prefect import serve
 from prefect.types.entrypoint import EntrypointType
 
+from data.config import make_parser
 from flows.build_graphs import build_graphs_flow
 from flows.prm import evaluate_prm_flow, train_prm_flow
 from flows.propose_negatives import propose_negatives_flow
@@ -38,7 +41,7 @@ def deployments():
         (verify_pairs_flow, {"run": "runs/demo"}),
         (synthesize_flow, {"run": "runs/demo", "budget": 8, "k": 2}),
         (train_prm_flow, {"config": "configs/prm/cpu-demo.yaml"}),
-        (evaluate_prm_flow, {"bench": "runs/demo/export/trl-labels/test.parquet", "out": "runs/demo/prm/eval-trained.json",
+        (evaluate_prm_flow, {"bench": "runs/demo/export/trl/test.parquet", "out": "runs/demo/prm/eval-trained.json",
                              "model": "runs/demo/prm/cpu-demo", "max_tokens": 24}),
         # Fails fast with the missing-variable message until the WA_* site URLs are set.
         (search_webarena_flow, {"config": {"prm": "none", "policy": "embedded", "sites": ["shopping"],
@@ -57,7 +60,14 @@ def deployments():
     return [f.to_deployment(name="default", entrypoint_type=MODULE, parameters=params) for f, params in flows]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = make_parser("python -m flows.serve", __doc__)
+    ap.add_argument("--list", action="store_true", help="print the deployments and their default parameters, then exit")
+    args = ap.parse_args(argv)
+    if args.list:
+        for d in deployments():
+            print(f"{d.flow_name}/{d.name}  {d.entrypoint}  {d.parameters}")
+        return 0
     serve(*deployments())
     return 0
 

@@ -13,7 +13,6 @@ observation or step left out is written to ``rejects.jsonl`` with its reason.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import os
@@ -26,6 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from data.config import make_parser
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet, atomic_write_text
 from graph import passes
 from graph.passes import STAGE, next_urls
@@ -214,8 +214,12 @@ def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject]]], plan_re
     return stats
 
 
-def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int | None = None) -> StageStats:
-    """Build every site's graph of a run (sites in parallel processes when ``workers`` > 1)."""
+def prepare(run_dir: str | Path, include_failed: bool = False) -> tuple[RunDir, list[dict], dict[str, dict],
+                                                                        list[Reject]]:
+    """Everything before the per-site builds, as the CLI and the ``build-graphs`` flow both do it:
+    the checks (FileNotFoundError, as every stage's one-line error), then the plan. Returns the run
+    directory (which remembers the input fingerprints for ``finalize``), the planning rows, the
+    per-site plans and the planning rejects."""
     run = RunDir(run_dir)
     if not run.trajectories.exists():
         raise FileNotFoundError(f"{run.trajectories} not found: run `python -m data.ingest` first")
@@ -228,6 +232,12 @@ def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int
     check_outputs(run, files=(str(run.graph_manifest.relative_to(run.root)),),
                   dirs=(str(run.graphs.relative_to(run.root)),
                         *(str(run.graph_dir(s).relative_to(run.root)) for s in per_site)))
+    return run, rows, per_site, plan_rejects
+
+
+def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int | None = None) -> StageStats:
+    """Build every site's graph of a run (sites in parallel processes when ``workers`` > 1)."""
+    run, rows, per_site, plan_rejects = prepare(run_dir, include_failed)
     # Largest sites first, so the pool does not end waiting on one big site.
     jobs = [(str(run.root), site, sp) for site, sp in sorted(per_site.items(), key=lambda kv: -len(kv[1]["steps"]))]
     workers = min(workers or os.cpu_count() or 1, len(jobs))
@@ -240,7 +250,7 @@ def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m graph.build", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="python -m graph.build", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True, help="run directory holding trajectories.parquet")
     ap.add_argument("--include-failed", action="store_true", help="also use unsuccessful trajectories")
     ap.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")

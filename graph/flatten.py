@@ -27,7 +27,6 @@ Read the output back with ``python -m data.ingest --source webprm --input FILE``
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Iterable, Iterator
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from data.config import make_parser
 from graph.axtree import parse_axtree, parse_props
 
 
@@ -109,7 +109,7 @@ def flatten_run(trajectories: Path, out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m graph.flatten", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="python -m graph.flatten", description=__doc__.split("\n\n")[0])
     ap.add_argument("--input", required=True, type=Path,
                     help="a canonical trajectories.parquet, or a run directory holding one")
     ap.add_argument("--out", required=True, type=Path, help="JSONL file to write")

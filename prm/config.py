@@ -99,6 +99,9 @@ class PRMTrainConfig(Configurable, SFTConfig):
         "help": "tokens per example; rows whose completion is cut away entirely are dropped and counted (TRL: 1024)"})
     completion_only_loss: bool | None = field(default=True, metadata={
         "help": "loss on the judgment only, never on the prompt (TRL: unset = on for prompt/completion data)"})
+    disable_tqdm: bool = field(default=False, metadata={
+        "help": "no progress bar of the steps (with its ETA) on stderr (TRL: unset = off only while "
+                "transformers' logger is quieter than WARNING)"})
 
     # -- loading -------------------------------------------------------------------------------
     @classmethod
@@ -237,7 +240,7 @@ CARRIED_DEFAULTS = {
     "gradient_accumulation_steps": (1, None), "lr_scheduler_type": ("linear", "cosine"),
     "warmup_steps": (0, 0.03), "bf16": (None, False), "gradient_checkpointing": (True, None),
     "logging_steps": (10, 1), "save_strategy": ("steps", "no"), "save_only_model": (False, True),
-    "max_length": (1024, 4096), "completion_only_loss": (None, True),
+    "max_length": (1024, 4096), "completion_only_loss": (None, True), "disable_tqdm": (None, False),
 }
 
 
@@ -245,10 +248,26 @@ def _check_data_file(key: str, path: Path) -> list[str]:
     import pyarrow.parquet as pq
 
     if not path.exists():
-        return [f"data.{key} {path} does not exist"]
+        return [f"data.{key} {path} does not exist" + _export_hint(path)]
     try:
-        names = set(pq.read_schema(path).names)
+        meta = pq.read_metadata(path)
+        names = set(meta.schema.to_arrow_schema().names)
     except Exception as e:  # noqa: BLE001 - any unreadable file is a config problem to report
         return [f"data.{key} {path} is not readable Parquet: {e}"]
     missing = {"prompt", "completion"} - names
-    return [f"data.{key} {path} lacks columns {sorted(missing)}"] if missing else []
+    if missing:
+        return [f"data.{key} {path} lacks columns {sorted(missing)}"]
+    if key == "train_file" and meta.num_rows == 0:
+        return [f"data.train_file {path} has no rows (every kept pair went to the test split: export with more "
+                f"pairs, e.g. a larger --budget, or another --seed)"]
+    return []
+
+
+def _export_hint(path: Path) -> str:
+    """How to write a missing ``RUN/export/<format>/<split>.parquet`` (``make run`` writes ``trl``)."""
+    parts = path.parts
+    if len(parts) >= 3 and parts[-3] == "export" and path.suffix == ".parquet":
+        run, fmt = Path(*parts[:-3]) if len(parts) > 3 else Path("."), parts[-2]
+        return (f": write it with `python -m data.export --run {run} --format {fmt}` (`make run` writes the "
+                f"`trl` and `webprmbench` exports of runs/demo)")
+    return ""

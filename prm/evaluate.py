@@ -58,7 +58,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from data.config import Configurable
+from data.config import Configurable, make_parser
 from data.actions import ELEMENT_OPS, SIGNATURES, Action, ActionParseError, parse_action
 from data.judgment import JudgmentFormat, parse_prompt, rerender_prompt
 from prm.judge import JUDGE_MODES, judge_expected, make_judge, position_stats
@@ -155,6 +155,9 @@ def load_bench(path: str | Path, candidates: str | Path | None = None, limit_sta
     partition read from the prompt). A state is ``(source_name, state)``; ``limit_states`` keeps
     the first N states in file order."""
     path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"benchmark {path} not found (a WebPRMBench or TRL split Parquet: "
+                                f"`python -m data.export --run RUN --format webprmbench` writes RUN/export/webprmbench.parquet)")
     rows = pq.read_table(path).to_pylist()
     cand = {}
     cpath = Path(candidates) if candidates else find_candidates(path)
@@ -461,7 +464,7 @@ class EvaluateOptions(Configurable):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m prm.evaluate", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="python -m prm.evaluate", description=__doc__.split("\n\n")[0])
     EvaluateOptions.add_args(ap)
     LLMConfig.add_args(ap)
     args = ap.parse_args(argv)
@@ -478,8 +481,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not opts.bench or not opts.out:
         ap.error("--bench and --out are required (or --compare)")
-    result = run(judge_config(args), opts.bench, opts.out, opts.both_orders, opts.batch_size,
-                 opts.candidates, opts.limit_states, opts.name, opts.include_sources, fmt, opts.judge_mode)
+    try:
+        result = run(judge_config(args), opts.bench, opts.out, opts.both_orders, opts.batch_size,
+                     opts.candidates, opts.limit_states, opts.name, opts.include_sources, fmt, opts.judge_mode)
+    except (FileNotFoundError, ValueError) as e:      # a missing or unreadable benchmark: one line, as every stage
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(markdown(result))
     return 0 if not result["infra_errors"] else 3
 

@@ -25,10 +25,23 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from prm.config import PRMTrainConfig
+from data.config import make_parser
+
+if TYPE_CHECKING:                 # prm.config imports TRL, hence torch: only where a config is built
+    from prm.config import PRMTrainConfig
 
 log = logging.getLogger(__name__)
+# ``--help`` is printed from this file, rendered from the real parser (``write_help``; a test keeps
+# it current): building the parser imports TRL's SFTConfig, and with it torch (seconds, not ms).
+HELP_FILE = Path(__file__).with_name("train_help.txt")
+HELP_WIDTH = 100
+
+
+class ConfigError(ValueError):
+    """A config or data that cannot train (invalid fields, no rows, every row too long): the
+    command's one ``error:`` line, exit code 2."""
 
 
 def resolve_model_path(name_or_path: str) -> str:
@@ -86,8 +99,8 @@ def build_trainer(cfg: PRMTrainConfig, model=None, tokenizer=None):
         tokenizer.pad_token = tokenizer.eos_token
     train_ds = load_split(cfg.train_file, cfg.max_train_samples)
     if len(train_ds) == 0:
-        raise ValueError(f"{cfg.train_file} has no rows (with the embedded teacher, export "
-                         "`--format trl-labels` instead: see data.export)")
+        raise ConfigError(f"{cfg.train_file} has no rows (every kept pair went to the test split: export with "
+                         "more pairs, or train on `--format trl-labels`, built from the sampled candidates)")
     eval_ds = load_split(cfg.eval_file) if cfg.eval_file else None
     if eval_ds is not None and len(eval_ds) == 0:
         eval_ds = None
@@ -101,7 +114,7 @@ def build_trainer(cfg: PRMTrainConfig, model=None, tokenizer=None):
         log.warning("%d of %d training rows dropped: prompt longer than max_length %d",
                     trainer.rows_dropped_too_long, len(train_ds), cfg.max_length)
     if len(trainer.train_dataset) == 0:
-        raise ValueError(f"every training row is longer than max_length {cfg.max_length}: raise it "
+        raise ConfigError(f"every training row is longer than max_length {cfg.max_length}: raise it "
                          "or shorten the prompts (data.export --prompt-budget)")
     return trainer
 
@@ -123,7 +136,7 @@ def train(cfg: PRMTrainConfig, model=None, tokenizer=None) -> dict:
     """Train, save the merged model in ``cfg.output_dir``; returns the training log."""
     problems = cfg.validate(check_paths=True) if model is None else cfg.validate(check_paths=False)
     if problems:
-        raise ValueError("invalid config:\n  " + "\n  ".join(problems))
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
     t0 = time.perf_counter()
     trainer = build_trainer(cfg, model, tokenizer)
     result = trainer.train()
@@ -141,11 +154,43 @@ def train(cfg: PRMTrainConfig, model=None, tokenizer=None) -> dict:
     return record
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m prm.train", description=__doc__.split("\n\n")[0])
+def build_parser():
+    """The command's parser: ``--dry-run``, ``--config FILE`` and one flag per config field."""
+    from prm.config import PRMTrainConfig
+
+    ap = make_parser(prog="python -m prm.train", description=__doc__.split("\n\n")[0],
+                     formatter_class=lambda prog: argparse.HelpFormatter(prog, width=HELP_WIDTH))
     ap.add_argument("--dry-run", action=argparse.BooleanOptionalAction, default=False,
                     help="validate the config (fields, paths, batch arithmetic) without loading weights")
     PRMTrainConfig.add_args(ap)     # --config FILE and one flag per field (TRL's and ours)
+    return ap
+
+
+def write_help(path: Path = HELP_FILE) -> str:
+    """Render ``--help`` from the real parser into ``path`` (after a TRL upgrade or a new field)."""
+    text = build_parser().format_help()
+    path.write_text(text)
+    return text
+
+
+def done_summary(record: dict) -> str:
+    """The command's last line: steps, the loss from first to last step, time, where the model is."""
+    from data.progress import done_line
+
+    losses = record["losses"]
+    loss = f", loss {losses[0]:.4g} -> {losses[-1]:.4g}" if losses else ""
+    return done_line("prm.train", f"{record['global_step']} steps on {record['train_rows']} rows{loss}",
+                     record["seconds"], f"merged model in {record['output_dir']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if ("-h" in argv or "--help" in argv) and HELP_FILE.exists():
+        print(HELP_FILE.read_text(), end="")
+        raise SystemExit(0)          # as argparse's --help does
+    from prm.config import PRMTrainConfig
+
+    ap = build_parser()
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -157,8 +202,13 @@ def main(argv: list[str] | None = None) -> int:
         problems = cfg.validate(check_paths=True)
         print(json.dumps({"valid": not problems, "problems": problems, **cfg.summary()}, indent=2))
         return 0 if not problems else 2
-    record = train(cfg)
+    try:
+        record = train(cfg)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(json.dumps({k: v for k, v in record.items() if k != "config"}))
+    print(done_summary(record))
     return 0
 
 

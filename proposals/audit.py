@@ -35,7 +35,6 @@ flag disagrees with the re-derived one, 2 when a file is missing.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -44,6 +43,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from data.config import make_parser
 from data.actions import ELEMENT_OPS, ActionParseError, parse_action
 from data.rundir import atomic_write_text
 from graph.axtree import AXTree, AXTreeParseError, parse_axtree
@@ -286,7 +286,7 @@ def format_audit(audit: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m proposals.audit", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="python -m proposals.audit", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True)
     ap.add_argument("--table", choices=TABLES, default="candidates")
     ap.add_argument("--json", action="store_true", help="print the audit as one JSON object")

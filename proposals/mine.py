@@ -20,6 +20,7 @@ and LLM cache: byte-identical output.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import multiprocessing
@@ -35,7 +36,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from data.actions import VALUE_OPS, Action
-from data.config import Configurable, check_ranges
+from data.config import Configurable, check_ranges, make_parser
+from data.progress import done_line, progress
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from graph.identity import NodeKind
 from graph.passes import Observation, ObservationRejected, Observations, demonstrated_steps, next_urls, observe
@@ -392,7 +394,7 @@ class Miner:
         return True
 
     # -- fill values through the LLM layer (App. D.3) -----------------------------------------
-    def complete_fills(self, pending: list[_Pending], llm_config) -> tuple[dict, dict]:
+    def complete_fills(self, pending: list[_Pending], llm_config, show_progress: bool = False) -> tuple[dict, dict]:
         """Ask for the missing fill values at temperature 0.2; an answer that fails
         ``valid_fill`` is asked again with the next seed, up to ``FILL_ATTEMPTS`` requests, and
         its field is then rejected with the last reason. Returns (LLM usage, fill counts)."""
@@ -410,9 +412,11 @@ class Miner:
             for p in todo:
                 prompts.setdefault(json.dumps(p.prompt, sort_keys=True), p.prompt)
             keys = list(prompts)
-            answers = dict(zip(keys, client.chat_many([prompts[k] for k in keys], stage=STAGE,
-                                                      temperature=FILL_TEMPERATURE, seed=self.config.seed + attempt,
-                                                      max_tokens=48)))
+            with progress(len(keys), f"{STAGE} fill values (answer {attempt + 1}/{FILL_ATTEMPTS})", unit="prompt",
+                          enabled=show_progress) as bar:
+                answers = dict(zip(keys, asyncio.run(_ask_all(client, [prompts[k] for k in keys], bar,
+                                                              temperature=FILL_TEMPERATURE,
+                                                              seed=self.config.seed + attempt, max_tokens=48))))
             retry = []
             for p in todo:
                 r = answers[json.dumps(p.prompt, sort_keys=True)]
@@ -432,6 +436,19 @@ class Miner:
         return usage, {k: dict(sorted(v.items())) if isinstance(v, Counter) else v for k, v in counts.items()}
 
 
+async def _ask_all(client, messages_list: list[list], bar, **sampling) -> list:
+    """``client.achat`` for every prompt at once (the client bounds requests in flight), results
+    in input order, the bar advanced as each answer arrives."""
+    async def one(messages):
+        result = await client.achat(messages, stage=STAGE, **sampling)
+        bar.update(1)
+        return result
+    try:
+        return list(await asyncio.gather(*(one(m) for m in messages_list)))
+    finally:
+        await client.aclose()
+
+
 _ROWS_BY_TRAJ: dict[str, list[dict]] | None = None   # set in the parent, inherited by forked workers
 
 
@@ -445,8 +462,9 @@ def _mine_chunk(args):
 
 
 def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
-         workers: int | None = None) -> StageStats:
-    """Mine the full candidate pool of a run; write ``candidates.parquet`` and the audit."""
+         workers: int | None = None, show_progress: bool = True) -> StageStats:
+    """Mine the full candidate pool of a run; write ``candidates.parquet`` and the audit
+    (``show_progress``: bars of the trajectories mined and the fill values asked, on stderr)."""
     config = config or MineConfig()
     run = RunDir(run_dir)
     if not run.trajectories.exists():
@@ -480,19 +498,24 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
         n = workers * 4
         chunks = [trajs[i * len(trajs) // n:(i + 1) * len(trajs) // n] for i in range(n)]
         try:
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                for part, tallies in pool.map(_mine_chunk, [(str(run.root), config, c) for c in chunks if c]):
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool, \
+                    progress(len(trajs), f"{STAGE} mining", unit="traj", enabled=show_progress) as bar:
+                for (part, tallies), chunk in zip(pool.map(_mine_chunk, [(str(run.root), config, c) for c in chunks
+                                                                          if c]), [c for c in chunks if c]):
                     pending += part
                     miner.absorb(tallies)
+                    bar.update(len(chunk))
         finally:
             _ROWS_BY_TRAJ = None
     else:
-        for traj in trajs:
-            pending += miner.trajectory(by_traj[traj])
+        with progress(len(trajs), f"{STAGE} mining", unit="traj", enabled=show_progress) as bar:
+            for traj in trajs:
+                pending += miner.trajectory(by_traj[traj])
+                bar.update(1)
     if llm_config is None:
         from llm import LLMConfig
         llm_config = LLMConfig()
-    usage, fill_counts = miner.complete_fills(pending, llm_config)
+    usage, fill_counts = miner.complete_fills(pending, llm_config, show_progress)
 
     cands = []
     seen: dict[tuple, set] = defaultdict(set)
@@ -579,23 +602,32 @@ def format_audit(stats: StageStats) -> str:
     return "\n".join(lines)
 
 
+def done_summary(stats: StageStats, run_dir: str | Path) -> str:
+    """The command's last line: the pool, the sample, the time, the file written."""
+    e = stats.extra
+    sampled = min(e["config"]["budget"], stats.n_out)
+    return done_line(STAGE, f"{stats.n_out} candidates ({sampled} sampled for the teacher) from "
+                            f"{e['steps']['out']} steps", e["seconds"], f"wrote {RunDir(run_dir).candidates}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from llm import LLMConfig
 
-    ap = argparse.ArgumentParser(prog="python -m proposals.mine", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="python -m proposals.mine", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True)
     ap.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
+    ap.add_argument("--quiet", action=argparse.BooleanOptionalAction, default=False, help="no progress bars")
     MineConfig.add_args(ap)                  # --budget, --seed, --axes, --no-graph, --near-hops, --prefer-same-op, ...
     LLMConfig.add_args(ap, prefix="fill-")   # the model that completes fill values
     args = ap.parse_args(argv)
     try:
         stats = mine(args.run, MineConfig.from_args(args), LLMConfig.from_args(args, prefix="fill-"),
-                     workers=args.workers)
+                     workers=args.workers, show_progress=not args.quiet)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_audit(stats))
-    print(f"wrote {RunDir(args.run).candidates}")
+    print(done_summary(stats, args.run))
     return 0 if stats.n_out else 1
 
 

@@ -63,6 +63,7 @@ import uuid
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from data.config import make_parser
 from search.loop import run_episode, sum_counts
 
 
@@ -468,8 +469,9 @@ def run_summary(rows: list[dict]) -> dict:
 
 # -- the command line ---------------------------------------------------------------------------
 
-def build_parser(benchmark: type[Benchmark], description: str = "") -> argparse.ArgumentParser:
-    """The flags every search CLI shares, then the benchmark's own, then the LLM flags."""
+def build_parser(benchmark: type[Benchmark], description: str = "", prog: str | None = None) -> argparse.ArgumentParser:
+    """The flags every search CLI shares, then the benchmark's own, then the LLM flags (``prog``:
+    the command as typed, default ``python -m <benchmark module>``)."""
     from llm import LLMConfig
     from search.tournament import add_prm_format_args
 
@@ -478,7 +480,7 @@ def build_parser(benchmark: type[Benchmark], description: str = "") -> argparse.
          "a baseline run's folder: the summary adds the differences",
          "demo": "run the built-in demo task (a small shop on 127.0.0.1) instead: no sites needed",
          "seed": "every episode's seed (the task's reset, the bracket draws)", **benchmark.flag_help}
-    ap = argparse.ArgumentParser(prog=f"python -m {benchmark.name}", description=description)
+    ap = make_parser(prog=prog or f"python -m {benchmark.name}", description=description)
     ap.add_argument("--prm", required=True, help="PRM: a folder, 'embedded', a model name at --prm-base-url, or 'none'")
     ap.add_argument("--policy", required=True, help="policy: a folder, 'embedded', or a model name at --policy-base-url")
     ap.add_argument("--n", type=int, default=d["n"], help=h["n"])
@@ -527,9 +529,10 @@ def config_from_args(benchmark: type[Benchmark], args: argparse.Namespace) -> Se
                             prm_llm=llm_settings(args, "prm-"), policy_llm=llm_settings(args, "policy-"))
 
 
-def parse_config(benchmark: type[Benchmark], argv: list[str] | None = None, description: str = "") -> SearchConfig:
+def parse_config(benchmark: type[Benchmark], argv: list[str] | None = None, description: str = "",
+                 prog: str | None = None) -> SearchConfig:
     """Parse a search command line into the benchmark's config; bad flags exit 2 with usage."""
-    ap = build_parser(benchmark, description)
+    ap = build_parser(benchmark, description, prog)
     args = ap.parse_args(argv)
     try:
         config = config_from_args(benchmark, args)

@@ -55,7 +55,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from data.config import Configurable
+from data.config import Configurable, make_parser
+from data.progress import done_line, progress
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from data.schema import RULES
 from data.judgment import (DEFAULT_BUDGET, UNTRUSTED_MODES, JudgmentFormat, answer_text, judgment_sections,
@@ -188,23 +189,21 @@ async def verify_pair(client, pair: Pair, config: VerifyConfig) -> Decision:
 
 
 class Progress:
-    """Counts, rate and ETA on stderr, at most every few seconds."""
+    """A tqdm bar of the decided pairs on stderr (``data.progress``: count, rate, ETA), its postfix
+    the kept, discarded and pending counts so far."""
 
-    def __init__(self, total: int, every_s: float = 5.0):
-        self.total, self.every_s = total, every_s
+    def __init__(self, total: int):
         self.done = Counter()
-        self.t0 = self.last = time.perf_counter()
+        self.bar = progress(total, STAGE, unit="pair")
 
     def update(self, status: str) -> None:
         self.done[status] += 1
-        now = time.perf_counter()
-        n = sum(self.done.values())
-        if now - self.last >= self.every_s or n == self.total:
-            self.last = now
-            rate = n / max(now - self.t0, 1e-9)
-            eta = (self.total - n) / rate if rate else float("inf")
-            print(f"[{STAGE}] {n}/{self.total} pairs (kept {self.done['kept']}, discarded {self.done['discarded']}, "
-                  f"pending {self.done['pending']}) {rate:.2f} pairs/s, ETA {eta:.0f}s", file=sys.stderr, flush=True)
+        self.bar.set_postfix(kept=self.done["kept"], discarded=self.done["discarded"],
+                             pending=self.done["pending"], refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 async def verify_all(client, pairs: list[Pair], config: VerifyConfig, progress: Progress | None = None
@@ -219,6 +218,8 @@ async def verify_all(client, pairs: list[Pair], config: VerifyConfig, progress: 
     try:
         return list(await asyncio.gather(*(one(p) for p in pairs)))
     finally:
+        if progress is not None:
+            progress.close()
         await client.aclose()
 
 
@@ -346,10 +347,19 @@ def format_summary(stats: StageStats) -> str:
     return "\n".join(lines)
 
 
+def done_summary(stats: StageStats, run_dir: str | Path) -> str:
+    """The command's last line: what was decided, how long it took, what was written."""
+    e = stats.extra
+    root = Path(run_dir)
+    return done_line(STAGE, f"kept {stats.n_out} of {e['sampled']} pairs ({stats.n_in - stats.n_out} discarded, "
+                            f"{e['pending']} pending)", e["seconds"],
+                     f"wrote {root / 'preferences.parquet'} and {root / 'discarded.parquet'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from llm import LLMConfig
 
-    ap = argparse.ArgumentParser(prog="python -m teacher.verify", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="python -m teacher.verify", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True)
     ap.add_argument("--quiet", action=argparse.BooleanOptionalAction, default=False, help="no progress lines")
     VerifyConfig.add_args(ap)     # --k, --seed, --temperature, --max-tokens, --budget, --untrusted, ...
@@ -368,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_summary(stats))
-    print(f"wrote {Path(args.run) / 'preferences.parquet'} and {Path(args.run) / 'discarded.parquet'}")
+    print(done_summary(stats, args.run))
     return 3 if stats.extra["pending"] else 0
 
 

@@ -174,3 +174,41 @@ def test_unknown_config_keys_are_refused(tmp_path):
     path.write_text("train: {per_device_batch_size: 4}\n")                          # renamed to TRL's name
     with pytest.raises(ValueError, match="per_device_train_batch_size"):
         PRMTrainConfig.from_yaml(path)
+
+
+def test_help_is_the_parsers_and_loads_no_torch(capsys):
+    """``--help`` is printed from prm/train_help.txt: the real parser's help (regenerate with
+    ``python -c "from prm.train import write_help; write_help()"``), shown without importing TRL."""
+    import subprocess
+    import sys
+
+    from prm.train import HELP_FILE, build_parser
+
+    assert HELP_FILE.read_text() == build_parser().format_help(), "prm/train_help.txt is stale: run write_help()"
+    code = ("import sys\nfrom prm.train import main\ntry:\n    main(['--help'])\nexcept SystemExit as e:\n"
+            "    print(e.code, 'torch' in sys.modules, 'trl' in sys.modules)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stdout.startswith("usage: python -m prm.train") and p.stdout.splitlines()[-1] == "0 False False"
+
+
+def test_a_flag_prefix_is_refused_with_a_suggestion(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--config", "configs/prm/cpu-demo.yaml", "--dry-run", "--learning-rat", "1e-3"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "did you mean --learning-rate?" in err and len(err.splitlines()) <= 3
+
+
+def test_cpu_demo_points_at_the_export_make_run_writes(tmp_path, capsys, monkeypatch):
+    """configs/prm/cpu-demo.yaml trains on RUN/export/trl (what `make run` writes); a missing
+    export is named with the command that writes it."""
+    import yaml
+
+    demo = yaml.safe_load(open("configs/prm/cpu-demo.yaml"))
+    assert demo["data"]["train_file"] == "runs/demo/export/trl/train.parquet"
+    monkeypatch.chdir(tmp_path)                       # no runs/demo here
+    (tmp_path / "configs" / "prm").mkdir(parents=True)
+    (tmp_path / "configs" / "prm" / "cpu-demo.yaml").write_text(yaml.safe_dump(demo))
+    assert main(["--config", "configs/prm/cpu-demo.yaml", "--dry-run"]) == 2
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert any("runs/demo/export/trl/train.parquet does not exist: write it with "
+               "`python -m data.export --run runs/demo --format trl`" in p for p in problems), problems

@@ -1,6 +1,9 @@
 """flows.search: the flows' task calls ``search.runner.run_search`` with the typed config; a setup
-failure fails the task with a clear message, and so does a run in which no task could run (the
-task's logic, without the Prefect engine); the command line parses into the same config."""
+failure fails the task with the CLI's one-line message (a returned ``Failed`` state, no traceback),
+and so does a run in which no task could run (the task's logic, without the Prefect engine); the
+command line parses into the same config."""
+
+import re
 
 import pytest
 
@@ -25,16 +28,18 @@ def test_command_line_parses_into_the_typed_config(tmp_path):
 def test_setup_failure_fails_the_task(tmp_path, monkeypatch):
     for var in WA_VARS.values():
         monkeypatch.delenv(var, raising=False)
-    with pytest.raises(RuntimeError, match=r"search.webarena setup failed: missing environment variable\(s\): WA_SHOPPING"):
-        search_task.fn(WebArenaLite, WebArenaSearch(prm="none", policy="embedded", out=str(tmp_path / "o")))
+    state = search_task.fn(WebArenaLite, WebArenaSearch(prm="none", policy="embedded", out=str(tmp_path / "o")))
+    assert state.is_failed() and state.data.code == 2
+    assert re.match(r"error: search.webarena setup failed: missing environment variable\(s\): WA_SHOPPING", state.message)
     assert not (tmp_path / "o").exists()
 
 
 def test_mag_setup_failure_fails_the_task(tmp_path, monkeypatch):
     for var in WA_VARS.values():
         monkeypatch.delenv(var, raising=False)
-    with pytest.raises(RuntimeError, match=r"search.mag setup failed: missing environment variable\(s\): WA_SHOPPING"):
-        search_task.fn(Mag, MagSearch(prm="none", policy="embedded", task_ids=[27], out=str(tmp_path / "o")))
+    state = search_task.fn(Mag, MagSearch(prm="none", policy="embedded", task_ids=[27], out=str(tmp_path / "o")))
+    assert state.is_failed() and re.match(r"error: search.mag setup failed: missing environment variable\(s\): "
+                                          r"WA_SHOPPING", state.message)
 
 
 def test_a_run_where_no_task_could_run_fails_the_task(tmp_path, monkeypatch):
@@ -44,8 +49,10 @@ def test_a_run_where_no_task_could_run_fails_the_task(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "run_task", lambda bench, task, *a: {
         "type": "result", "task_id": task["task_id"], "site": "demo", "termination": "site_unreachable",
         "evaluated": False, "reward": None, "n_steps": 0})
-    with pytest.raises(RuntimeError, match=r"no task could run: .*site_unreachable: 1"):
-        search_task.fn(WebArenaLite, WebArenaSearch(prm="none", policy="embedded", demo=True, out=str(tmp_path / "o")))
+    state = search_task.fn(WebArenaLite, WebArenaSearch(prm="none", policy="embedded", demo=True,
+                                                        out=str(tmp_path / "o")))
+    assert state.is_failed() and state.data.code == 1 and re.search(r"no task could run: .*site_unreachable: 1",
+                                                                     state.message)
     assert (tmp_path / "o" / "summary.json").exists()
 
 

@@ -1,0 +1,131 @@
+"""What every flow shares with the stage CLIs: the same one-line errors and exit codes, and the
+run's summary and report posted as Prefect markdown artifacts.
+
+A stage CLI answers a refused input (a missing file, a stale or unwritable run directory, a bad
+config) with one ``error: ...`` line on stderr and exit code 2, and a run left incomplete by an
+outage with exit code 3. In a flow the same refusal is a :class:`StageError`: the task that met it
+*returns* a ``Failed`` state whose message is that line (:func:`stage_task` does this), so Prefect
+logs one ``Finished in state Failed('error: ...')`` line instead of a traceback, and does not
+retry (nothing would change; :func:`retry_unless_refused`). The flow hands the failed state on
+(:func:`unwrap`), and a flow's own command (``python -m flows.build_graphs``) prints the line and
+exits with the CLI's code (:func:`exit_code`).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+# The exception every stage CLI prints as one ``error:`` line (a missing input; RunDirError and
+# StaleInputError are FileNotFoundErrors too); a task whose CLI refuses more names them (``refused``).
+REFUSED: tuple[type[BaseException], ...] = (FileNotFoundError,)
+PENDING = 3          # the CLIs' exit code for work left pending by an outage (a rerun resumes it)
+
+
+class StageError(Exception):
+    """A stage refused its input (``code`` 2) or left work pending (3): the CLI's message and code."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.message, self.code = message, code
+
+    def __reduce__(self):
+        return type(self), (self.message, self.code)
+
+
+class StageFailed(Exception):
+    """Raised by :func:`unwrap` when a task or subflow ended in a ``Failed`` state (carried in ``state``)."""
+
+    def __init__(self, state):
+        super().__init__(state.message)
+        self.state = state
+
+
+def failed(error: StageError):
+    """The ``Failed`` state of a refusal: ``error: <message>`` (what the CLI prints), no traceback."""
+    from prefect.states import Failed
+
+    return Failed(message=f"error: {error.message}", data=error)
+
+
+def stage_task(fn=None, *, refused: tuple[type[BaseException], ...] = REFUSED):
+    """Wrap a task body: a ``StageError``, or one of ``refused`` (the CLI's one-line errors),
+    becomes a returned ``Failed`` state instead of a raised exception and its traceback."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except StageError as e:
+                return failed(e)
+            except refused as e:
+                return failed(StageError(str(e)))
+        return inner
+    return wrap(fn) if fn is not None else wrap
+
+
+def error_of(state) -> StageError | None:
+    """The StageError a failed state carries (None: another failure)."""
+    data = getattr(state, "data", None)
+    if isinstance(data, StageError):
+        return data
+    try:
+        value = state.result(raise_on_failure=False)
+    except Exception:  # noqa: BLE001 - a result that cannot be read is not a refusal
+        return None
+    return value if isinstance(value, StageError) else None
+
+
+def retry_unless_refused(task, task_run, state) -> bool:
+    """Retry condition of the stage tasks: a refused input fails at once (a retry would meet the
+    same input); anything else (an outage, work left pending) is retried."""
+    error = error_of(state)
+    return error is None or error.code == PENDING
+
+
+def unwrap(state):
+    """The result of a task or subflow called with ``return_state=True``; a failed one raises
+    :class:`StageFailed`, which :func:`cli_flow` turns back into the returned ``Failed`` state."""
+    if state.is_failed() or state.is_crashed() or state.is_cancelled():
+        raise StageFailed(state)
+    return state.result()
+
+
+def cli_flow(fn):
+    """Wrap a flow body so that a failed task or subflow (:func:`unwrap`) or a refusal in the
+    body itself ends the flow in that ``Failed`` state (its one line), not with a traceback."""
+    @functools.wraps(fn)
+    def inner(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except StageFailed as e:          # the flow's own state, with the task's line (not "1/1 states failed")
+            from prefect.states import Failed
+
+            error = error_of(e.state)
+            return failed(error) if error else Failed(message=e.state.message)
+        except StageError as e:
+            return failed(e)
+        except REFUSED as e:
+            return failed(StageError(str(e)))
+    return inner
+
+
+def exit_code(state) -> int:
+    """A flow's command ends like the stage's CLI: the ``error:`` line on stderr and its code (2 for
+    a refused input, 3 for pending work, 1 for any other failure); 0 when the run completed."""
+    if state.is_completed():
+        return 0
+    error = error_of(state)
+    print(error and f"error: {error.message}" or (state.message or f"flow run ended {state.name}"), file=sys.stderr)
+    return error.code if error else 1
+
+
+def post_markdown(key: str, markdown: str, description: str | None = None) -> None:
+    """Post ``markdown`` as a Prefect artifact of the current flow run (shown in the UI under
+    Artifacts; ``key`` groups one per run). Outside a flow run, or with no API, nothing is posted."""
+    from prefect.artifacts import create_markdown_artifact
+    from prefect.context import FlowRunContext
+
+    if FlowRunContext.get() is None:
+        return
+    create_markdown_artifact(markdown=markdown, key=key, description=description)
