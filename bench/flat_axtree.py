@@ -1,6 +1,8 @@
 """Flat AXTrees against the indented truth: identity partition agreement, structurally_near precision.
 
     .venv/bin/python bench/flat_axtree.py [--shared ../shared/data] [--near-hops 4] [--no-mine]
+                                          [--identity paper|ours]
+    .venv/bin/python bench/flat_axtree.py --identities     (issue 22: both identities side by side)
 
 Ingests the shared AgentLab traces (indented AXTrees), flattens their successful trajectories
 into WebPRM Collection rows (``graph.flatten``: indentation and HTML dropped), ingests those with
@@ -22,11 +24,18 @@ in both, so an element occurrence is (trajectory, step, bid), and then:
 
 Then mines both runs (fill values from a scripted OpenAI-protocol server: the rules are
 measured here, not the model's wording) and prints candidates per rule.
+
+``--identities`` measures both persistent identities (``graph.build --identity paper|ours``) on
+the indented traces, their flattened copies and a bid-perturbed copy (every bid renamed, letter
+prefix kept): element nodes, ambiguity and positional rates, the element nodes that a build of
+the original plus the perturbed copy adds over the original alone (0 for an identity that never
+sees bids), the flat/indented partition agreement, and the paper's §4.1 per-site ratios.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tempfile
 import time
@@ -43,6 +52,7 @@ from data.actions import ELEMENT_OPS, parse_action  # noqa: E402
 from graph.flatten import flatten_run  # noqa: E402
 from data.ingest import ingest  # noqa: E402
 from graph.build import build_graphs  # noqa: E402
+from graph.identity import DEFAULT_IDENTITY, IDENTITIES  # noqa: E402
 from graph.resolve import resolve_observation  # noqa: E402
 from proposals.rules import StepContext  # noqa: E402
 from data.schema import RULES  # noqa: E402
@@ -74,7 +84,7 @@ def _context(res, bid: str | None) -> StepContext:
     return StepContext(res, None, "", "element", bid, [], 0, None, None)
 
 
-def compare(ind_run: Path, flat_run: Path, near_hops: int) -> dict:
+def compare(ind_run: Path, flat_run: Path, near_hops: int, identity: str = DEFAULT_IDENTITY) -> dict:
     """Resolve every observation of the flat run and its indented original; occurrences and near pairs."""
     ind_rows = {(r["traj_id"], r["step_idx"]): r for r in pq.read_table(ind_run / "trajectories.parquet").to_pylist()}
     occ_site, occ_page = [], []
@@ -86,8 +96,8 @@ def compare(ind_run: Path, flat_run: Path, near_hops: int) -> dict:
         ir = ind_rows[(traj, fr["step_idx"])]
         action = parse_action(fr["action"])
         extra = (action.bid,) if action.bid else ()
-        ires = resolve_observation(ir["observation"], "indented", ir["site"], ir["url"], None, extra)
-        fres = resolve_observation(fr["observation"], "flat", fr["site"], fr["url"], None, extra)
+        ires = resolve_observation(ir["observation"], "indented", ir["site"], ir["url"], None, extra, identity)
+        fres = resolve_observation(fr["observation"], "flat", fr["site"], fr["url"], None, extra, identity)
         if ires.tree.duplicate_bids():
             continue
         modes[fres.page.context] += 1
@@ -138,15 +148,110 @@ def _fmt(p: dict) -> str:
             f"(merge precision {p['merge_precision']:.2%}, recall {p['merge_recall']:.2%}, "
             f"Jaccard {p['merge_jaccard']:.2%})")
 
+_BID = re.compile(r"^(\t*)\[([A-Za-z]*)(\d+)\]", re.M)
+_QUOTED_BID = re.compile(r"'([A-Za-z]*)(\d+)'")
+
+
+def _perturb(n: str) -> str:
+    return str(int(n) * 3 + 7001)
+
+
+def perturb_bids(row: dict) -> dict:
+    """A copy of a trajectory row with every bid renamed (its letter frame prefix kept, its
+    number mapped one-to-one), in the observation and in the action."""
+    out = dict(row)
+    out["observation"] = _BID.sub(lambda m: f"{m.group(1)}[{m.group(2)}{_perturb(m.group(3))}]", row["observation"])
+    if row["action"]:
+        out["action"] = _QUOTED_BID.sub(lambda m: f"'{m.group(1)}{_perturb(m.group(2))}'", row["action"])
+    return out
+
+
+def _canonical(rows: list[dict], dst: Path) -> None:
+    """``rows`` ingested as a run directory (the canonical reader re-validates them)."""
+    import pyarrow as pa
+
+    from data.schema import TRAJECTORY_SCHEMA
+
+    src = dst.parent / (dst.name + "-src.parquet")
+    pq.write_table(pa.Table.from_pylist(rows, schema=TRAJECTORY_SCHEMA), src)
+    ingest("canonical", [src], dst, quiet=True)
+
+
+PAPER_41 = {"nodes_per_observation": 116182 / 9497, "containment_per_node": 1532 / 116182,
+            "interaction_per_trajectory": 6739 / 854, "nodes_per_url_path": 116182 / 1409,
+            "observations_per_trajectory": 9497 / 854}
+
+
+def ratios(t: dict) -> dict:
+    """The §4.1 ratios of a manifest's totals (per site, summed over sites)."""
+    return {"nodes_per_observation": t["element_nodes"] / t["observations"],
+            "containment_per_node": t["containment_edges"] / t["element_nodes"],
+            "interaction_per_trajectory": t["interaction_edges"] / t["trajectories"],
+            "nodes_per_url_path": t["element_nodes"] / t["url_paths"],
+            "observations_per_trajectory": t["observations"] / t["trajectories"]}
+
+
+def identity_table(shared: Path, tmp: Path, near_hops: int) -> dict:
+    """Both identities on the indented traces, the flat copy and the bid-perturbed copies."""
+    from graph.build import BuildConfig
+
+    ingest("agentlab", [shared / "agentlab_workarena"], tmp / "indented", quiet=True)
+    flatten_run(tmp / "indented" / "trajectories.parquet", tmp / "rows" / "rows.jsonl")
+    ingest("webprm", [tmp / "rows"], tmp / "flat", quiet=True)
+    for name in ("indented", "flat"):
+        rows = pq.read_table(tmp / name / "trajectories.parquet").to_pylist()
+        copy = [{**perturb_bids(r), "traj_id": r["traj_id"] + "~p", "source_path": (r["source_path"] or "") + "~p"}
+                for r in rows]
+        _canonical(rows + copy, tmp / f"{name}+perturbed")
+    out = {}
+    for identity in IDENTITIES:
+        res: dict = {}
+        for name in ("indented", "flat", "indented+perturbed", "flat+perturbed"):
+            build_graphs(tmp / name, config=BuildConfig(identity=identity, workers=2))
+            res[name] = json.loads((tmp / name / "graphs" / "manifest.json").read_text())["totals"]
+        cmp = compare(tmp / "indented", tmp / "flat", near_hops, identity)
+        cmp.pop("_near_of")
+        out[identity] = {"totals": res, "compare": cmp,
+                         "added_by_perturbation": {n: res[f"{n}+perturbed"]["element_nodes"] - res[n]["element_nodes"]
+                                                   for n in ("indented", "flat")},
+                         "ratios": {n: ratios(res[n]) for n in ("indented", "flat")}}
+    return out
+
+
+def print_identity_table(out: dict) -> None:
+    print("| | " + " | ".join(f"{i} indented | {i} flat" for i in out) + " |")
+    print("| --- |" + " --- |" * (2 * len(out)))
+    rows = [("element nodes", lambda o, n: f"{o['totals'][n]['element_nodes']:,}"),
+            ("ambiguity rate", lambda o, n: f"{o['totals'][n]['ambiguity_rate']:.3%}"),
+            ("positional rate", lambda o, n: f"{o['totals'][n]['positional_rate']:.2%}"),
+            ("element nodes added by bid perturbation", lambda o, n: f"{o['added_by_perturbation'][n]:,}"),
+            ("containment edges", lambda o, n: f"{o['totals'][n]['containment_edges']:,}"),
+            ("interaction edges", lambda o, n: f"{o['totals'][n]['interaction_edges']:,}")]
+    rows += [(f"§4.1 {k} (paper {v:.4g})", lambda o, n, k=k: f"{o['ratios'][n][k]:.4g}") for k, v in PAPER_41.items()]
+    for label, f in rows:
+        print(f"| {label} | " + " | ".join(f"{f(o, 'indented')} | {f(o, 'flat')}" for o in out.values()) + " |")
+    for identity, o in out.items():
+        print(f"{identity}: flat vs indented partition, site pairs: {_fmt(o['compare']['site'])}")
+        print(f"{identity}: flat vs indented partition, page pairs: {_fmt(o['compare']['page'])}")
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = make_parser()
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--near-hops", type=int, default=4)
     ap.add_argument("--no-mine", action="store_true", help="skip proposals.mine on the flat run")
+    ap.add_argument("--identities", action="store_true", help="measure both identities (issue 22) and stop")
     args = ap.parse_args(argv)
     if not (args.shared / "agentlab_workarena").is_dir():
         print(f"skip: shared traces not found at {args.shared}")
+        return 0
+    if args.identities:
+        with tempfile.TemporaryDirectory() as tmp:
+            t = time.perf_counter()
+            out = identity_table(args.shared, Path(tmp), args.near_hops)
+            print(f"measured in {time.perf_counter() - t:.0f} s")
+            print_identity_table(out)
+            print(json.dumps(out, default=str))
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

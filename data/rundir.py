@@ -8,10 +8,20 @@ Stages know what their inputs were: a stage's entry in ``stats.json`` holds ``fi
 the SHA-256 of the files it read (``inputs``) and of those it wrote that later stages read
 (``outputs``, see ``STAGE_OUTPUTS``). Before reading, a stage calls ``RunDir.check_inputs``:
 each input must be the file its producer wrote, made from the inputs that are there now (up
-the chain to ``trajectories.parquet``); otherwise it refuses with ``StaleInputError``. The same
-call fails early when the run directory cannot be written, and removes the temp files that a
-killed earlier run of the stage left behind. Re-ingesting clears every downstream output
-(``RunDir.clear_downstream``).
+the chain to ``trajectories.parquet``); otherwise it refuses with ``StaleInputError``. An input
+with no recorded producer is refused too (written outside a stage, or by one that was
+interrupted or cleared), except ``trajectories.parquet`` in a run directory no ingest has
+recorded (a hand-made one). The same call fails early when the run directory cannot be written,
+and removes the temp files that a killed earlier run of the stage left behind. Re-ingesting
+clears every downstream output (``RunDir.clear_downstream``).
+
+The stage lock: ``check_inputs`` also takes an exclusive ``flock`` on each output the stage
+writes (``.locks/<output>.lock``; ingest takes every stage's, since a re-ingest removes them) and
+a shared one on each input it reads, and ``write_stage`` releases them once the entry records
+the outputs. So the outputs and their entry change together as far as any other stage can tell:
+a stage that would write what another writes or reads, or read what another writes, fails at
+once with ``RunDirBusy`` (one line, exit 2 in every CLI); it does not wait. A killed stage holds
+nothing (the kernel drops its locks). Readers that never refuse (``proposals.audit``) take none.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -73,6 +84,11 @@ class RunDirNotWritable(RunDirError):
     """The stage could not write its outputs: checked before the work, not after it."""
 
 
+class RunDirBusy(RunDirError):
+    """Another stage is writing an output this stage reads or writes, or reading one it writes
+    (the stage lock, see ``RunDir.check_inputs``): the second stage fails fast, it does not wait."""
+
+
 # The files (or folders) each stage writes, relative to the run directory. Those that later
 # stages read are fingerprinted in the stage's ``stats.json`` entry; all of them are checked for
 # writability and cleaned of orphan temp files when the stage starts.
@@ -85,6 +101,25 @@ STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "data.export.trl_labels": ("export",),
     "data.export.webprmbench": ("export",),
 }
+_FS_IOC_GETFLAGS, _FS_IMMUTABLE_FL, _FS_APPEND_FL = 0x80086601, 0x10, 0x20     # linux/fs.h
+
+
+def _inode_lock(path: Path) -> str | None:
+    """'immutable' or 'append-only' when the file's inode flags (``chattr +i`` / ``+a``) forbid
+    replacing it, whatever the folder's permissions; None otherwise or where flags are unknown."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        flags = int.from_bytes(fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8))[:4], sys.byteorder)   # an int
+    except OSError:                  # a file system without inode flags
+        return None
+    finally:
+        os.close(fd)
+    return "immutable" if flags & _FS_IMMUTABLE_FL else "append-only" if flags & _FS_APPEND_FL else None
+
+
 # Outputs that no later stage reads: written, but not fingerprinted.
 _UNREAD_OUTPUTS = {"audit", "export"}
 # Everything a run directory holds downstream of ingest (removed by a re-ingest).
@@ -92,6 +127,24 @@ DOWNSTREAM = ("graphs", "candidates.parquet", "preferences.parquet", "discarded.
               "report", "README.md")
 # The temp files of the atomic writers below: ``.<name>.<random>.tmp`` beside the target.
 _TMP_PREFIX, _TMP_SUFFIX = ".", ".tmp"
+# The stage locks: one ``flock`` file per output, in this folder of the run directory.
+_LOCK_DIR = ".locks"
+_ALL_OUTPUTS = tuple(dict.fromkeys(rel for outs in STAGE_OUTPUTS.values() for rel in outs))
+
+
+def _now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _holder(path: Path) -> str:
+    """Who holds a stage lock, as its holder wrote it (a writer); readers write nothing."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        text = ""
+    return text.splitlines()[0][:200] if text else "a stage reading it"
 
 
 def stage_command(stage: str) -> str:
@@ -214,6 +267,7 @@ class RunDir:
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
         self._inputs: dict[str, dict[str, str]] = {}   # stage -> the fingerprints check_inputs saw
+        self._stage_locks: dict[str, dict[str, tuple]] = {}   # stage -> rel -> (lock file, mode)
 
     @property
     def trajectories(self) -> Path:
@@ -312,6 +366,8 @@ class RunDir:
             fingerprints["outputs"] = outputs
         with self._locked():
             self._write_stage_locked(stats, rejects, fingerprints)
+        # The entry now records the outputs: other stages may read (or rewrite) them.
+        self.release_stage(stats.stage)
 
     @contextlib.contextmanager
     def _locked(self):
@@ -356,6 +412,9 @@ class RunDir:
                 os.unlink(probe)
             except OSError as e:
                 raise RunDirNotWritable(f"cannot write to {d}: {e.strerror or e}") from None
+        for rel in (*rels, "stats.json"):     # a writable folder still cannot replace a locked file
+            if (self.root / rel).is_file() and (flag := _inode_lock(self.root / rel)):
+                raise RunDirNotWritable(f"cannot replace {self.root / rel}: it is {flag} (chattr -i / -a)")
 
     @staticmethod
     def _remove_orphans(folder: Path, target: str | None = None, recursive: bool = False) -> list[Path]:
@@ -402,7 +461,13 @@ class RunDir:
         seen.add(rel)
         producer = self._producer(stats, rel)
         if producer is None:
-            return
+            if rel == "trajectories.parquet" and "ingest" not in stats:
+                return      # a hand-made run directory: its root file is taken as it is
+            maker = next((st for st, outs in STAGE_OUTPUTS.items() if rel in outs), None)
+            raise StaleInputError(
+                f"{self.root / rel} has no recorded producer in {self.stats_path.name} (written outside a stage, "
+                f"or by one that was interrupted or cleared since)"
+                + (f"; rerun `{stage_command(maker)}`" if maker else ""))
         fps = stats[producer]["fingerprints"]
         now = fingerprint(self.root / rel)
         if fps["outputs"][rel] != now:
@@ -424,22 +489,97 @@ class RunDir:
     def check_inputs(self, stage: str, *inputs: str | os.PathLike) -> dict[str, str]:
         """Call where ``stage`` starts reading ``inputs`` (files or folders of this run
         directory; missing ones are left for the stage to report). Fails early when the run
-        directory or the stage's output folders cannot be written (RunDirNotWritable), removes
-        the orphan temp files of the stage's outputs, refuses inputs written from a different
-        upstream run (StaleInputError) and remembers their fingerprints, which ``write_stage``
-        records in the stage's ``stats.json`` entry. Returns them (relative path -> fingerprint)."""
+        directory or the stage's output folders cannot be written (RunDirNotWritable); takes the
+        stage lock (exclusive on the stage's outputs, shared on its inputs; RunDirBusy at once
+        when another stage holds a conflicting one; released by ``write_stage``); removes the
+        orphan temp files of the stage's outputs; refuses inputs written from a different
+        upstream run, or with no recorded producer (StaleInputError); and remembers their
+        fingerprints, which ``write_stage`` records in the stage's ``stats.json`` entry. Returns
+        them (relative path -> fingerprint)."""
         self.check_writable(*STAGE_OUTPUTS.get(stage, ()))
-        self.clean_orphans(stage)
-        stats = self.read_stats() if inputs else {}
-        seen: dict[str, str] = {}
-        for p in inputs:
-            rel = self._rel(p)
-            if not (self.root / rel).exists():
-                continue
-            self._check_chain(stats, rel, set())
-            seen[rel] = fingerprint(self.root / rel)
+        self.lock_stage(stage, *inputs)
+        try:
+            self.clean_orphans(stage)
+            stats = self.read_stats() if inputs else {}
+            seen: dict[str, str] = {}
+            for p in inputs:
+                rel = self._rel(p)
+                if not (self.root / rel).exists():
+                    continue
+                self._check_chain(stats, rel, set())
+                seen[rel] = fingerprint(self.root / rel)
+        except BaseException:
+            self.release_stage(stage)
+            raise
         self._inputs[stage] = seen
         return seen
+
+    # -- the stage lock ------------------------------------------------------------------------
+    def _lock_path(self, rel: str) -> Path:
+        return self.root / _LOCK_DIR / f"{rel}.lock"
+
+    def lock_stage(self, stage: str, *inputs: str | os.PathLike) -> None:
+        """Take ``stage``'s locks: exclusive on each output it writes (ingest: on every stage's
+        outputs, which a re-ingest removes), shared on each input it reads. ``flock`` locks on
+        ``.locks/<output>.lock`` in the run directory, held until ``write_stage`` (or until the
+        process ends: a killed stage holds nothing). Raises RunDirBusy, in one line, when another
+        stage holds a conflicting lock; this stage then holds none."""
+        outputs = _ALL_OUTPUTS if stage == "ingest" else STAGE_OUTPUTS.get(stage, ())
+        wanted: dict[str, int] = {}
+        for p in inputs:
+            rel = self._rel(p).split("/", 1)[0]
+            if rel and not Path(rel).is_absolute() and rel not in (".", ".."):
+                wanted[rel] = fcntl.LOCK_SH
+        for rel in outputs:
+            wanted[rel] = fcntl.LOCK_EX
+        held = self._stage_locks.setdefault(stage, {})
+        try:
+            for rel, mode in sorted(wanted.items()):
+                if rel in held and (held[rel][1] == fcntl.LOCK_EX or mode == fcntl.LOCK_SH):
+                    continue
+                held[rel] = (self._acquire(rel, mode, stage), mode)
+        except BaseException:
+            self.release_stage(stage)
+            raise
+
+    def _acquire(self, rel: str, mode: int, stage: str):
+        path = self._lock_path(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for attempt in (0, 1):
+            f = open(path, "a+", encoding="utf-8")
+            try:
+                fcntl.flock(f, mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.close()
+                if attempt == 0:
+                    # A stage of this process that failed may still hold its lock in an
+                    # unreachable RunDir (a traceback cycle): collect it and try once more.
+                    import gc
+
+                    gc.collect()
+                    continue
+                raise RunDirBusy(f"{self.root / rel} is in use by another stage ({_holder(path)}); "
+                                 f"{stage} does not wait: run it again when that one has finished, "
+                                 f"or use another run directory") from None
+            if mode == fcntl.LOCK_EX:
+                f.seek(0)
+                f.truncate()
+                f.write(f"{stage} (pid {os.getpid()}) writing it since {_now()}\n")
+                f.flush()
+            return f
+        raise AssertionError("unreachable")
+
+    def release_stage(self, stage: str) -> None:
+        """Release ``stage``'s locks (``write_stage`` does, once the entry is recorded)."""
+        for f, mode in self._stage_locks.pop(stage, {}).values():
+            with contextlib.suppress(OSError, ValueError):
+                if mode == fcntl.LOCK_EX:
+                    f.seek(0)
+                    f.truncate()
+                    f.flush()
+                fcntl.flock(f, fcntl.LOCK_UN)     # for forked workers that share the descriptor too
+            with contextlib.suppress(OSError):
+                f.close()
 
     def clear_downstream(self, keep: str = "ingest") -> list[str]:
         """Remove every output downstream of ingest (``DOWNSTREAM``; ``README.md`` only when it

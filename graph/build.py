@@ -1,6 +1,7 @@
 """Build one Interaction Element Graph per site from a run's trajectories.
 
-    python -m graph.build --run RUN [--include-failed] [--workers N]
+    python -m graph.build --run RUN [--identity paper|ours] [--include-failed] [--workers N]
+                          [--max-depth N] [--max-nodes N]
 
 Reads ``RUN/trajectories.parquet``; writes ``RUN/graphs/<site>/nodes.parquet``,
 ``RUN/graphs/<site>/edges.parquet``, ``RUN/graphs/<site>/steps.parquet`` (where each demonstrated
@@ -8,27 +9,32 @@ step landed: node, op, page; ``proposals.mine`` reads it), ``RUN/graphs/manifest
 (per-site statistics in the paper's terms) and the ``graph.build`` entry of ``stats.json``.
 Each site is built in passes (:mod:`graph.passes`) into an :class:`InteractionElementGraph`. Observations of unsuccessful
 trajectories are left out by default (``--include-failed`` keeps them, for analysis); every
-observation or step left out is written to ``rejects.jsonl`` with its reason.
+observation or step left out is written to ``rejects.jsonl`` with its reason. ``--identity``
+chooses the persistent identity (App. B's ``paper``, the default, or ``ours``; see
+:mod:`graph.identity`), recorded in the manifest; an observation past ``--max-nodes`` nodes or
+``--max-depth`` levels is rejected as ``too_large`` / ``too_deep`` (ingest keeps its row).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import os
 import sys
 from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data.config import make_parser
-from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet, atomic_write_text
+from data.config import Configurable, make_parser
+from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_write_parquet, atomic_write_text
 from graph import passes
-from graph.passes import STAGE, next_urls
+from graph.identity import DEFAULT_IDENTITY, IDENTITIES
+from graph.passes import MAX_DEPTH, MAX_NODES, STAGE, next_urls
 from graph.schema import (EDGE_SCHEMA, NODE_SCHEMA, STEP_SCHEMA, check_outputs, pinned_table, reading,
                           require_columns)
 
@@ -36,6 +42,73 @@ INGEST = "python -m data.ingest"
 PLAN_COLUMNS = ["traj_id", "step_idx", "site", "url", "success", "source_path"]
 COLUMNS = ["traj_id", "task_id", "step_idx", "site", "url", "observation", "obs_format", "html", "action",
            "action_error", "success"]
+
+
+def _non_negative(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, not {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (0 = no limit), not {n}")
+    return n
+
+
+def _positive(text: str) -> int:
+    n = _non_negative(text)
+    if n == 0:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return n
+
+
+@dataclass
+class BuildConfig(Configurable):
+    """How ``graph.build`` builds; every field is a flag (``data.config``)."""
+
+    ARG_GROUP = "graph building"
+
+    identity: str = field(default=DEFAULT_IDENTITY, metadata={
+        "help": "persistent identity: paper (App. B: same-role sibling ordinal, chain without generic wrappers, "
+                "names kept) or ours (same role-and-name ordinal, inert containers and content names left out)",
+        "choices": IDENTITIES})
+    include_failed: bool = field(default=False, metadata={"help": "also use unsuccessful trajectories"})
+    workers: int | None = field(default=None, metadata={"help": "processes (default: one per core)",
+                                                        "type": _positive, "metavar": "N"})
+    max_depth: int = field(default=MAX_DEPTH, metadata={
+        "help": "reject an observation whose structure is deeper than this as too_deep (0: no limit)",
+        "type": _non_negative, "metavar": "N"})
+    max_nodes: int = field(default=MAX_NODES, metadata={
+        "help": "reject an observation of more AXTree nodes than this as too_large (0: no limit)",
+        "type": _non_negative, "metavar": "N"})
+
+    def __post_init__(self):
+        if self.identity not in IDENTITIES:
+            raise ValueError(f"identity must be one of {IDENTITIES}, not {self.identity!r}")
+        for name in ("max_depth", "max_nodes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0 (0: no limit), not {v!r}")
+        if self.workers is not None and (isinstance(self.workers, bool) or not isinstance(self.workers, int)
+                                         or self.workers < 1):
+            raise ValueError(f"workers must be an integer >= 1, not {self.workers!r}")
+
+    def resolve_settings(self) -> dict:
+        """What pass 1 needs (``passes.parse_and_resolve``'s keywords)."""
+        return {"identity": self.identity, "max_depth": self.max_depth, "max_nodes": self.max_nodes}
+
+
+def graph_identity(run: RunDir) -> str:
+    """The identity a run's graphs were built with (``graphs/manifest.json``; a manifest from
+    before issue 22 says nothing: those were built with ``ours``). Mining resolves its
+    observations with the same one, so that its node ids are the graph's."""
+    try:
+        manifest = json.loads(run.graph_manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise RunDirError(f"cannot read {run.graph_manifest}: {e} (rewrite it with `python -m graph.build`)") from None
+    identity = manifest.get("identity", "ours") if isinstance(manifest, dict) else None
+    if identity not in IDENTITIES:
+        raise RunDirError(f"{run.graph_manifest}: unknown identity {identity!r} (rewrite it with `python -m graph.build`)")
+    return identity
 
 
 @dataclass(slots=True)
@@ -51,11 +124,12 @@ class InteractionElementGraph:
     rejects: list[Reject]
 
 
-def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int, str]]]) -> InteractionElementGraph:
+def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int, str]]],
+               config: BuildConfig | None = None) -> InteractionElementGraph:
     """Build the graph of ``site`` from its observations (already filtered by success), pass by
     pass (:mod:`graph.passes`). ``rows`` carry ``next_url`` and ``traj_steps`` lists every
     trajectory's (step_idx, site): see :func:`plan`."""
-    obs = passes.parse_and_resolve(site, rows)
+    obs = passes.parse_and_resolve(site, rows, **(config or BuildConfig()).resolve_settings())
     steps = passes.demonstrated_steps(site, obs)
     elements, sightings = passes.element_nodes(site, obs, steps)
     node_rows = elements + passes.virtual_nodes(site, steps)
@@ -158,10 +232,11 @@ def write_site(run: RunDir, graph: InteractionElementGraph) -> Path:
     return out
 
 
-def build_and_write_site(run_root: str, site: str, site_plan: dict) -> tuple[str, dict, list[Reject]]:
+def build_and_write_site(run_root: str, site: str, site_plan: dict,
+                         config: BuildConfig | None = None) -> tuple[str, dict, list[Reject]]:
     """Read, build and write one site's graph; returns (site, stats, rejects)."""
     run = RunDir(run_root)
-    graph = build_site(site, load_site_rows(run, site, site_plan["steps"]), site_plan["traj_steps"])
+    graph = build_site(site, load_site_rows(run, site, site_plan["steps"]), site_plan["traj_steps"], config)
     write_site(run, graph)
     return site, graph.stats, graph.rejects
 
@@ -171,8 +246,9 @@ def _job(args) -> tuple[str, dict, list[Reject]]:
 
 
 def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject]]], plan_rejects: list[Reject],
-             n_rows: int, include_failed: bool) -> StageStats:
+             n_rows: int, include_failed: bool, config: BuildConfig | None = None) -> StageStats:
     """Write the manifest and the stage's stats and rejects from the per-site results."""
+    config = config or BuildConfig(include_failed=include_failed)
     stats = StageStats(STAGE, n_in=n_rows)
     rejects = list(plan_rejects)
     for r in plan_rejects:
@@ -205,9 +281,10 @@ def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject]]], plan_re
     for d in graphs_dir.iterdir() if graphs_dir.exists() else ():
         if d.is_dir() and d.name not in keep and (d / "nodes.parquet").exists():
             shutil.rmtree(d)
-    manifest = {"stage": STAGE, "include_failed": include_failed, "sites": sites, "totals": totals}
+    manifest = {"stage": STAGE, "identity": config.identity, "include_failed": include_failed,
+                "max_depth": config.max_depth, "max_nodes": config.max_nodes, "sites": sites, "totals": totals}
     atomic_write_text(run.graph_manifest, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-    stats.extra = {"sites": len(sites), **totals,
+    stats.extra = {"config": {k: v for k, v in asdict(config).items() if k != "workers"}, "sites": len(sites), **totals,
                    "steps": {"in": step_in, "out": step_out, "rejected": dict(sorted(step_rej.items()))}}
     assert step_in == step_out + sum(step_rej.values())
     run.write_stage(stats, rejects)
@@ -235,36 +312,41 @@ def prepare(run_dir: str | Path, include_failed: bool = False) -> tuple[RunDir, 
     return run, rows, per_site, plan_rejects
 
 
-def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int | None = None) -> StageStats:
-    """Build every site's graph of a run (sites in parallel processes when ``workers`` > 1)."""
+def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int | None = None,
+                 config: BuildConfig | None = None) -> StageStats:
+    """Build every site's graph of a run (sites in parallel processes when ``workers`` > 1).
+    ``config`` (a :class:`BuildConfig`) overrides ``include_failed`` and ``workers``."""
+    config = config or BuildConfig(include_failed=include_failed, workers=workers)
+    include_failed, workers = config.include_failed, config.workers
     run, rows, per_site, plan_rejects = prepare(run_dir, include_failed)
     # Largest sites first, so the pool does not end waiting on one big site.
-    jobs = [(str(run.root), site, sp) for site, sp in sorted(per_site.items(), key=lambda kv: -len(kv[1]["steps"]))]
+    jobs = [(str(run.root), site, sp, config)
+            for site, sp in sorted(per_site.items(), key=lambda kv: -len(kv[1]["steps"]))]
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(_job, jobs))
     else:
         results = [_job(j) for j in jobs]
-    return finalize(run, results, plan_rejects, len(rows), include_failed)
+    return finalize(run, results, plan_rejects, len(rows), include_failed, config)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = make_parser(prog="python -m graph.build", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True, help="run directory holding trajectories.parquet")
-    ap.add_argument("--include-failed", action="store_true", help="also use unsuccessful trajectories")
-    ap.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
+    BuildConfig.add_args(ap)
     args = ap.parse_args(argv)
     try:
-        stats = build_graphs(args.run, args.include_failed, args.workers)
+        config = BuildConfig.from_args(args)
+        stats = build_graphs(args.run, config=config)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(stats.summary())
     t = stats.extra
-    print(f"{t['sites']} site graphs: {t['element_nodes']} element nodes, {t['virtual_nodes']} virtual nodes, "
-          f"{t['containment_edges']} containment edges, {t['interaction_edges']} interaction edges; "
-          f"ambiguity rate {t['ambiguity_rate']:.4%}")
+    print(f"{t['sites']} site graphs ({config.identity} identity): {t['element_nodes']} element nodes, "
+          f"{t['virtual_nodes']} virtual nodes, {t['containment_edges']} containment edges, "
+          f"{t['interaction_edges']} interaction edges; ambiguity rate {t['ambiguity_rate']:.4%}")
     print(f"wrote {RunDir(args.run).graph_manifest}")
     return 0 if stats.n_out else 1
 

@@ -1,25 +1,39 @@
 """Persistent element identity ``v = phi(site, URL, elem_ctx)`` and virtual nodes.
 
 Runtime bids never enter an identity: the same element seen in two runs (different bids) gets
-the same node id, two different elements of one page get different ids. ``elem_ctx`` is:
+the same node id, two different elements of one page get different ids. Two identities are
+implemented (``graph.build --identity``, recorded in ``graphs/manifest.json``):
+
+``paper`` (the default), App. B's four-tuple:
 
 * the element's accessible role and name;
-* its ancestor chain of (role, name), skipping inert containers (generic, group, listitem,
-  layout tables, ...). The root's name (the page title) is left out: titles
-  carry counters ("(3) Inbox") that would split a page; so are the names of containers named
-  by their content (cells, rows, lists...), which change with whatever the widget lists. Names are cut to 80 characters;
-  the chain is stored root first;
-* its ordinal among logical siblings (same nearest non-inert ancestor) of the same role and
-  name. We deliberately count same (role, name) siblings rather than all same-role siblings:
-  a position among all links shifts whenever a list gains an item, which would split an
-  element across runs; the ordinal only disambiguates true duplicates;
-* its subtree signature: the (role, name) of its direct children.
+* its ancestor chain of (role, name) up to the document root, omitting the generic wrapper
+  containers (``PAPER_WRAPPER_ROLES``: generic, none, presentation and Chromium's layout-table
+  roles). Every kept ancestor keeps its name except the document root, whose name is the page
+  title (App. B's example chain starts at a bare ``root``: root -> main -> region "Flight
+  search" -> group). Names are cut to 80 characters;
+* its ordinal among the sibling nodes of the same role (siblings: the nodes under the same
+  nearest chain ancestor, so a wrapper between them does not separate them);
+* its subtree signature: the (role, name) of its direct children (text typed into an
+  editable field and the item labels of a composite widget left out).
+
+``ours`` (the identity before issue 22) differs in two places: the chain skips every inert
+container (``INERT_ROLES``: generic, group, listitem, layout tables, ...) and leaves out the
+names of containers named by their content (cells, rows, lists...: ``CONTENT_NAMED_ROLES``),
+which change with whatever the widget lists; and the ordinal counts siblings of the same role
+*and name*, so that a list gaining an item does not shift the others.
+
+In both, elements that still collide on their page (repeated widgets) get their ancestors'
+positions added (``positional_rate``); any that collide after that are ambiguous.
 
 On a flat AXTree (no indentation) the ancestors come from the step's HTML (bid attributes)
 when it is there, and otherwise from the structure inferred from the flat text
 (:func:`graph.axtree.infer_structure`: frames, landmarks and headings as section anchors,
 composites and runs of their items); ``context`` records which ('axtree', 'html', 'flat', or
 'none' for a flat tree given neither) so a consumer knows how much to trust the identity.
+
+Identity is linear in the size of the tree: a chain is keyed by a hash chained from its
+parent's key, never copied or serialized per element (see :class:`PageContext`).
 """
 
 from __future__ import annotations
@@ -61,6 +75,17 @@ CONTENT_NAMED_ROLES = frozenset({"cell", "row", "gridcell", "rowheader", "column
 EDITABLE_ROLES = frozenset({"textbox", "searchbox", "combobox", "textarea", "spinbutton"})
 NAME_LIMIT = 80
 SIGNATURE_LIMIT = 8
+# The identities ``graph.build --identity`` chooses from; App. B's is the default.
+IDENTITIES = ("paper", "ours")
+DEFAULT_IDENTITY = "paper"
+# App. B: the chain omits "non-operable, generic wrapper containers": ARIA's generic (div,
+# span), none and presentation, and the roles Chromium gives a table it exposes as layout only.
+PAPER_WRAPPER_ROLES = frozenset({"generic", "none", "presentation", "LayoutTable", "LayoutTableRow",
+                                 "LayoutTableCell", "LayoutTableColumn"})
+# Whether elements that collide on their page get their ancestors' positions added.
+POSITIONAL_FALLBACK = {"paper": True, "ours": True}
+# Ancestors (and positions) kept for display per element; the identity hashes all of them.
+ANCESTORS_SHOWN = 32
 
 class NodeKind(StrEnum):
     """What a graph node is: an interactive element seen in an observation, or a virtual node
@@ -107,30 +132,65 @@ def _hash(parts) -> str:
     return hashlib.blake2b(repr(parts).encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
+def _link(parent: bytes, item) -> bytes:
+    """The key of a chain one item longer than the chain keyed ``parent``: chains are hashed
+    incrementally, so no chain is ever copied or serialized per element (linear in the tree)."""
+    return hashlib.blake2b(parent + repr(item).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+_ROOT_KEY = b"\0" * 16
+
+
+def _fill_up(start, parent, memo, compute) -> None:
+    """Make ``memo[start]`` known, where ``memo[x] = compute(x, memo[parent(x)])`` (None for the
+    root's parent): walk up to the nearest known answer, then fill in downwards. Every answer is
+    computed once, so filling a whole tree is linear (no recursion: deep trees exist). ``memo`` is
+    a list indexed by node (None: unknown) or a dict."""
+    known = (lambda k: k in memo) if isinstance(memo, dict) else (lambda k: memo[k] is not None)
+    pending, i = [], start
+    while i is not None and not known(i):
+        pending.append(i)
+        i = parent(i)
+    for j in reversed(pending):
+        p = parent(j)
+        memo[j] = compute(j, None if p is None else memo[p])
+
+
 @dataclass(slots=True)
 class ElementContext:
     """Everything ``phi`` hashes, kept readable for the node table."""
 
     role: str
     name: str
-    ancestors: tuple[tuple[str, str], ...]   # (role, name) of non-inert ancestors, root first
-    ordinal: int                             # among logical siblings with the same role and name
+    # (role, name) of the chain's ancestors, root first; only the nearest ``ANCESTORS_SHOWN``
+    # are kept for display (``elided`` counts the others): the identity hashes the whole chain
+    # through ``chain_key``.
+    ancestors: tuple[tuple[str, str], ...]
+    ordinal: int                             # among logical siblings of the same role (paper) / role and name (ours)
     signature: tuple[tuple[str, str], ...]   # (role, name) of direct children
     context: str                             # 'axtree' | 'html' | 'flat' | 'none'
     # Ancestor ordinals, set only for elements that collide on their page without them
     # (repeated widgets): positions are the least stable part of a page, so they are used
-    # only where nothing else tells two elements apart.
+    # only where nothing else tells two elements apart. Display: nearest ANCESTORS_SHOWN.
     positions: tuple[int, ...] | None = None
     page: str = ""                           # normalized URL path of the element's own document
-    chain_key: str = ""                      # repr of ``ancestors``, computed once per anchor
+    chain_key: str = ""                      # hash of the whole ancestor chain (incremental)
+    positions_key: str = ""                  # hash of the whole positions chain, when set
+    elided: int = 0                          # ancestors left out of ``ancestors`` (deep trees)
+    identity: str = "paper"                  # the phi that made it (``IDENTITIES``)
 
     def persistent_id(self, site: str) -> str:
         """``phi(site, URL, elem_ctx)``: the element's persistent identity (its node id)."""
-        parts = [site, self.page, self.role, self.name, self.chain_key or repr(self.ancestors), self.ordinal,
-                 self.signature]
+        parts = [site, self.page, self.role, self.name, self.chain_key, self.ordinal, self.signature]
         if self.positions is not None:
-            parts.append(self.positions)
+            parts.append(self.positions_key)
         return "e-" + _hash(parts)
+
+    def ancestors_json(self) -> list:
+        """The stored ``ancestors`` column: ``[[role, name], ...]`` root first, preceded by
+        ``["...", "<n> more"]`` when the chain was longer than shown."""
+        out = [list(a) for a in self.ancestors]
+        return ([["...", f"{self.elided} more"]] + out) if self.elided else out
 
 
 def virtual_node_id(site: str, url_path: str, vtype: VirtualType, op: str) -> str:
@@ -157,16 +217,52 @@ def virtual_node(site: str, op: str, current_page: str, landing_page: str | None
     return VirtualNode(virtual_node_id(site, page, vtype, op), vtype, op, page)
 
 
-class PageContext:
-    """Computes element contexts for one parsed observation, memoizing ancestor chains."""
+def check_identity(identity: str) -> str:
+    if identity not in IDENTITIES:
+        raise ValueError(f"identity must be one of {IDENTITIES}, not {identity!r}")
+    return str(identity)
 
-    def __init__(self, tree: AXTree, html_ancestors: dict[str, list[str]] | None = None):
+
+class PageContext:
+    """Computes element contexts for one parsed observation.
+
+    Everything is linear in the size of the tree: anchors, ordinals, chain keys (hashed
+    incrementally from the anchor's key), positions keys and the nearest interactive ancestor
+    are one array each, filled once; a chain is materialized only for display, and only its
+    nearest ``ANCESTORS_SHOWN`` items."""
+
+    def __init__(self, tree: AXTree, html_parents: dict[str, str | None] | None = None,
+                 identity: str = DEFAULT_IDENTITY):
         self.tree = tree
+        self.identity = check_identity(identity)
+        self.html_parents = html_parents or {}
         nodes = tree.nodes
-        self.html_ancestors = html_ancestors or {}
-        anchor: list[int | None] = [None] * len(nodes)
         if tree.obs_format == "indented" or tree.inferred:
             self.context = "axtree" if tree.obs_format == "indented" else "flat"
+        elif html_parents:
+            self.context = "html"
+        else:
+            self.context = "none"
+        # The page's structure (containment edges, structurally_near): anchors skip INERT_ROLES.
+        self._anchor = self._anchors(INERT_ROLES)
+        # The identity's chain: ours skips the same roles; App. B omits only generic wrappers.
+        self._id_inert = INERT_ROLES if self.identity == "ours" else PAPER_WRAPPER_ROLES
+        self._id_anchor = self._anchor if self.identity == "ours" else self._anchors(PAPER_WRAPPER_ROLES)
+        self._frames: list[str | None] | None = None
+        self.collided = 0    # elements that needed positions to be told apart (last persistent_ids call)
+        self._keys: list[bytes | None] = [None] * len(nodes)       # key of the chain ending at a node
+        self._pos_keys: list[bytes | None] = [None] * len(nodes)   # key of the positions ending at a node
+        self._lengths: list[int | None] = [None] * len(nodes)      # identity ancestors of a node
+        self._ordinals: list[int] | None = None
+        self._positions: list[int] | None = None
+        self._interactive: list | None = None
+
+    # -- structure ---------------------------------------------------------------------------
+    def _anchors(self, inert: frozenset) -> list[int | None]:
+        """Nearest ancestor of each node whose role is not in ``inert`` (None: none)."""
+        tree, nodes = self.tree, self.tree.nodes
+        anchor: list[int | None] = [None] * len(nodes)
+        if self.context in ("axtree", "flat"):
             # In an inferred structure the sections under a frame root are not linked through
             # it: the flat text tells which section an element is in, not how near two sections are.
             roots = FLAT_UNLINKED_ROLES if tree.inferred else frozenset()
@@ -174,25 +270,25 @@ class PageContext:
             for node in nodes:
                 p = node.parent
                 if p is not None and nodes[p].role not in roots:
-                    anchor[node.index] = p if nodes[p].role not in INERT_ROLES else anchor[p]
-        elif html_ancestors:
-            self.context = "html"
+                    anchor[node.index] = p if nodes[p].role not in inert else anchor[p]
+        elif self.context == "html":
             by_bid = tree.by_bid()
+            parents = self.html_parents
+            first: dict[str, str | None] = {}    # bid -> nearest HTML ancestor that qualifies
+
+            def nearest(b: str, of_parent: str | None) -> str | None:
+                p = parents.get(b)
+                anc = by_bid.get(p) if p is not None else None
+                return p if anc is not None and anc.role not in inert else of_parent
+
             for node in nodes:
-                for bid in html_ancestors.get(node.bid or "", ()):
-                    anc = by_bid.get(bid)
-                    if anc is not None and anc.role not in INERT_ROLES:
-                        anchor[node.index] = anc.index
-                        break
-        else:
-            self.context = "none"
-        self._anchor = anchor
-        self._frames: list[str | None] | None = None
-        self.collided = 0    # elements that needed positions to be told apart (last persistent_ids call)
-        self._chains: list[tuple | None] = [None] * len(nodes)
-        self._chain_keys: dict[int | None, str] = {}
-        self._ordinals: list[int] | None = None
-        self._positions: list[int] | None = None
+                if node.bid is None or node.bid not in parents:
+                    continue
+                _fill_up(node.bid, parents.get, first, nearest)
+                hit = first[node.bid]
+                if hit is not None:
+                    anchor[node.index] = by_bid[hit].index
+        return anchor
 
     def frame_page(self, index: int) -> str | None:
         """Normalized URL of the iframe document holding node ``index`` (None: the top page).
@@ -216,40 +312,118 @@ class PageContext:
         return self._frames[index]
 
     def anchor(self, index: int) -> int | None:
-        """Nearest non-inert ancestor of node ``index``."""
+        """Nearest non-inert ancestor of node ``index`` in the page's structure (INERT_ROLES
+        skipped, whatever the identity)."""
         return self._anchor[index]
 
-    def chain(self, index: int) -> tuple[tuple[str, str], ...]:
-        """(role, name) of the non-inert ancestors of node ``index``, root first."""
-        chains, anchors = self._chains, self._anchor
-        # Walk up to the first memoized anchor, then fill in downwards (no recursion: deep
-        # trees exist).
-        pending, i = [], index
-        while i is not None and chains[i] is None:
-            pending.append(i)
-            i = anchors[i]
-        nodes = self.tree.nodes
-        for j in reversed(pending):
-            a = anchors[j]
-            chains[j] = () if a is None else chains[a] + ((nodes[a].role, self._chain_name(nodes[a])),)
-        return chains[index]
+    def depth(self) -> int:
+        """How deep the structure goes: the deepest node (indented or inferred trees) or the
+        longest chain of bid-bearing HTML ancestors (flat trees with HTML)."""
+        if self.context == "html":
+            parents, memo = self.html_parents, {}
+            for b in parents:
+                _fill_up(b, parents.get, memo, lambda x, up: 0 if up is None else up + 1)
+            return max(memo.values(), default=0)
+        return max((n.depth for n in self.tree.nodes), default=0)
 
-    def positions(self, index: int) -> tuple[int, ...]:
-        """Positions of the chain's ancestors among their same-label siblings, root first."""
-        out, a = [], self._anchor[index]
-        while a is not None:
-            out.append(self._position(a))
-            a = self._anchor[a]
+    def interactive_ancestor(self, index: int) -> tuple[int | None, int]:
+        """Nearest interactive ancestor of node ``index`` and the depth gap to it (in the tree,
+        or in bid-bearing HTML ancestors for flat trees with HTML); (None, 0) when none."""
+        if self._interactive is None:
+            self._interactive = self._interactive_ancestors()
+        return self._interactive[index]
+
+    def _interactive_ancestors(self) -> list[tuple[int | None, int]]:
+        nodes = self.tree.nodes
+        out: list[tuple[int | None, int]] = [(None, 0)] * len(nodes)
+        if self.context in ("axtree", "flat"):
+            # Interactive roles are never inert, so the nearest one is found anchor to anchor;
+            # anchors precede their nodes, so one forward pass fills every answer.
+            near: list[int | None] = [None] * len(nodes)
+            for node in nodes:
+                a = self._anchor[node.index]
+                if a is not None:
+                    near[node.index] = a if is_interactive(nodes[a]) else near[a]
+                anc = near[node.index]
+                if anc is not None:
+                    out[node.index] = (anc, node.depth - nodes[anc].depth)
+        elif self.context == "html":
+            by_bid, parents = self.tree.by_bid(), self.html_parents
+            memo: dict[str, tuple[str | None, int]] = {}
+
+            def nearest(b: str, of_parent: tuple | None) -> tuple[str | None, int]:
+                p = parents.get(b)
+                if p is None:
+                    return None, 0
+                if p in by_bid and is_interactive(by_bid[p]):
+                    return p, 1
+                return (of_parent[0], of_parent[1] + 1) if of_parent[0] is not None else (None, 0)
+
+            for node in nodes:
+                if node.bid is None or node.bid not in parents:
+                    continue
+                _fill_up(node.bid, parents.get, memo, nearest)
+                up, hops = memo[node.bid]
+                if up is not None:
+                    out[node.index] = (by_bid[up].index, hops)
+        return out
+
+    # -- identity ----------------------------------------------------------------------------
+    def _chain_name(self, n: AXNode) -> str:
+        """A chain item's name: ours leaves out page titles and content-computed names; App. B
+        keeps every name but the document root's (its example chain starts at a bare ``root``)."""
+        if n.role == "RootWebArea":
+            return ""
+        if self.identity == "ours" and n.role in CONTENT_NAMED_ROLES:
+            return ""
+        return n.name[:NAME_LIMIT]
+
+    def _key(self, index: int | None) -> bytes:
+        """Key of the chain of identity ancestors ending at node ``index`` (inclusive)."""
+        if index is None:
+            return _ROOT_KEY
+        nodes = self.tree.nodes
+        _fill_up(index, self._id_anchor.__getitem__, self._keys,
+                 lambda j, up: _link(up or _ROOT_KEY, (nodes[j].role, self._chain_name(nodes[j]))))
+        return self._keys[index]
+
+    def chain(self, index: int, limit: int | None = None) -> tuple[tuple[str, str], ...]:
+        """(role, name) of the identity chain's ancestors of node ``index``, root first; only
+        the nearest ``limit`` when given."""
+        out, a, nodes = [], self._id_anchor[index], self.tree.nodes
+        while a is not None and (limit is None or len(out) < limit):
+            out.append((nodes[a].role, self._chain_name(nodes[a])))
+            a = self._id_anchor[a]
         return tuple(reversed(out))
 
-    @staticmethod
-    def _chain_name(n: AXNode) -> str:
-        return "" if n.role == "RootWebArea" or n.role in CONTENT_NAMED_ROLES else n.name[:NAME_LIMIT]
+    def chain_length(self, index: int) -> int:
+        """How many identity ancestors node ``index`` has (memoized like the keys)."""
+        anchors = self._id_anchor
+        _fill_up(index, anchors.__getitem__, self._lengths, lambda j, up: 0 if anchors[j] is None else up + 1)
+        return self._lengths[index]
+
+    def _pos_key(self, index: int | None) -> bytes:
+        """Key of the positions of the identity ancestors ending at node ``index`` (inclusive)."""
+        if index is None:
+            return _ROOT_KEY
+        _fill_up(index, self._id_anchor.__getitem__, self._pos_keys,
+                 lambda j, up: _link(up or _ROOT_KEY, self._position(j)))
+        return self._pos_keys[index]
+
+    def positions(self, index: int, limit: int | None = None) -> tuple[int, ...]:
+        """Positions of the chain's ancestors among their same-label siblings, root first (only
+        the nearest ``limit`` when given)."""
+        out, a = [], self._id_anchor[index]
+        while a is not None and (limit is None or len(out) < limit):
+            out.append(self._position(a))
+            a = self._id_anchor[a]
+        return tuple(reversed(out))
 
     def _ordinal(self, index: int) -> int:
-        """Index of an element among its logical siblings with the same role and name."""
+        """Index of an element among its logical siblings (same identity anchor) with the same
+        role (paper) or the same role and name (ours)."""
         if self._ordinals is None:
-            self._ordinals = self._rank(lambda n: n.name[:NAME_LIMIT])
+            self._ordinals = self._rank((lambda n: "") if self.identity == "paper" else (lambda n: n.name[:NAME_LIMIT]))
         return self._ordinals[index]
 
     def _position(self, index: int) -> int:
@@ -261,9 +435,9 @@ class PageContext:
     def _rank(self, name_of) -> list[int]:
         counts: dict[tuple, int] = {}
         out = [0] * len(self.tree.nodes)
-        anchors = self._anchor
+        anchors, inert = self._id_anchor, self._id_inert
         for n in self.tree.nodes:
-            if n.role in INERT_ROLES and n.bid is None:
+            if n.role in inert and n.bid is None:
                 continue   # never an anchor, never an element
             key = (anchors[n.index], n.role, name_of(n))
             c = counts.get(key, 0)
@@ -289,13 +463,11 @@ class PageContext:
             if child.role == "StaticText" and (editable or composite or child.name == node.name):
                 continue
             sig.append((child.role, "" if composite else child.name[:30]))
-        chain = self.chain(node.index)
-        anchor = self._anchor[node.index]
-        key = self._chain_keys.get(anchor)
-        if key is None:
-            key = self._chain_keys[anchor] = repr(chain)
-        return ElementContext(node.role, node.name[:NAME_LIMIT], chain, self._ordinal(node.index), tuple(sig),
-                              self.context, chain_key=key)
+        shown = self.chain(node.index, ANCESTORS_SHOWN)
+        elided = self.chain_length(node.index) - len(shown) if len(shown) == ANCESTORS_SHOWN else 0
+        return ElementContext(node.role, node.name[:NAME_LIMIT], shown, self._ordinal(node.index), tuple(sig),
+                              self.context, chain_key=self._key(self._id_anchor[node.index]).hex(),
+                              elided=elided, identity=self.identity)
 
     def persistent_ids(self, site: str, url_path: str, nodes: list[AXNode]) -> dict[int, tuple[str, ElementContext]]:
         """node index -> (node id, context) for ``nodes`` of this page.
@@ -312,11 +484,12 @@ class PageContext:
             out[n.index] = (nid, ctx)
             counts[nid] = counts.get(nid, 0) + 1
         self.collided = 0
-        if len(counts) < len(out):
+        if len(counts) < len(out) and POSITIONAL_FALLBACK[self.identity]:
             for idx, (nid, ctx) in list(out.items()):
                 if counts[nid] > 1:
                     self.collided += 1
-                    ctx.positions = self.positions(idx)
+                    ctx.positions = self.positions(idx, ANCESTORS_SHOWN)
+                    ctx.positions_key = self._pos_key(self._id_anchor[idx]).hex()
                     out[idx] = (ctx.persistent_id(site), ctx)
         return out
 
@@ -330,23 +503,42 @@ def ambiguous(ids: dict[int, tuple[str, ElementContext]]) -> set[str]:
     return dup
 
 
-def html_bid_ancestors(html: str) -> dict[str, list[str]]:
-    """bid -> bids of its HTML ancestors, nearest first (BrowserGym marks elements with ``bid``)."""
+def html_bid_parents(html: str) -> dict[str, str | None]:
+    """bid -> bid of its nearest HTML ancestor that has one (None: none), for every element
+    BrowserGym marked with ``bid``. One entry per element: ancestors are walked through this
+    map, never copied per element (lxml itself nests at most 256 elements deep)."""
     import lxml.html
 
     try:
         root = lxml.html.fromstring(html)
     except (ValueError, TypeError):  # lxml raises ParserError (a ValueError) on empty documents
         return {}
-    out: dict[str, list[str]] = {}
+    out: dict[str, str | None] = {}
+    nearest: dict = {}      # element -> its nearest bid-bearing ancestor-or-self's bid
     for el in root.iter():
-        bid = el.get("bid") if hasattr(el, "get") else None
-        if bid is None:
+        if not hasattr(el, "get"):
             continue
-        anc, p = [], el.getparent()
-        while p is not None:
-            if p.get("bid") is not None:
-                anc.append(p.get("bid"))
-            p = p.getparent()
+        p = el.getparent()
+        up = nearest.get(p) if p is not None else None
+        bid = el.get("bid")
+        if bid is not None:
+            if bid not in out:
+                out[bid] = up
+            nearest[el] = bid
+        else:
+            nearest[el] = up
+    return out
+
+
+def html_bid_ancestors(html: str) -> dict[str, list[str]]:
+    """bid -> bids of its HTML ancestors, nearest first (for inspection; the build walks
+    :func:`html_bid_parents` instead)."""
+    parents = html_bid_parents(html)
+    out = {}
+    for bid in parents:
+        anc, p = [], parents[bid]
+        while p is not None and len(anc) <= len(parents):
+            anc.append(p)
+            p = parents.get(p)
         out[bid] = anc
     return out

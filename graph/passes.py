@@ -27,11 +27,16 @@ from data.actions import ELEMENT_OPS, VALUE_OPS, Action, ActionParseError, parse
 from data.rundir import Reject
 from data.sites import normalize_url_path
 from graph.axtree import AXTreeParseError
-from graph.identity import NodeKind, VirtualNode, is_interactive, virtual_node
-from graph.resolve import Resolution, resolve_observation
+from graph.identity import DEFAULT_IDENTITY, NodeKind, VirtualNode, is_interactive, virtual_node
+from graph.resolve import Resolution, TreeLimitExceeded, resolve_observation
 
 STAGE = "graph.build"
 MAX_BIDS = 8             # runtime ids kept per element node (a sample)
+# The guards of pass 1 (``graph.build --max-depth/--max-nodes``; 0: no limit). Chromium's HTML
+# parser nests at most 512 elements; twice that leaves room for frames. The shared traces reach
+# depth 27 and 1,572 nodes.
+MAX_DEPTH = 1024
+MAX_NODES = 100_000
 # Virtual nodes whose action value is recorded (the answer, the reason, the URL).
 _VIRTUAL_VALUE_OPS = ("send_msg_to_user", "report_infeasible", "goto")
 
@@ -85,10 +90,11 @@ class Observation:
         return _key(self.row)
 
 
-def observe(row: dict, site: str, next_url: str | None = None) -> Observation:
+def observe(row: dict, site: str, next_url: str | None = None, identity: str = DEFAULT_IDENTITY,
+            max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> Observation:
     """Parse and resolve one observation row (``traj_id, step_idx, observation, obs_format,
-    url, html, action``); raises :class:`ObservationRejected` (``unparseable_observation``,
-    ``duplicate_bids``)."""
+    url, html, action``) under ``identity``; raises :class:`ObservationRejected`
+    (``unparseable_observation``, ``too_large``, ``too_deep``, ``duplicate_bids``)."""
     action = None
     if row["action"]:
         try:
@@ -97,9 +103,12 @@ def observe(row: dict, site: str, next_url: str | None = None) -> Observation:
             action = e
     extra = (action.bid,) if isinstance(action, Action) and action.bid else ()
     try:
-        res = resolve_observation(row["observation"], row["obs_format"], site, row["url"], row.get("html"), extra)
+        res = resolve_observation(row["observation"], row["obs_format"], site, row["url"], row.get("html"), extra,
+                                  identity, max_depth, max_nodes)
     except AXTreeParseError as e:
         raise ObservationRejected("unparseable_observation", str(e)) from None
+    except TreeLimitExceeded as e:
+        raise ObservationRejected(e.reason, e.detail) from None
     dups = res.tree.duplicate_bids()
     if dups:
         raise ObservationRejected("duplicate_bids", f"bids repeated: {dups[:5]}")
@@ -121,13 +130,14 @@ class Observations:
         return Counter(self.rejected.values())
 
 
-def parse_and_resolve(site: str, rows: list[dict]) -> Observations:
+def parse_and_resolve(site: str, rows: list[dict], identity: str = DEFAULT_IDENTITY, max_depth: int = MAX_DEPTH,
+                      max_nodes: int = MAX_NODES) -> Observations:
     """Pass 1: every row (``next_url`` attached, see :func:`next_urls`) parsed and resolved, or
     rejected with its reason."""
     out = Observations(site, [], n_in=len(rows))
     for row in rows:
         try:
-            out.accepted.append(observe(row, site, row.get("next_url")))
+            out.accepted.append(observe(row, site, row.get("next_url"), identity, max_depth, max_nodes))
         except ObservationRejected as e:
             out.rejected[_key(row)] = e.reason
             out.rejects.append(_reject(e.reason, row, e.detail))
@@ -248,7 +258,7 @@ def element_nodes(site: str, obs: Observations, steps: DemonstratedSteps) -> tup
                 ctx = res.contexts[nid]
                 acc = nodes[nid] = _NodeAcc(row={
                     "node_id": nid, "site": site, "url": ctx.page, "kind": NodeKind.ELEMENT, "role": ctx.role,
-                    "name": ctx.name, "vtype": None, "ancestors": json.dumps(ctx.ancestors, ensure_ascii=False),
+                    "name": ctx.name, "vtype": None, "ancestors": json.dumps(ctx.ancestors_json(), ensure_ascii=False),
                     "ordinal": ctx.ordinal, "signature": json.dumps(ctx.signature, ensure_ascii=False),
                     "positions": json.dumps(ctx.positions) if ctx.positions is not None else None,
                     "context": ctx.context, "interactive": is_interactive(by_bid[bids[0]])})
@@ -295,25 +305,13 @@ def virtual_nodes(site: str, steps: DemonstratedSteps) -> list[dict]:
 
 # -- passes 5 and 6: edges -----------------------------------------------------------------------
 def _interactive_ancestor(res: Resolution, node) -> tuple[str | None, int]:
-    """Nearest interactive ancestor (bid) of an element, and the depth gap to it."""
-    tree = res.tree
-    if res.page.context in ("axtree", "flat"):
-        # Interactive roles are never inert, so the walk can hop from anchor to anchor.
-        i = res.page.anchor(node.index)
-        while i is not None:
-            anc = tree.nodes[i]
-            if anc.bid is not None and anc.bid in res.bid_to_node and is_interactive(anc):
-                return anc.bid, node.depth - anc.depth
-            i = res.page.anchor(i)
+    """Nearest interactive ancestor (bid) of an element, and the depth gap to it (computed
+    once per page for every node: linear in the tree)."""
+    i, gap = res.page.interactive_ancestor(node.index)
+    if i is None:
         return None, 0
-    if res.page.context == "html":
-        # flat tree: ancestors from the HTML; depth gap counted in bid-bearing HTML ancestors
-        by_bid = tree.by_bid()
-        for hops, bid in enumerate(res.page.html_ancestors.get(node.bid, ()), start=1):
-            anc = by_bid.get(bid)
-            if anc is not None and is_interactive(anc):
-                return bid, hops
-    return None, 0
+    anc = res.tree.nodes[i]
+    return (anc.bid, gap) if anc.bid in res.bid_to_node else (None, 0)
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from data.sites import normalize_url_path
 from graph.axtree import AXNode, AXTree, infer_structure, parse_axtree
-from graph.identity import ElementContext, PageContext, ambiguous, html_bid_ancestors, is_interactive
+from graph.identity import DEFAULT_IDENTITY, ElementContext, PageContext, ambiguous, html_bid_parents, is_interactive
 
 
 @dataclass(slots=True)
@@ -52,15 +52,36 @@ class Resolution:
         return sum(len(self.node_to_bids[i]) for i in self.ambiguous) / n if n else 0.0
 
 
+class TreeLimitExceeded(ValueError):
+    """An observation past ``graph.build``'s guards: ``too_large`` (more AXTree nodes than
+    ``max_nodes``) or ``too_deep`` (structure deeper than ``max_depth``)."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+
+
 def resolve_observation(observation: str | AXTree, obs_format: str, site: str, url: str,
-                        html: str | None = None, extra_bids: tuple[str, ...] = ()) -> Resolution:
+                        html: str | None = None, extra_bids: tuple[str, ...] = (),
+                        identity: str = DEFAULT_IDENTITY, max_depth: int = 0, max_nodes: int = 0) -> Resolution:
     """Resolve every interactive element (plus ``extra_bids``, e.g. an acted-on image) of an
-    observation to its persistent node id. Raises AXTreeParseError on unparseable text."""
+    observation to its persistent node id under ``identity`` (``paper`` or ``ours``, see
+    :mod:`graph.identity`). Raises AXTreeParseError on unparseable text, and
+    :class:`TreeLimitExceeded` past ``max_nodes`` nodes or ``max_depth`` levels (0: no limit),
+    checked before any identity is computed."""
     tree = observation if isinstance(observation, AXTree) else parse_axtree(observation, obs_format)
-    html_anc = html_bid_ancestors(html) if (html and tree.obs_format == "flat") else None
-    if tree.obs_format == "flat" and not html_anc:
+    if max_nodes and len(tree.nodes) > max_nodes:
+        raise TreeLimitExceeded("too_large", f"{len(tree.nodes)} AXTree nodes (the limit is {max_nodes})")
+    html_parents = html_bid_parents(html) if (html and tree.obs_format == "flat") else None
+    if max_nodes and html_parents and len(html_parents) > max_nodes:
+        raise TreeLimitExceeded("too_large", f"{len(html_parents)} HTML elements with a bid (the limit is {max_nodes})")
+    if tree.obs_format == "flat" and not html_parents:
         infer_structure(tree)     # no HTML to take ancestors from: infer them from the flat text
-    page = PageContext(tree, html_anc)
+    page = PageContext(tree, html_parents, identity)
+    if max_depth:
+        depth = page.depth()
+        if depth > max_depth:
+            raise TreeLimitExceeded("too_deep", f"structure {depth} levels deep (the limit is {max_depth})")
     url_path = normalize_url_path(url)
     extra = set(extra_bids)
     elements = [n for n in tree.nodes if is_interactive(n) or (n.bid is not None and n.bid in extra)]

@@ -57,7 +57,14 @@ def make_run(root: Path, n_pairs: int = 6) -> list[dict]:
                       "pos_node": "e-pos", "neg_bid": other[len(other) // 2], "neg_node": "e-neg", "op_pos": "click",
                       "op_neg": "click", "value_source": None, "evidence": "{}", "mode": "graph"})
     cands.append({**cands[0], "pair_id": "ffffffffffffffff", "sampled": False})   # outside the sample
+    # Written as a stage writes it (the lock, then the file, then its stats.json entry), so that
+    # teacher.verify finds its producer recorded.
+    from data.rundir import RunDir, StageStats
+
+    run = RunDir(root)
+    run.check_inputs("proposals.mine", run.trajectories)
     pq.write_table(pa.Table.from_pylist(cands, schema=CANDIDATE_SCHEMA), root / "candidates.parquet")
+    run.write_stage(StageStats("proposals.mine", n_in=len(cands), n_out=len(cands)), [])
     return cands[:-1]
 
 

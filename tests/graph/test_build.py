@@ -1,6 +1,7 @@
 """graph.build on the real AgentLab traces, and on bad input."""
 
 import json
+import shutil
 from collections import Counter
 
 import pyarrow.parquet as pq
@@ -11,7 +12,7 @@ from data.rundir import atomic_write_parquet
 from data.schema import StepRecord, steps_to_table
 from graph import demonstrated, elements_on_page, hop_distance, load_graph, temporal_successors
 from graph.load import graph_attrs
-from graph.build import build_graphs
+from graph.build import BuildConfig, build_graphs
 from graph.schema import EDGE_SCHEMA, NODE_SCHEMA
 
 
@@ -34,6 +35,7 @@ def test_manifest_and_stats(built):
     manifest = json.loads((run / "graphs" / "manifest.json").read_text())
     s = manifest["sites"]["servicenow"]
     assert set(manifest["sites"]) == {"servicenow"}          # successful runs stay on ServiceNow
+    assert manifest["identity"] == "paper" and stats.extra["config"]["identity"] == "paper"
     assert s["trajectories"] == 34 and s["observations"] == 314
     assert s["element_nodes"] > 500 and s["virtual_nodes"] > 0
     assert s["containment_edges"] > 0 and s["interaction_edges"] > 0
@@ -57,12 +59,26 @@ def test_schemas_pinned(built):
     assert pq.read_schema(run / "graphs/servicenow/edges.parquet").equals(EDGE_SCHEMA)
 
 
-def test_same_element_across_runs_is_one_node(built):
+def _ipad_links(run):
+    return [n for n in _nodes(run) if n["name"] == "iPad pro" and n["role"] == "link"
+            and n["url"].endswith("catalog_home.do") and "click" in n["ops"]]
+
+
+def test_same_element_across_runs_is_one_node(built, tmp_path):
     run, _ = built
     # The catalog's "iPad pro" link in the "Top Requests" widget: clicked in every
-    # order-ipad-pro run, under different bids, on a widget whose other items vary.
-    links = [n for n in _nodes(run) if n["name"] == "iPad pro" and n["role"] == "link"
-             and n["url"].endswith("catalog_home.do") and "click" in n["ops"]]
+    # order-ipad-pro run, under different bids, on a widget whose other items vary. App. B's
+    # identity (the default) keeps the names of the widget's containers and counts the link
+    # among all links: the runs split it in two nodes. Ours leaves content names out and
+    # counts same-named links only: one node.
+    paper = _ipad_links(run)
+    assert len(paper) == 2 and sum(n["n_traj"] for n in paper) >= 5
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    shutil.copy(run / "trajectories.parquet", ours / "trajectories.parquet")
+    build_graphs(ours, config=BuildConfig(identity="ours", workers=2))
+    assert json.loads((ours / "graphs" / "manifest.json").read_text())["identity"] == "ours"
+    links = _ipad_links(ours)
     assert len(links) == 1
     link = links[0]
     assert link["n_traj"] >= 5

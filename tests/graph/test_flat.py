@@ -171,12 +171,17 @@ def test_flat_run_records_mode_and_has_containment(bundled_flat):
 
 def test_flat_identity_and_near_agree_with_indented(bundled_flat):
     root, _ = bundled_flat
-    r = compare(root / "indented", root / "flat", near_hops=4)
+    r = compare(root / "indented", root / "flat", near_hops=4, identity="ours")
     assert r["modes"] == {"flat": r["modes"]["flat"]}
     assert r["site"]["agreement"] >= 0.95
     # the stricter view: flat never merges two elements indented mode keeps apart, and splits few
     assert r["site"]["merge_precision"] == 1.0 and r["site"]["merge_recall"] >= 0.95
     assert r["near"]["flat_near"] > 0 and r["near"]["precision"] >= 0.70
+    # App. B's identity keeps group and listitem in the chain, which the flat text infers less
+    # well: a few more merges and splits (bench/flat_axtree.py --identities)
+    p = compare(root / "indented", root / "flat", near_hops=4, identity="paper")
+    assert p["site"]["merge_precision"] >= 0.95 and p["site"]["merge_recall"] >= 0.95
+    assert p["near"] == r["near"]       # structurally_near's structure does not depend on the identity
 
 
 def test_six_rules_fire_on_the_flat_run(bundled_flat, tmp_path):
@@ -197,9 +202,9 @@ def test_flattened_shared_traces(shared_data, tmp_path):
     m = json.loads((tmp_path / "flat" / "graphs" / "manifest.json").read_text())["sites"]["servicenow"]
     assert m["trajectories"] == 34 and m["structure"] == {"flat": m["observations"]}
     assert m["containment_edges"] > 100
-    r = compare(tmp_path / "indented", tmp_path / "flat", near_hops=4)
+    r = compare(tmp_path / "indented", tmp_path / "flat", near_hops=4)      # paper: 98.5% and 99.2%
     assert r["site"]["agreement"] >= 0.95 and r["page"]["agreement"] >= 0.95
-    assert r["site"]["merge_precision"] >= 0.99 and r["site"]["merge_recall"] >= 0.95
+    assert r["site"]["merge_precision"] >= 0.98 and r["site"]["merge_recall"] >= 0.98
     assert r["near"]["precision"] >= 0.70
     _, cands = mine_run(tmp_path / "flat", tmp_path / "llm")
     by_rule = Counter(c["rule"] for c in cands)

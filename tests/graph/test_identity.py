@@ -26,8 +26,8 @@ def _page(offset=0, cell1="Apple 1", typed="", title=None):
     return text, ids
 
 
-def _resolve(text, url="https://shop.example.com/cart?id=7"):
-    return resolve_observation(text, "indented", "shop", url)
+def _resolve(text, url="https://shop.example.com/cart?id=7", identity="paper"):
+    return resolve_observation(text, "indented", "shop", url, identity=identity)
 
 
 def test_bids_never_enter_identity():
@@ -49,9 +49,49 @@ def test_distinct_elements_get_distinct_ids():
 def test_content_and_typed_text_do_not_split_elements():
     base, ids = _page()
     changed, _ = _page(cell1="Apple 1 (sale!)", typed="\t\t\t\tStaticText 'shoes'".replace("\t\t\t\t", "\t\t\t"))
-    r1, r2 = _resolve(base), _resolve(changed)
+    r1, r2 = _resolve(base, identity="ours"), _resolve(changed, identity="ours")
     assert r1.bid_to_node[ids["b1"]] == r2.bid_to_node[ids["b1"]]   # a cell's name is its content
     assert r1.bid_to_node[ids["q"]] == r2.bid_to_node[ids["q"]]     # text typed into the box
+    # App. B keeps every ancestor's name: the cell's content is in the chain; typed text is not.
+    p1, p2 = _resolve(base), _resolve(changed)
+    assert p1.bid_to_node[ids["b1"]] != p2.bid_to_node[ids["b1"]]
+    assert p1.bid_to_node[ids["b2"]] == p2.bid_to_node[ids["b2"]]
+    assert p1.bid_to_node[ids["q"]] == p2.bid_to_node[ids["q"]]
+
+
+APP_B = """RootWebArea 'Flights (2 alerts)'
+\tmain ''
+\t\tregion 'Flight search'
+\t\t\tgeneric ''
+\t\t\t\tgroup ''
+\t\t\t\t\t[1] link 'Jan 27'
+\t\t\t\t\tgeneric ''
+\t\t\t\t\t\t[2] link 'Jan 28'
+\t\t\t\t\t[3] combobox 'From'
+"""
+
+
+def test_paper_identity_is_app_b():
+    r = resolve_observation(APP_B, "indented", "air", "https://air.example/", identity="paper")
+    ctx = {bid: r.contexts[nid] for bid, nid in r.bid_to_node.items()}
+    # App. B's example chain: root -> main -> region "Flight search" -> group; wrappers omitted,
+    # the root's title left out, every other name kept.
+    assert ctx["2"].ancestors == (("RootWebArea", ""), ("main", ""), ("region", "Flight search"), ("group", ""))
+    assert ctx["1"].ancestors == ctx["2"].ancestors == ctx["3"].ancestors
+    # the ordinal counts siblings of the same role (the wrapper around 'Jan 28' does not separate them)
+    assert (ctx["1"].ordinal, ctx["2"].ordinal, ctx["3"].ordinal) == (0, 1, 0)
+    o = resolve_observation(APP_B, "indented", "air", "https://air.example/", identity="ours")
+    octx = {bid: o.contexts[nid] for bid, nid in o.bid_to_node.items()}
+    assert octx["2"].ancestors == (("RootWebArea", ""), ("main", ""), ("region", "Flight search"))
+    assert (octx["1"].ordinal, octx["2"].ordinal) == (0, 0)       # same role and name only
+    # A link added before them shifts App. B's ordinals (a new node), not ours.
+    added = APP_B.replace("\t\t\t\t\t[1] link 'Jan 27'", "\t\t\t\t\t[0] link 'Jan 26'\n\t\t\t\t\t[1] link 'Jan 27'")
+    r2 = resolve_observation(added, "indented", "air", "https://air.example/", identity="paper")
+    o2 = resolve_observation(added, "indented", "air", "https://air.example/", identity="ours")
+    assert r2.bid_to_node["2"] != r.bid_to_node["2"] and o2.bid_to_node["2"] == o.bid_to_node["2"]
+    # Titles never split either (both leave the document root's name out).
+    retitled = APP_B.replace("Flights (2 alerts)", "Flights (3 alerts)")
+    assert resolve_observation(retitled, "indented", "air", "https://air.example/").bid_to_node == r.bid_to_node
 
 
 def test_page_scopes_identity():

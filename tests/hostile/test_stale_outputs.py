@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -230,3 +231,84 @@ def test_ingest_into_a_folder_that_is_no_run_directory_removes_nothing(tmp_path)
     (out / "README.md").write_text("---\ntags:\n- surfprm\n---\nmy notes")
     ingest("canonical", [SAMPLE], out)
     assert (out / "report").is_dir() and (out / "README.md").exists()
+
+
+# -- issue 24 item 1: a stage lock, and no output without a recorded producer ----------------------
+_BLOCKED_BUILD = """
+import pathlib, sys, time
+import graph.build as build
+ready, go = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+real = build.finalize
+def blocked(*a, **k):                 # the sites are written; the manifest and the entry not yet
+    ready.write_text("ready")
+    while not go.exists():
+        time.sleep(0.05)
+    return real(*a, **k)
+build.finalize = blocked
+sys.exit(build.main(sys.argv[3:]))
+"""
+
+
+def _blocked_build(tmp_path, run, *args):
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    proc = subprocess.Popen([sys.executable, "-c", _BLOCKED_BUILD, str(ready), str(go), "--run", str(run),
+                             "--workers", "1", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    for _ in range(1200):
+        if ready.exists() or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert ready.exists(), proc.communicate()
+    return proc, go
+
+
+def test_two_concurrent_builds_do_not_mix_outputs(tmp_path):
+    run = tmp_path / "run"
+    ingest("canonical", [SAMPLE], run)
+    build_graphs(run, workers=1)
+    first, go = _blocked_build(tmp_path, run, "--include-failed")
+    try:
+        second = cli("graph.build", "--run", str(run), "--workers", "1")     # the default build
+        no_traceback(second)
+        assert second.returncode == 2, second.stdout
+        [line] = second.stderr.strip().splitlines()
+        assert "graphs is in use by another stage (graph.build (pid" in line and "does not wait" in line
+        # A re-ingest (the issue's repro) and a miner are refused the same way while it runs.
+        again = cli("data.ingest", "--source", "canonical", "--input", str(SAMPLE), "--out", str(run))
+        no_traceback(again)
+        assert again.returncode == 2 and "in use by another stage" in again.stderr
+        miner = cli("proposals.mine", "--run", str(run), "--budget", "1")      # reads the graphs
+        assert miner.returncode == 2 and "graphs is in use by another stage" in miner.stderr
+    finally:
+        go.write_text("go")
+        out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    manifest = json.loads((run / "graphs" / "manifest.json").read_text())
+    stats = json.loads((run / "stats.json").read_text())
+    assert manifest["include_failed"] is True and stats["graph.build"]["in"] == 84
+    assert stats["graph.build"]["fingerprints"]["outputs"]["graphs"] == fingerprint(run / "graphs")
+    assert RunDir(run).check_inputs("proposals.mine", run / "trajectories.parquet", run / "graphs")
+    # Once it has finished, the lock is free again.
+    build_graphs(run, workers=1)
+    assert json.loads((run / "graphs" / "manifest.json").read_text())["include_failed"] is False
+
+
+def test_an_output_without_a_recorded_producer_is_refused(full_run, tmp_path):
+    run = _copy(full_run[0], tmp_path / "run")
+    stats = json.loads((run / "stats.json").read_text())
+    del stats["graph.build"]                      # graphs/ whose entry a re-ingest removed mid-build
+    (run / "stats.json").write_text(json.dumps(stats))
+    with pytest.raises(StaleInputError, match="graphs has no recorded producer"):
+        RunDir(run).check_inputs("proposals.mine", run / "trajectories.parquet", run / "graphs")
+    proc = cli("proposals.mine", "--run", str(run), "--budget", "1")
+    no_traceback(proc)
+    assert proc.returncode == 2 and "no recorded producer" in proc.stderr and "python -m graph.build" in proc.stderr
+    # proposals.audit stays a reader: it never refuses a file as stale.
+    proc = cli("proposals.audit", "--run", str(run), "--json")
+    no_traceback(proc)
+    assert "no recorded producer" not in proc.stderr and json.loads(proc.stdout)["pairs"] > 0
+    # A failed stage leaves no lock behind for the next one in this process.
+    with pytest.raises(StaleInputError):
+        RunDir(run).check_inputs("proposals.mine", run / "graphs")
+    build_graphs(run, workers=1)                  # records a producer again
+    assert RunDir(run).check_inputs("proposals.mine", run / "trajectories.parquet", run / "graphs")

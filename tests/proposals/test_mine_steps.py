@@ -13,7 +13,7 @@ import pytest
 
 from conftest import BUNDLED, ROOT
 from data.ingest import ingest
-from data.rundir import RunDir, RunDirError, RunDirNotWritable, atomic_write_parquet
+from data.rundir import RunDir, RunDirError, RunDirNotWritable, atomic_write_parquet, fingerprint
 from data.schema import StepRecord, steps_to_table
 from graph.build import build_graphs
 from graph.identity import NodeKind
@@ -125,11 +125,16 @@ def test_corrupt_trajectories_fail_before_the_work(dup_run, damage):
 def test_corrupt_graph_table_fails_before_mining(dup_run):
     build_graphs(dup_run, workers=1)
     (dup_run / "graphs" / "shop.example.com" / "steps.parquet").write_bytes(b"garbage")
-    # The fingerprints in stats.json already refuse a changed graph: without them (a run
-    # directory written before fingerprints), the table is opened before the work.
+    # The fingerprints in stats.json already refuse a changed graph, and a graph with no recorded
+    # producer (issue 24): when the entry records the corrupt file (edited by hand), the table is
+    # still opened before the work.
     _one_line_error(_cli("proposals.mine", "--run", str(dup_run)), "graphs", "rerun `python -m graph.build`")
-    (dup_run / "stats.json").unlink()
+    stats = json.loads((dup_run / "stats.json").read_text())
+    stats["graph.build"]["fingerprints"]["outputs"]["graphs"] = fingerprint(dup_run / "graphs")
+    (dup_run / "stats.json").write_text(json.dumps(stats))
     _one_line_error(_cli("proposals.mine", "--run", str(dup_run)), "steps.parquet", "python -m graph.build")
+    (dup_run / "stats.json").unlink()
+    _one_line_error(_cli("proposals.mine", "--run", str(dup_run)), "graphs has no recorded producer")
 
 
 def test_unwritable_outputs_fail_before_the_work(dup_run, monkeypatch):

@@ -160,7 +160,7 @@ def test_sigkill_mid_run_then_rerun(run, teacher, tmp_path):
     # The reference: an uninterrupted run on a copy, with its own cache.
     ref = tmp_path / "ref"
     ref.mkdir()
-    for name in ("trajectories.parquet", "candidates.parquet"):
+    for name in ("trajectories.parquet", "candidates.parquet", "stats.json"):     # with their producers
         (ref / name).write_bytes((root / name).read_bytes())
     verify(ref, VerifyConfig(), llm_config(teacher.server, tmp_path / "ref_cache"), progress=False)
     teacher.answered.clear()
