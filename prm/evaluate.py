@@ -38,9 +38,12 @@ Protocol (paper §5.1, §5.3):
   and the prompts that could not be read (unparseable prompt, AXTree or action).
 - On the project's data also per rule, per axis and GMCP vs non-GMCP from ``candidates.parquet``
   (``by_gmcp``), pooled over the macro sources.
-Judges behind an endpoint get ``max_tokens`` = 1024 unless ``--max-tokens`` (or an
-``--llm-config`` file) says otherwise, so a full judgment (think, criteria, analysis, answer)
-fits; local judges keep ``llm.client``'s default.
+Judges that generate (behind an endpoint, or a local judge in ``--judge-mode generate``) get
+``max_tokens`` = 1024 unless ``--max-tokens`` (or an ``--llm-config`` file) says otherwise, so a
+full judgment (think, criteria, analysis, answer) fits; local judges in a scoring mode keep
+``llm.client``'s default. A local judge loads with ``--device auto|cpu|cuda`` and ``--dtype
+auto|float32|bfloat16`` (auto: bfloat16 on a GPU, float32 on the CPU; ``prm.judge.placement``);
+the result's ``protocol`` records the device and dtype it ran in.
 ``--out FILE.json`` gets the metrics, ``FILE.md`` a Markdown table, ``FILE.pairs.jsonl`` every
 judgment. ``--compare`` puts several result files in one table.
 """
@@ -53,7 +56,7 @@ import re
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -61,12 +64,13 @@ import pyarrow.parquet as pq
 from data.config import Configurable, make_parser
 from data.actions import ELEMENT_OPS, SIGNATURES, Action, ActionParseError, parse_action
 from data.judgment import JudgmentFormat, parse_prompt, rerender_prompt
-from prm.judge import JUDGE_MODES, judge_expected, make_judge, position_stats
+from prm.judge import (DEVICES, DTYPES, GENERATE_MAX_TOKENS, JUDGE_MODES, generate_max_tokens, judge_expected,
+                       make_judge, position_stats)
 from llm import LLMConfig
 
 BENCH_COLUMNS = ("state_idx", "pair_idx", "expected", "prompt", "source_name")
 EXCLUDED_BY_DEFAULT = "mind2web"        # left out of the macro unless --include-sources (paper §5.1)
-ENDPOINT_MAX_TOKENS = 1024              # default completion length for judges behind an endpoint
+ENDPOINT_MAX_TOKENS = GENERATE_MAX_TOKENS   # default completion length for judges that generate (endpoints too)
 
 
 def _prompt(p) -> list[dict]:
@@ -375,13 +379,13 @@ def compare(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def judge_config(args: argparse.Namespace, prefix: str = "", config: LLMConfig | None = None) -> LLMConfig:
-    """The judge's ``LLMConfig`` from the flags: a judge behind an endpoint gets
-    ``max_tokens >= ENDPOINT_MAX_TOKENS`` unless ``max_tokens`` was given (flag or config file)."""
+def judge_config(args: argparse.Namespace, prefix: str = "", config: LLMConfig | None = None,
+                 judge_mode: str = "generate") -> LLMConfig:
+    """The judge's ``LLMConfig`` from the flags: a judge that generates (an endpoint, or a local
+    judge in ``generate`` mode) gets ``max_tokens >= GENERATE_MAX_TOKENS`` unless ``max_tokens``
+    was given (flag or config file; ``prm.judge.generate_max_tokens``)."""
     cfg = config if config is not None else LLMConfig.from_args(args, prefix=prefix)
-    if not cfg.is_local and "max_tokens" not in LLMConfig.given_names(args, prefix):   # flag or --llm-config
-        cfg = replace(cfg, max_tokens=max(cfg.max_tokens, ENDPOINT_MAX_TOKENS))
-    return cfg
+    return generate_max_tokens(cfg, judge_mode, given="max_tokens" in LLMConfig.given_names(args, prefix))
 
 
 def rerender(rows: list[dict], fmt: JudgmentFormat) -> int:
@@ -400,20 +404,22 @@ def rerender(rows: list[dict], fmt: JudgmentFormat) -> int:
 def run(config: LLMConfig, bench: str, out: str | Path, both_orders: bool = False, batch_size: int = 8,
         candidates: str | None = None, limit_states: int | None = None, name: str | None = None,
         include_sources: list[str] | None = None, fmt: JudgmentFormat | None = None,
-        judge_mode: str = "generate") -> dict:
+        judge_mode: str = "generate", device: str = "auto", dtype: str = "auto") -> dict:
     """Evaluate one model on one benchmark file and write ``out`` (JSON), its ``.md`` and ``.pairs.jsonl``.
-    ``fmt`` re-renders the benchmark's prompts (``--prompt-template``); ``judge_mode`` is a local
-    judge's mode (``prm.judge.JUDGE_MODES``; an endpoint always generates)."""
+    ``fmt`` re-renders the benchmark's prompts (``--prompt-template``); ``judge_mode``, ``device``
+    and ``dtype`` are a local judge's (``prm.judge.JUDGE_MODES``, ``placement``; an endpoint always
+    generates)."""
     rows = load_bench(bench, candidates, limit_states)
     if not rows:
         raise ValueError(f"{bench} has no pairs")
     not_rerendered = rerender(rows, fmt) if fmt is not None else 0
-    judge_ = make_judge(config, batch_size, mode=judge_mode)
+    judge_ = make_judge(config, batch_size, mode=judge_mode, device=device, dtype=dtype)
     metrics, records = evaluate(judge_, rows, both_orders, include_sources)
     result = {"name": name or Path(config.model or "embedded").name, "model": config.model or "embedded",
               "endpoint": config.endpoint, "bench": str(bench),
               "protocol": {"both_orders": both_orders, "judge_mode": judge_mode if config.is_local else "generate",
                            "max_tokens": config.max_tokens,
+                           "device": getattr(judge_, "device", None), "dtype": getattr(judge_, "dtype", None),
                            "temperature": config.temperature, "unparsed_counts_as": "wrong",
                            "truncated_counts_as": "wrong", "states": "(source_name, state_idx)",
                            "excluded_by_default": EXCLUDED_BY_DEFAULT, "include_sources": include_sources,
@@ -461,6 +467,10 @@ class EvaluateOptions(Configurable):
         "help": "a local judge's verdicts: generate a judgment and read its tag; score the two answer tags "
                 "(one forward pass, always a verdict; with --both-orders position bias stays measurable); "
                 "score-both (both orders combined: no position bias by construction); rationale"})
+    device: str = field(default="auto", metadata={
+        "choices": DEVICES, "help": "where a local judge folder loads (auto: cuda when one is visible, else cpu)"})
+    dtype: str = field(default="auto", metadata={
+        "choices": DTYPES, "help": "a local judge's weights (auto: bfloat16 on a GPU, float32 on the CPU)"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -482,8 +492,9 @@ def main(argv: list[str] | None = None) -> int:
     if not opts.bench or not opts.out:
         ap.error("--bench and --out are required (or --compare)")
     try:
-        result = run(judge_config(args), opts.bench, opts.out, opts.both_orders, opts.batch_size,
-                     opts.candidates, opts.limit_states, opts.name, opts.include_sources, fmt, opts.judge_mode)
+        result = run(judge_config(args, judge_mode=opts.judge_mode), opts.bench, opts.out, opts.both_orders,
+                     opts.batch_size, opts.candidates, opts.limit_states, opts.name, opts.include_sources, fmt,
+                     opts.judge_mode, opts.device, opts.dtype)
     except (FileNotFoundError, ValueError) as e:      # a missing or unreadable benchmark: one line, as every stage
         print(f"error: {e}", file=sys.stderr)
         return 2

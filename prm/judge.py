@@ -10,7 +10,9 @@ state and two raw actions (``judge``/``judge_pairs``: rendered in the comparativ
 ``data.judgment.render_pair``, Action-Only). The verdict is read by ``data.judgment.parse_verdict``:
 a judgment is valid when it ends in exactly one ``<Answer>Response N</Answer>``; an invalid one
 is ``truncated`` when the generation hit the length limit, else unparsed. A local
-transformers folder is judged in batches of left-padded prompts with greedy decoding, or, with
+transformers folder loads where ``device`` says, in ``dtype`` (``placement``: ``auto`` is cuda
+in bfloat16 when a GPU is visible, else the CPU in float32) and is judged in batches of
+left-padded prompts with greedy decoding, or, with
 ``LocalJudge(mode="score")``, by the likelihoods of the two answer tags after the prompt
 (``llm.scoring``: one forward pass, always a verdict; ``Judgment.mode`` and ``margin`` say so); an endpoint
 goes through ``llm.client`` (cached, retried, ``concurrency`` requests in flight). An outage is
@@ -61,6 +63,36 @@ def read_judgment(text: str, finish_reason: str) -> Judgment:
 
 
 JUDGE_MODES = ("generate", "score", "score-both", "rationale")
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "bfloat16")
+GENERATE_MAX_TOKENS = 1024      # a judge that generates gets this many tokens unless told: a full judgment fits
+
+
+def placement(device: str = "auto", dtype: str = "auto") -> tuple[str, str]:
+    """(device, dtype) a local judge loads with: ``auto`` device is cuda when torch sees a GPU,
+    else cpu; ``auto`` dtype is bfloat16 on cuda, float32 on the CPU. ValueError for cuda
+    without a GPU, or an unknown name."""
+    if device not in DEVICES or dtype not in DTYPES:
+        raise ValueError(f"device must be one of {DEVICES} and dtype one of {DTYPES}, not {device!r}, {dtype!r}")
+    import torch
+
+    gpu = torch.cuda.is_available()
+    if device == "cuda" and not gpu:
+        raise ValueError("device cuda: torch sees no CUDA GPU here (use auto or cpu)")
+    device = ("cuda" if gpu else "cpu") if device == "auto" else device
+    dtype = ("bfloat16" if device == "cuda" else "float32") if dtype == "auto" else dtype
+    return device, dtype
+
+
+def generate_max_tokens(config: LLMConfig, mode: str, given: bool) -> LLMConfig:
+    """``config`` with ``max_tokens`` >= ``GENERATE_MAX_TOKENS`` when the judge generates its
+    judgments (an endpoint, or a local judge in ``generate`` mode) and ``max_tokens`` was not
+    ``given``; otherwise as it is (scoring needs no tokens, a rationale is cut where it stops)."""
+    from dataclasses import replace
+
+    if given or (config.is_local and mode != "generate"):
+        return config
+    return replace(config, max_tokens=max(config.max_tokens, GENERATE_MAX_TOKENS))
 
 
 class LocalJudge:
@@ -82,13 +114,23 @@ class LocalJudge:
         self.name = getattr(model, "name_or_path", "") or type(model).__name__
 
     @classmethod
-    def from_pretrained(cls, path: str, **kwargs) -> "LocalJudge":
+    def from_pretrained(cls, path: str, device: str = "auto", dtype: str = "auto", **kwargs) -> "LocalJudge":
+        """Load a transformers folder on ``device`` in ``dtype`` (``placement``)."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        device, dtype = placement(device, dtype)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
         return cls(model, tokenizer, **kwargs)
+
+    @property
+    def device(self) -> str:
+        return str(next(self.model.parameters()).device)
+
+    @property
+    def dtype(self) -> str:
+        return str(next(self.model.parameters()).dtype).removeprefix("torch.")
 
     def generate(self, prompts: list[list[dict]]) -> list[tuple[str, str]]:
         """(text, finish reason: 'stop' or 'length') per prompt, greedy."""
@@ -107,8 +149,9 @@ class LocalJudge:
         for start in range(0, len(order), self.batch_size):
             idx = order[start:start + self.batch_size]
             width = max(len(encoded[i]) for i in idx)
-            ids = torch.tensor([[pad_id] * (width - len(encoded[i])) + encoded[i] for i in idx])
-            mask = torch.tensor([[0] * (width - len(encoded[i])) + [1] * len(encoded[i]) for i in idx])
+            device = next(self.model.parameters()).device
+            ids = torch.tensor([[pad_id] * (width - len(encoded[i])) + encoded[i] for i in idx], device=device)
+            mask = torch.tensor([[0] * (width - len(encoded[i])) + [1] * len(encoded[i]) for i in idx], device=device)
             with torch.inference_mode():
                 out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=self.max_tokens,
                                           do_sample=False, pad_token_id=pad_id)
@@ -164,12 +207,14 @@ class EndpointJudge:
                 if r.ok else Judgment("", None, r.infra_error) for r in results]
 
 
-def make_judge(config: LLMConfig, batch_size: int = 8, mode: str = "generate"):
-    """A local batched judge for a transformers folder (no ``base_url``), else an endpoint judge
-    (``mode`` applies to the local judge; an endpoint only generates)."""
+def make_judge(config: LLMConfig, batch_size: int = 8, mode: str = "generate", device: str = "auto",
+               dtype: str = "auto"):
+    """A local batched judge for a transformers folder (no ``base_url``) on ``device`` in ``dtype``
+    (``placement``), else an endpoint judge (``mode``, ``device`` and ``dtype`` apply to the local
+    judge; an endpoint only generates)."""
     if config.is_local:
-        return LocalJudge.from_pretrained(str(config.local_model_dir()), max_tokens=config.max_tokens,
-                                          batch_size=batch_size, mode=mode)
+        return LocalJudge.from_pretrained(str(config.local_model_dir()), device=device, dtype=dtype,
+                                          max_tokens=config.max_tokens, batch_size=batch_size, mode=mode)
     return EndpointJudge(config)
 
 

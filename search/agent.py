@@ -6,9 +6,10 @@ AXTree, feedback on its last action, and how the episode loop screens and execut
     raws = policy.propose(obs, history=["click('12')"], feedback="navigated to /results", n=5)
     result = search.loop.run_episode(harness, policy.propose, judge_for, agent=AXTreeAgent())
 
-The prompt shows the goal, the URL, the AXTree, the actions taken so far and textual feedback on
-the last action. Feedback follows OpenWebRL's idea: compare the browser state before and after an
-action and say what happened (``describe_outcome``: navigated or not, new tab, typed value differs
+The prompt shows the goal, the URL, the AXTree (cut to ``budget`` characters by
+``data.judgment.budget_axtree``; the CLIs' ``--policy-axtree-chars``, default 12,000), the actions
+taken so far and textual feedback on the last action. Feedback follows OpenWebRL's idea: compare
+the browser state before and after an action and say what happened (``describe_outcome``: navigated or not, new tab, typed value differs
 from what was asked, scroll did not move, element not found), so the policy sees failed actions
 that BrowserGym reports as success. N samples are one request with the endpoint's ``n`` at
 temperature 1.0 (``--prm none`` asks for one greedy sample). Building the prompt and reading the
@@ -24,6 +25,7 @@ from data.actions import ActionParseError, parse_action, split_agent_output
 from data.judgment import budget_axtree
 from llm import LLMClient, LLMConfig
 from search.loop import EpisodeResult, Memory, PolicyError
+from search.runner import POLICY_AXTREE_CHARS
 from search.tournament import read_actions, screen
 
 SYSTEM = """You are a web agent operating a browser through BrowserGym actions. Each turn you see the \
@@ -38,7 +40,7 @@ hover(bid), check(bid), uncheck(bid), scroll(dx, dy), go_back(), go_forward(), g
 new_tab(), tab_close(), tab_focus(index), send_msg_to_user(text) to give the final answer \
 (or to say the task is done), report_infeasible(reason)."""
 
-AXTREE_BUDGET = 12_000
+AXTREE_BUDGET = POLICY_AXTREE_CHARS       # the policy's AXTree characters unless --policy-axtree-chars
 
 
 def build_messages(goal: str, axtree: str, url: str, history: list[str], feedback: str = "",

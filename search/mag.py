@@ -9,6 +9,10 @@
 Models as in ``search.webarena``: a local transformers folder, ``embedded``, or a name served at
 ``--prm-base-url`` / ``--policy-base-url`` (the other ``--prm-*`` / ``--policy-*`` flags are
 ``llm.client.LLMConfig``'s); ``--prm none`` runs one greedy policy output per step, no judge.
+The policy gets MAG's 1,024 output tokens (§3.1) unless ``--policy-max-tokens`` says otherwise,
+so a full JSON step fits. The PRM's prompt holds at most ``--prm-axtree-chars`` characters of
+the menu (default 12,000); a local PRM loads with ``--prm-device``/``--prm-dtype`` (auto:
+bfloat16 on a GPU). ``run.json`` records the token limits, the budget and the placement used.
 ``--grounding som`` (default) asks for a menu id, ``coord`` for a pixel pair: the observation (marked
 screenshot and menu) and the prompt are the same but for the grounding key and its sentences
 (MAG §3.1), so coordinate grounding needs a policy that sees the screenshot. ``--screenshot auto``
@@ -65,6 +69,7 @@ from search.mag_metrics import check_step, load_gold_guides, score_task, summari
 from search.runner import Benchmark, SearchConfig, SetupError, base_row, main as run_cli, run_summary, site_key
 from search.webarena import preflight, webarena_harness
 
+POLICY_MAX_TOKENS = 1024     # MAG §3.1: budgets of 16k input and 1,024 output tokens (--policy-max-tokens overrides)
 TABLE_COLUMNS = ("SR", "OFCR", "bleu1", "bleu2", "rouge1", "rougeL", "G", "GGS", "tax")
 TABLE_NAMES = ("SR", "OFCR", "BLEU-1", "BLEU-2", "ROUGE-1", "ROUGE-L", "G", "GGS", "Tax")
 
@@ -168,6 +173,7 @@ class Mag(Benchmark):
     name = "search.mag"
     Config = MagSearch
     resume_settings = Benchmark.resume_settings + ("grounding", "screenshot", "policy_prompt_template")
+    policy_max_tokens = POLICY_MAX_TOKENS
     flag_help = {"n": "outputs per step (paper: 5)", "task_ids": "WebArena task ids (default: those of --gold-guides)",
                  "baseline": "a baseline run's folder: table.md shows its row too",
                  "demo": "run the built-in demo task (a small shop on 127.0.0.1, gold guides included) instead "

@@ -31,8 +31,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from search.runner import (
+    AXTreeSearch,
     Benchmark,
-    SearchConfig,
     SetupError,
     base_row,
     baseline_difference,
@@ -104,7 +104,7 @@ def check_pages(base_url: str, names: list[str]) -> None:
 
 
 @dataclass
-class MiniWoBSearch(SearchConfig):
+class MiniWoBSearch(AXTreeSearch):
     """A ``python -m search.miniwob`` run."""
 
     out: str = "runs/miniwob"
@@ -120,7 +120,7 @@ class MiniWoB(Benchmark):
     name = "search.miniwob"
     Config = MiniWoBSearch
     task_key = "task_id"
-    resume_settings = Benchmark.resume_settings + ("max_format_errors",)
+    resume_settings = Benchmark.resume_settings + ("max_format_errors", "policy_axtree_chars")
     flag_help = {"seed": "not used: --seeds gives each episode its seed",
                  "task_ids": "not used: --tasks and --seeds name the episodes"}
     trajectories = True
@@ -160,7 +160,7 @@ class MiniWoB(Benchmark):
     def policy(self, llm):
         from search.agent import Policy
 
-        return Policy(llm).propose
+        return Policy(llm, budget=self.config.policy_axtree_chars).propose
 
     def site_harnesses(self):
         import browsergym.miniwob.all as tasks_module

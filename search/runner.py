@@ -31,10 +31,21 @@ A task config may carry its own ``seed`` (MiniWoB: one episode per task and seed
 ``--seed`` is every episode's.
 
 Run folder (``--out``): ``tasks/<task_id>.jsonl`` (one ``step`` line per step, flushed, then one
-``result`` line), ``summary.json``, ``versions.json``, ``run.json`` (the settings and the run's id),
+``result`` line), ``summary.json``, ``versions.json``, ``run.json`` (the resume settings, the run's
+id, and what the models ran with: ``model_settings``),
 and for benchmarks with ``trajectories`` ``trajectories.parquet`` (``search.trajectories``). ``--resume``
 keeps the tasks the agent finished (their last line is an evaluated result), runs environment
 failures again, and refuses a folder whose ``run.json`` has other ``resume_settings``.
+
+Settings that decide what a model sees are named options, fields of the config with their flags
+declared from the fields (``declared_fields``, ``data.config``): ``--prm-axtree-chars`` (every
+search), ``--policy-axtree-chars`` (AXTree policies: ``AXTreeSearch``), ``--prm-device`` and
+``--prm-dtype`` (a local PRM, ``prm.judge.placement``). A benchmark's ``policy_max_tokens`` is its
+policy's ``max_tokens`` unless given (MAG: 1,024); a PRM that generates gets 1,024 unless given.
+
+Progress (``data.progress``): a bar of the run's episodes and one of the current episode's steps
+(of ``max_steps``), with rates and ETAs, on stderr; a line per finished task; the run ends with
+one summary line (``summary_line``).
 
 ``--workers N`` (N > 1) runs the episodes in parallel, as Prefect tasks on a local Dask cluster of N
 worker processes; ``--dask-address`` sends them to an existing Dask scheduler (``search.workers``). A result
@@ -64,7 +75,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from data.config import make_parser
+from data.judgment import DEFAULT_BUDGET
+from data.progress import done_line, progress, say
 from search.loop import run_episode, sum_counts
+
+POLICY_AXTREE_CHARS = 12_000        # the policy's AXTree characters (~3k tokens), as the PRM's DEFAULT_BUDGET
+DEVICES = ("auto", "cpu", "cuda")    # prm.judge.DEVICES, kept here so that --help needs no torch
+DTYPES = ("auto", "float32", "bfloat16")
 
 
 class SetupError(RuntimeError):
@@ -95,6 +112,14 @@ class SearchConfig:
     policy_llm: dict = field(default_factory=dict)    # ... and for the policy (base_url, max_tokens, ...)
     workers: int = 1                           # episodes in parallel (> 1: Prefect tasks on a local Dask cluster)
     dask_address: str | None = None            # an existing Dask scheduler for the episodes instead
+    # Fields with a ``help`` are flags declared here (``data.config``: ``--prm-axtree-chars`` ...).
+    prm_axtree_chars: int = field(default=DEFAULT_BUDGET, metadata={"min": 1,
+        "metavar": "CHARS", "help": "AXTree characters in each PRM prompt (data.judgment.budget_axtree: cut "
+                                    "around the two targets; MAG: the menu in the AXTree section)"})
+    prm_device: str = field(default="auto", metadata={
+        "choices": DEVICES, "help": "where a local PRM folder loads (auto: cuda when one is visible, else cpu)"})
+    prm_dtype: str = field(default="auto", metadata={
+        "choices": DTYPES, "help": "a local PRM's weights (auto: bfloat16 on a GPU, float32 on the CPU)"})
 
     @property
     def guided(self) -> bool:
@@ -104,11 +129,25 @@ class SearchConfig:
         """ValueError naming a bad setting."""
         if self.n < 1 or self.max_steps < 1 or self.workers < 1:
             raise ValueError("--n, --max-steps and --workers must be at least 1")
+        for name in ("prm_axtree_chars", "policy_axtree_chars"):
+            if getattr(self, name, 1) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.prm_device not in DEVICES or self.prm_dtype not in DTYPES:
+            raise ValueError(f"--prm-device is one of {DEVICES}, --prm-dtype one of {DTYPES}")
         from search.tournament import prm_format
 
         prm_format(self)            # a bad --prm-prompt-template
         if self.guided:
             prm_judge_mode(self, prm_llm_config(self).is_local)     # a scoring mode at an endpoint
+
+
+@dataclass
+class AXTreeSearch(SearchConfig):
+    """A search whose policy reads the AXTree (``search.agent.Policy``: WebArena-Lite, MiniWoB)."""
+
+    policy_axtree_chars: int = field(default=POLICY_AXTREE_CHARS, metadata={"min": 1,
+        "metavar": "CHARS", "help": "AXTree characters in each policy prompt (data.judgment.budget_axtree: the "
+                                    "root line first, then lines in page order until the budget is spent)"})
 
 
 class Benchmark:
@@ -117,7 +156,9 @@ class Benchmark:
     name = "search"
     Config = SearchConfig
     task_key = "task_id"
-    resume_settings = ("prm", "policy", "n", "max_steps", "seed", "both_orders", "prm_judge_mode", "demo")
+    resume_settings = ("prm", "policy", "n", "max_steps", "seed", "both_orders", "prm_judge_mode", "demo",
+                       "prm_axtree_chars")
+    policy_max_tokens: int | None = None     # the policy's max_tokens unless given (None: LLMConfig's default)
     harness_kwargs: dict = {}
     flag_help: dict = {}            # help texts of the shared flags, where the benchmark says it better
     trajectories = False            # write ``trajectories.parquet`` (observations are AXTrees)
@@ -173,9 +214,12 @@ def run_search(benchmark: type[Benchmark], config: SearchConfig) -> dict:
         baseline = read_summary(config.baseline) if config.baseline else None
         if config.resume:
             run.check_settings(settings, {f.name: f.default for f in fields(benchmark.Config)})
+        recorded = model_settings(bench)
     except (ValueError, OSError) as e:
         raise SetupError(str(e)) from e
-    todo, rows = run.start(tasks, bench.task_key, config.resume, settings)
+    clock = time.perf_counter()
+    todo, rows = run.start(tasks, bench.task_key, config.resume, settings, recorded)
+    resumed = len(rows)
     if todo and (config.workers > 1 or config.dask_address):
         from search.workers import run_on_dask
 
@@ -183,7 +227,10 @@ def run_search(benchmark: type[Benchmark], config: SearchConfig) -> dict:
     elif todo:
         with contextlib.ExitStack() as stack:
             run_one = episode_runner(bench, run, stack)
-            rows += [run_one(task) for task in todo]
+            with progress(len(todo), f"{benchmark.name} episodes", "episode") as bar:
+                for task in todo:
+                    rows.append(run_one(task))
+                    bar.update(1)
     if bench.trajectories:
         from search.trajectories import write_run_trajectories
 
@@ -192,13 +239,26 @@ def run_search(benchmark: type[Benchmark], config: SearchConfig) -> dict:
     summary.update(prm=config.prm, policy=config.policy, n=config.n)
     run.write("summary.json", summary)
     bench.report(summary, baseline)
+    print(summary_line(benchmark.name, summary, len(rows) - resumed, resumed, sum(r.get("n_steps") or 0 for r in rows),
+                       time.perf_counter() - clock, run.out / "summary.json"), file=sys.stderr)
     return summary
 
 
-def episode_runner(bench: Benchmark, run: RunFolder, stack: contextlib.ExitStack):
+def summary_line(name: str, summary: dict, ran: int, resumed: int, steps: int, seconds: float, path) -> str:
+    """The line a search command ends with (``data.progress.done_line``): tasks run and resumed,
+    the macro success rate, the environment failures, the steps taken, the time, where the summary is."""
+    rate = (summary.get("macro") or {}).get("success_rate")
+    parts = [f"{ran} task(s) run" + (f", {resumed} resumed" if resumed else ""),
+             f"macro success {rate:.3f}" if rate is not None else "macro success -",
+             f"{summary.get('env_failures', 0)} environment failure(s)", f"{steps} step(s)"]
+    return done_line(name, ", ".join(parts), seconds, f"summary in {path}")
+
+
+def episode_runner(bench: Benchmark, run: RunFolder, stack: contextlib.ExitStack, step_progress: bool = True):
     """``run_one(task) -> result row``, with the models, the agent and the harness factory loaded
     once (per process: the workers of ``search.workers`` call it too); ``stack`` holds what must
-    outlive the episodes (the demo shop)."""
+    outlive the episodes (the demo shop). ``step_progress``: a bar of the episode's steps (up to
+    ``max_steps``, with an ETA) on stderr."""
     propose, judge_for = load_models(bench)
     agent = bench.agent()
     if bench.config.demo:
@@ -215,18 +275,20 @@ def episode_runner(bench: Benchmark, run: RunFolder, stack: contextlib.ExitStack
             from search.trajectories import trajectory_keeper
 
             keep = trajectory_keeper(bench, run.out, run.run_id, task)
-        with run.task_log(task[bench.task_key]) as log:
-            row = run_task(bench, task, make_harness, agent, propose, judge_for, log, keep)
-        print(f"task {row['task_id']} ({row['site']}): {row['termination']}, reward {row['reward']}, "
-              f"{row['n_steps']} steps, {time.perf_counter() - clock:.0f}s", file=sys.stderr)
+        with progress(bench.config.max_steps, f"task {task[bench.task_key]} steps", "step", enabled=step_progress,
+                      leave=False) as steps, run.task_log(task[bench.task_key]) as log:
+            row = run_task(bench, task, make_harness, agent, propose, judge_for, log, keep, steps)
+        say(f"task {row['task_id']} ({row['site']}): {row['termination']}, reward {row['reward']}, "
+            f"{row['n_steps']} steps, {time.perf_counter() - clock:.0f}s")
         return row
     return run_one
 
 
-def run_task(bench: Benchmark, task: dict, make_harness, agent, propose, judge_for, log, keep=None) -> dict:
+def run_task(bench: Benchmark, task: dict, make_harness, agent, propose, judge_for, log, keep=None,
+             steps=None) -> dict:
     """One task: one episode in ``make_harness(task)``, a JSONL line per step, the result row;
     ``keep(decided, final_observation, row)`` gets the steps with the observations they were
-    decided on (``search.trajectories``)."""
+    decided on (``search.trajectories``); ``steps`` (a progress bar) advances by one a step."""
     c = bench.config
     decided = []
 
@@ -234,6 +296,10 @@ def run_task(bench: Benchmark, task: dict, make_harness, agent, propose, judge_f
         log({"type": "step", **asdict(step)})
         decided.append((step, obs))
         bench.on_step(task, step, obs)
+        if steps is not None:
+            done = getattr(step, "code", None) or getattr(step, "chosen", None) or getattr(step, "error", "")
+            steps.set_postfix_str(str(done or "-")[:40], refresh=False)
+            steps.update(1)
 
     with make_harness(task) as harness:
         episode = run_episode(harness, propose, judge_for, n=c.n, max_steps=c.max_steps, seed=task.get("seed", c.seed),
@@ -272,20 +338,24 @@ def model_config(name: str, given: dict, temperature: float | None = None):
 
 
 def prm_llm_config(config: SearchConfig):
-    """The PRM's ``LLMConfig``: as ``model_config``, and behind an endpoint ``max_tokens`` >= 1024
-    (``prm.evaluate.ENDPOINT_MAX_TOKENS``: a full judgment fits) unless given."""
-    from prm.evaluate import ENDPOINT_MAX_TOKENS
+    """The PRM's ``LLMConfig``: as ``model_config``, and when it generates judgments (behind an
+    endpoint, or a local PRM in ``generate`` mode) ``max_tokens`` >= 1024
+    (``prm.judge.GENERATE_MAX_TOKENS``: a full judgment fits) unless given."""
+    from prm.judge import generate_max_tokens
 
     cfg = model_config(config.prm, config.prm_llm)
-    if not cfg.is_local and "max_tokens" not in config.prm_llm:
-        cfg = replace(cfg, max_tokens=max(cfg.max_tokens, ENDPOINT_MAX_TOKENS))
-    return cfg
+    mode = prm_judge_mode(config, cfg.is_local)
+    return generate_max_tokens(cfg, mode, given="max_tokens" in config.prm_llm)
 
 
-def policy_llm_config(config: SearchConfig):
+def policy_llm_config(config: SearchConfig, max_tokens: int | None = None):
     """The policy's ``LLMConfig``: N samples at temperature 1.0 when guided, one greedy sample
-    for the baseline, unless a temperature is given."""
-    return model_config(config.policy, config.policy_llm, 1.0 if config.guided else 0.0)
+    for the baseline, unless a temperature is given; ``max_tokens`` (a benchmark's
+    ``policy_max_tokens``: MAG's 1,024) unless given."""
+    cfg = model_config(config.policy, config.policy_llm, 1.0 if config.guided else 0.0)
+    if max_tokens is not None and "max_tokens" not in config.policy_llm:
+        cfg = replace(cfg, max_tokens=max_tokens)
+    return cfg
 
 
 def prm_judge_mode(config: SearchConfig, local: bool) -> str:
@@ -308,16 +378,35 @@ def judge_factory(config: SearchConfig):
     from search.tournament import prm_format, prm_pair_judge, prm_state
 
     llm_config = prm_llm_config(config)
-    judge, fmt = make_judge(llm_config, mode=prm_judge_mode(config, llm_config.is_local)), prm_format(config)
+    judge = make_judge(llm_config, mode=prm_judge_mode(config, llm_config.is_local), device=config.prm_device,
+                       dtype=config.prm_dtype)
+    fmt = prm_format(config)
 
     def judge_for(obs, history):
-        return prm_pair_judge(judge, prm_state(obs, history), fmt=fmt)
+        return prm_pair_judge(judge, prm_state(obs, history), budget=config.prm_axtree_chars, fmt=fmt)
     return judge_for
 
 
 def load_models(bench: Benchmark):
     """(propose, judge_for); models load here, after the setup checks."""
-    return bench.policy(policy_llm_config(bench.config)), judge_factory(bench.config)
+    return bench.policy(policy_llm_config(bench.config, bench.policy_max_tokens)), judge_factory(bench.config)
+
+
+def model_settings(bench: Benchmark) -> dict:
+    """What ``run.json`` records of the models beside the resume settings: the token limits in
+    force (given or defaulted) and where a local PRM loads (``auto`` resolved on this machine)."""
+    c = bench.config
+    policy = policy_llm_config(c, bench.policy_max_tokens)
+    out = {"policy_max_tokens": policy.max_tokens, "policy_temperature": policy.temperature}
+    if c.guided:
+        from prm.judge import placement
+
+        prm = prm_llm_config(c)
+        out.update(prm_max_tokens=prm.max_tokens, prm_judge_mode_used=prm_judge_mode(c, prm.is_local),
+                   prm_device=c.prm_device, prm_dtype=c.prm_dtype)
+        if prm.is_local:
+            out["prm_placement"] = dict(zip(("device", "dtype"), placement(c.prm_device, c.prm_dtype)))
+    return out
 
 
 # -- the run folder -----------------------------------------------------------------------------
@@ -342,18 +431,20 @@ class RunFolder:
             raise SetupError(f"--resume in {self.out}: settings differ from the earlier run ({', '.join(changed)}); "
                              "use another --out")
 
-    def start(self, tasks: list[dict], key: str, resume: bool, settings: dict) -> tuple[list[dict], list[dict]]:
-        """Create the folder, write ``versions.json`` and ``run.json``; with ``resume``, keep the
-        finished tasks' result rows. Returns (tasks still to run, result rows already there)."""
+    def start(self, tasks: list[dict], key: str, resume: bool, settings: dict,
+              recorded: dict | None = None) -> tuple[list[dict], list[dict]]:
+        """Create the folder, write ``versions.json`` and ``run.json`` (the resume ``settings``,
+        then what is only ``recorded``: ``model_settings``); with ``resume``, keep the finished
+        tasks' result rows. Returns (tasks still to run, result rows already there)."""
         self.tasks.mkdir(parents=True, exist_ok=True)
         before = self.out / "run.json"
         if resume and before.exists():
             self.run_id = json.loads(before.read_text()).get("run_id", self.run_id)
         self.write("versions.json", versions())
-        self.write("run.json", {**settings, "run_id": self.run_id})
+        self.write("run.json", {**settings, **(recorded or {}), "run_id": self.run_id})
         done = self.finished() if resume else {}
         todo = [t for t in tasks if t[key] not in done]
-        print(f"{len(tasks)} tasks, {len(done)} already done, {len(todo)} to run", file=sys.stderr)
+        say(f"{len(tasks)} tasks, {len(done)} already done, {len(todo)} to run")
         return todo, [done[t[key]] for t in tasks if t[key] in done]
 
     def finished(self) -> dict:
@@ -421,12 +512,13 @@ def solved(row: dict) -> bool:
     return bool(row["success"]) if "success" in row else (row.get("reward") or 0) > 0
 
 
-def site_success(rows: list[dict]) -> tuple[dict, float | None]:
-    """(per site: tasks, evaluated, success, env_failures, success_rate; the macro-average of the
-    sites' rates). A rate counts every task run: an environment failure is a task not solved."""
+def site_success(rows: list[dict], key=lambda r: r["site"]) -> tuple[dict, float | None]:
+    """(per site, or per ``key(row)``: tasks, evaluated, success, env_failures, success_rate; the
+    macro-average of their rates). A rate counts every task run: an environment failure is a task
+    not solved."""
     per: dict[str, dict] = {}
     for r in rows:
-        s = per.setdefault(r["site"], {"tasks": 0, "evaluated": 0, "success": 0, "env_failures": 0})
+        s = per.setdefault(key(r), {"tasks": 0, "evaluated": 0, "success": 0, "env_failures": 0})
         s["tasks"] += 1
         if r["evaluated"]:
             s["evaluated"] += 1
@@ -455,10 +547,11 @@ def env_failure_list(rows: list[dict]) -> list[dict]:
              "error": str(r.get("error") or "")[:300]} for r in rows if not r["evaluated"]]
 
 
-def run_summary(rows: list[dict]) -> dict:
-    """What every search summary holds: success per site and its macro-average over every task
-    run, the environment failures beside them, terminations, step totals."""
-    per, macro = site_success(rows)
+def run_summary(rows: list[dict], key=lambda r: r["site"]) -> dict:
+    """What every search summary holds: success per site (or per ``key(row)``) and its
+    macro-average over every task run, the environment failures beside them, terminations, step
+    totals."""
+    per, macro = site_success(rows, key)
     terminations: dict[str, int] = {}
     for r in rows:
         terminations[r["termination"]] = terminations.get(r["termination"], 0) + 1
@@ -501,9 +594,34 @@ def build_parser(benchmark: type[Benchmark], description: str = "", prog: str | 
                     help="run the episodes on this Dask scheduler (tcp://host:8786) instead; --out must be shared")
     benchmark.add_args(ap)
     add_prm_format_args(ap)
+    add_declared_args(ap, benchmark.Config)
     LLMConfig.add_args(ap, prefix="prm-")
     LLMConfig.add_args(ap, prefix="policy-")
+    from prm.judge import GENERATE_MAX_TOKENS
+
+    policy_default = benchmark.policy_max_tokens or LLMConfig.max_tokens
+    for a in ap._actions:       # the token defaults in force here, which LLMConfig's own help cannot say
+        if a.dest == "prm_max_tokens":
+            a.help = (f"maximum completion tokens per judgment (default: {GENERATE_MAX_TOKENS} when the PRM "
+                      f"generates, at an endpoint or in --prm-judge-mode generate; {LLMConfig.max_tokens} otherwise)")
+        elif a.dest == "policy_max_tokens":
+            a.help = f"maximum completion tokens per policy output (default: {policy_default})"
     return ap
+
+
+def declared_fields(cls) -> list[str]:
+    """The config fields whose flags ``data.config`` declares from the field (those with a ``help``)."""
+    return [f.name for f in fields(cls) if "help" in f.metadata]
+
+
+def add_declared_args(ap: argparse.ArgumentParser, cls) -> None:
+    """``--{field}`` for each of ``declared_fields(cls)``, with its help, choices and default
+    (``data.config.add_dataclass_args``); a flag left out keeps the field's default."""
+    from data.config import add_dataclass_args
+
+    names = set(declared_fields(cls))
+    group = ap.add_argument_group("search settings")
+    add_dataclass_args(group, cls, skip=tuple(f.name for f in fields(cls) if f.name not in names))
 
 
 def llm_settings(args: argparse.Namespace, prefix: str) -> dict:
@@ -524,9 +642,11 @@ def llm_settings(args: argparse.Namespace, prefix: str) -> dict:
 
 def config_from_args(benchmark: type[Benchmark], args: argparse.Namespace) -> SearchConfig:
     """The benchmark's typed config from its parsed flags."""
+    declared = set(declared_fields(benchmark.Config))
     names = {f.name for f in fields(benchmark.Config)} - {"prm_llm", "policy_llm"}
-    return benchmark.Config(**{k: getattr(args, k) for k in names if hasattr(args, k)},
-                            prm_llm=llm_settings(args, "prm-"), policy_llm=llm_settings(args, "policy-"))
+    values = {k: getattr(args, k) for k in names if hasattr(args, k)
+              and not (k in declared and getattr(args, k) is None)}          # a declared flag left out: the default
+    return benchmark.Config(**values, prm_llm=llm_settings(args, "prm-"), policy_llm=llm_settings(args, "policy-"))
 
 
 def parse_config(benchmark: type[Benchmark], argv: list[str] | None = None, description: str = "",

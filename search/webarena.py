@@ -25,8 +25,15 @@ Output in ``--out``: ``trajectories.parquet`` (the episodes as canonical traject
 ``python -m data.ingest --source canonical`` reads back: ``search.trajectories``), ``tasks/<task_id>.jsonl`` (one line per step: candidates, bracket, chosen
 action, feedback, errors, timings, the candidates screened out before the bracket and the
 judgments without a verdict, unparsed or truncated; then one ``result`` line with their
-``totals``), ``summary.json``, ``versions.json`` and ``run.json`` (the settings). ``summary.json``: success per site over
-every task run and the macro-average over sites (``macro_success``, ``macro.success_rate``); an
+``totals``), ``summary.json``, ``versions.json`` and ``run.json`` (the settings, the AXTree budgets
+``--policy-axtree-chars`` and ``--prm-axtree-chars``, both 12,000 by default, the models' token
+limits and where a local PRM loaded). ``summary.json``: success per environment over every task
+run and the macro-average over them (``macro_success``, ``macro.success_rate``); the environments
+are the paper's five (Table 3: shopping, reddit, shopping_admin, gitlab, map), a multi-site task
+counted under its first site other than Wikipedia (``environment_of``: 46, 21, 35, 32 and 31
+of the 165 tasks, the paper's denominators); ``per_environment`` always holds them, and
+``--site-groups multi`` makes ``sites`` and the macro one row per site with the 10 multi-site
+tasks apart (``multi``) instead; an
 episode that ended in an environment failure (``site_unreachable``, ``env_error``,
 ``policy_error``) counts as a task not solved, and the failures are listed beside the rates
 (``env_failures`` per site and overall, ``env_failed_tasks``), never dropped from the
@@ -35,7 +42,8 @@ finished (evaluated); environment failures run again; a folder whose ``run.json`
 settings is refused. Exit codes: 2 for a setup error (nothing ran), 1 when no task could run
 (every task ended in an environment failure), else 0.
 The PRM's prompt holds the task's own start URL (``search.env.task_start_url``).
-The PRM behind an endpoint gets ``--prm-max-tokens`` 1024 unless given (a full judgment fits).
+The PRM behind an endpoint, or a local one in ``--prm-judge-mode generate``, gets
+``--prm-max-tokens`` 1024 unless given (a full judgment fits).
 Tasks with ``require_reset`` are preceded by a full reset of the sites when ``WA_FULL_RESET`` is
 set (else they run as they are, flagged ``reset_skipped``).
 """
@@ -49,14 +57,14 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from search.runner import (Benchmark, SearchConfig, SetupError, base_row, baseline_difference, main as run_cli,
-                           run_summary, site_key)
+from search.runner import (AXTreeSearch, Benchmark, SetupError, base_row, baseline_difference, main as run_cli,
+                           run_summary, site_key, site_success)
 
-__all__ = ["WA_VARS", "SITES", "SetupError", "WebArenaLite", "WebArenaSearch", "load_task_configs", "preflight",
-           "score_answer", "site_key", "summarize_run", "webarena_harness", "main"]
+__all__ = ["WA_VARS", "SITES", "ENVIRONMENTS", "SetupError", "WebArenaLite", "WebArenaSearch", "environment_of",
+           "load_task_configs", "preflight", "score_answer", "site_key", "summarize_run", "webarena_harness", "main"]
 
 WA_VARS = {"shopping": "WA_SHOPPING", "shopping_admin": "WA_SHOPPING_ADMIN", "reddit": "WA_REDDIT",
            "gitlab": "WA_GITLAB", "wikipedia": "WA_WIKIPEDIA", "map": "WA_MAP", "homepage": "WA_HOMEPAGE"}
@@ -121,6 +129,10 @@ def preflight(configs: list[dict], environ=os.environ, timeout: float = 5.0, che
     return urls
 
 
+def _env_order(name: str) -> tuple:
+    return (ENVIRONMENTS.index(name) if name in ENVIRONMENTS else len(ENVIRONMENTS), name)
+
+
 def webarena_harness(task_class: str, task_id_key: str, urls: dict, **harness_kwargs):
     """A harness factory (``task config -> BrowserHarness``) for a BrowserGym WebArena task class
     named by its import path (WebArena-Lite's, or WebArena's own for MAG), confined to the
@@ -137,12 +149,36 @@ def webarena_harness(task_class: str, task_id_key: str, urls: dict, **harness_kw
     return make
 
 
-def summarize_run(rows: list[dict], baseline: dict | None = None) -> dict:
-    """Success per site and macro-average over every task run (``macro_success`` as well);
-    environment failures listed beside the rates (per site and overall), not dropped from them;
-    step counts summed (``totals``); with a ``baseline`` summary, the differences."""
-    out = run_summary(rows)
-    out = {"sites": out["sites"], "macro_success": out["macro"]["success_rate"], **out}
+ENVIRONMENTS = ("shopping", "reddit", "shopping_admin", "gitlab", "map")    # the paper's Table 3
+SITE_GROUPS = ("paper", "multi")
+
+
+def environment_of(task: dict) -> str:
+    """A WebArena-Lite task's environment among the paper's five: its first site other than
+    Wikipedia (Wikipedia is never a task's only site in WebArena-Lite). Over the 165 tasks this gives
+    the paper's unguided denominators: 46 shopping, 21 reddit, 35 shopping_admin, 32 gitlab, 31 map."""
+    sites = task["sites"]
+    return next((s for s in sites if s != "wikipedia"), sites[0])
+
+
+def _environment(row: dict) -> str:
+    return row.get("environment") or row["site"]
+
+
+def summarize_run(rows: list[dict], baseline: dict | None = None, site_groups: str = "paper") -> dict:
+    """Success per environment and macro-average over every task run (``macro_success`` as well);
+    ``site_groups`` 'paper' groups the ``sites`` table by the paper's five environments
+    (``environment_of``), 'multi' by site with the multi-site tasks apart ('multi', as before);
+    ``per_environment`` is always the five environments. Environment failures listed beside the
+    rates (per site and overall), not dropped from them; step counts summed (``totals``); with a
+    ``baseline`` summary, the differences."""
+    if site_groups not in SITE_GROUPS:
+        raise ValueError(f"site_groups must be one of {SITE_GROUPS}, not {site_groups!r}")
+    out = run_summary(rows, _environment if site_groups == "paper" else (lambda r: r["site"]))
+    per_environment, _ = site_success(rows, _environment)
+    out = {"sites": out["sites"], "macro_success": out["macro"]["success_rate"], **out,
+           "per_environment": {e: per_environment[e] for e in sorted(per_environment, key=_env_order)},
+           "site_groups": site_groups}
     if baseline:
         out["baseline_macro_success"] = baseline.get("macro_success")
         diff, out["site_difference"] = baseline_difference(out["sites"], out["macro_success"],
@@ -153,13 +189,18 @@ def summarize_run(rows: list[dict], baseline: dict | None = None) -> dict:
 
 
 @dataclass
-class WebArenaSearch(SearchConfig):
+class WebArenaSearch(AXTreeSearch):
     """A ``python -m search.webarena`` run."""
 
     out: str = "runs/webarena"
     max_steps: int = 30
     max_format_errors: int | None = 3
     sites: list[str] | None = None
+    site_groups: str = field(default="paper", metadata={
+        "choices": SITE_GROUPS,
+        "help": "the summary's sites table and macro-average: paper = the paper's five environments (a "
+                "multi-site task under its first site other than Wikipedia); multi = one row per site with "
+                "the multi-site tasks apart. per_environment is always the five"})
 
 
 class WebArenaLite(Benchmark):
@@ -168,7 +209,7 @@ class WebArenaLite(Benchmark):
     name = "search.webarena"
     Config = WebArenaSearch
     task_key = "old_task_id"
-    resume_settings = Benchmark.resume_settings + ("max_format_errors",)
+    resume_settings = Benchmark.resume_settings + ("max_format_errors", "policy_axtree_chars")
     flag_help = {"task_ids": "WebArena task ids (default: all 165 of WebArena-Lite)"}
     trajectories = True
 
@@ -197,7 +238,7 @@ class WebArenaLite(Benchmark):
     def policy(self, llm):
         from search.agent import Policy
 
-        return Policy(llm).propose
+        return Policy(llm, budget=self.config.policy_axtree_chars).propose
 
     def site_harnesses(self):
         make = webarena_harness("browsergym.webarenalite.task.WebArenaLiteTask", "old_task_id", self.urls)
@@ -212,15 +253,18 @@ class WebArenaLite(Benchmark):
 
     def row(self, task: dict, episode) -> dict:
         row = base_row(task, self.task_key, episode)
+        row["environment"] = environment_of(task)
         if task.get("require_reset") and not os.environ.get("WA_FULL_RESET"):
             row["reset_skipped"] = True
         return row
 
     def summarize(self, rows: list[dict], baseline: dict | None) -> dict:
-        return summarize_run(rows, baseline)
+        return summarize_run(rows, baseline, self.config.site_groups)
 
     def report(self, summary: dict, baseline: dict | None) -> None:
+        envs = ", ".join(f"{e} {v['success']}/{v['tasks']}" for e, v in summary["per_environment"].items())
         print(json.dumps({k: summary[k] for k in ("macro_success", "tasks", "terminations")}), file=sys.stderr)
+        print(f"per environment: {envs or '-'}", file=sys.stderr)
 
 
 def score_answer(config: dict, answer: str | None, urls: dict, evaluators: str = "webarenalite") -> float:

@@ -7,7 +7,8 @@
 ``DaskTaskRunner``); ``--dask-address`` sends the episodes to an existing scheduler instead. Workers
 are processes because BrowserGym holds one process-global sync Playwright: two episodes in one
 process would share it. Each worker process loads the policy and the PRM at its first episode and
-keeps them (``search.runner.episode_runner``); an episode writes its own task files under ``--out``,
+keeps them (``search.runner.episode_runner``, without the per-step bar: the calling process shows
+one bar of finished episodes); an episode writes its own task files under ``--out``,
 so on a remote cluster ``--out`` must be a folder every worker sees. The run's folder, resume,
 summary and ``trajectories.parquet`` stay with the calling process (``search.runner.run_search``).
 It lives in ``search`` rather than ``flows`` so that every search CLI has ``--workers``.
@@ -35,14 +36,23 @@ def search_episode(benchmark, config, task_config: dict, run_id: str) -> dict:
     if key not in _RUNNERS:
         bench = benchmark(config)
         bench.tasks()           # what the harnesses need (site URLs, MiniWoB's base URL), checked again here
-        _RUNNERS[key] = episode_runner(bench, RunFolder(config.out, run_id), _STACK)
+        _RUNNERS[key] = episode_runner(bench, RunFolder(config.out, run_id), _STACK, step_progress=False)
     return _RUNNERS[key](task_config)
 
 
 @flow(name="search-episodes")
 def search_episodes_flow(benchmark, config, todo: list[dict], run_id: str) -> list[dict]:
-    """Every episode of ``todo`` as a ``search-episode`` task; the result rows in ``todo``'s order."""
+    """Every episode of ``todo`` as a ``search-episode`` task; the result rows in ``todo``'s order,
+    with a progress bar of the finished episodes (``data.progress``)."""
+    from prefect.futures import as_completed
+
+    from data.progress import progress
+
     futures = search_episode.map(unmapped(benchmark), unmapped(config), todo, unmapped(run_id))
+    with progress(len(futures), f"{benchmark.name} episodes", "episode") as bar:
+        for f in as_completed(futures):
+            f.wait()
+            bar.update(1)
     return [f.result() for f in futures]
 
 

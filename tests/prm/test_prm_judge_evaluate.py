@@ -177,3 +177,59 @@ def test_trl_split_is_grouped_by_state_and_joined_to_candidates(tmp_path):
     assert len(rows) == 6 and all(r["gmcp"] == "gmcp" and r["rule"] and r["expected"] in (1, 2) for r in rows)
     assert {r["source_name"] for r in rows} == {"surfprm/servicenow"}
     assert compare([{"name": "x", "by_source": {}, "macro": {"pairwise": None, "bon": None}}]).count("| - |") == 0
+
+
+def test_placement_auto_is_bfloat16_on_a_gpu_and_float32_on_the_cpu(monkeypatch):
+    import torch
+
+    from prm.judge import placement
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert placement() == ("cpu", "float32") and placement("cpu", "bfloat16") == ("cpu", "bfloat16")
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        placement("cuda")
+    with pytest.raises(ValueError, match="dtype one of"):
+        placement("cpu", "float16")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert placement() == ("cuda", "bfloat16") and placement("auto", "float32") == ("cuda", "float32")
+    assert placement("cpu") == ("cpu", "float32")
+
+
+def test_generate_mode_gets_1024_tokens_unless_given():
+    from prm.judge import GENERATE_MAX_TOKENS, generate_max_tokens
+
+    local, endpoint = LLMConfig(), LLMConfig(base_url="http://gpu:8000/v1", model="m")
+    assert GENERATE_MAX_TOKENS == 1024
+    assert generate_max_tokens(local, "generate", given=False).max_tokens == 1024
+    assert generate_max_tokens(endpoint, "generate", given=False).max_tokens == 1024
+    assert generate_max_tokens(local, "score-both", given=False).max_tokens == local.max_tokens    # scoring: no text
+    assert generate_max_tokens(LLMConfig(max_tokens=24), "generate", given=True).max_tokens == 24
+
+
+def test_evaluate_loads_a_local_judge_where_and_as_told(tmp_path):
+    """--device/--dtype (prm.judge.placement) load a local folder; the result's protocol records
+    what it ran in; a local judge in generate mode gets 1,024 tokens unless --max-tokens is given."""
+    from tiny_lm import save_tiny_lm
+
+    bench = tmp_path / "bench.parquet"
+    _bench(bench, [(0, 0, "click('12')", "click('40')", "shopping")])
+    texts = [m["content"] for m in render_pair(STATE, "click('12')", "click('40')")[0]]
+    folder = save_tiny_lm(texts + ["<Answer>Response 1</Answer>"], tmp_path / "judge")
+    common = ["--model", folder, "--bench", str(bench), "--cache-dir", str(tmp_path / "cache")]
+    assert main([*common, "--out", str(tmp_path / "bf16.json"), "--judge-mode", "score", "--device", "cpu",
+                 "--dtype", "bfloat16"]) == 0
+    bf16 = json.loads((tmp_path / "bf16.json").read_text())["protocol"]
+    assert (bf16["device"], bf16["dtype"], bf16["max_tokens"]) == ("cpu", "bfloat16", LLMConfig.max_tokens)
+    assert main([*common, "--out", str(tmp_path / "gen.json"), "--max-tokens", "3"]) == 0
+    gen = json.loads((tmp_path / "gen.json").read_text())["protocol"]
+    assert (gen["device"], gen["dtype"], gen["max_tokens"]) == ("cpu", "float32", 3)     # auto on a CPU machine
+    from prm.evaluate import EvaluateOptions, judge_config
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    EvaluateOptions.add_args(ap)
+    LLMConfig.add_args(ap)
+    assert judge_config(ap.parse_args(["--model", folder]), judge_mode="generate").max_tokens == 1024
+    assert judge_config(ap.parse_args(["--model", folder]), judge_mode="score").max_tokens == LLMConfig.max_tokens
+    with pytest.raises(SystemExit):
+        ap.parse_args(["--device", "tpu"])

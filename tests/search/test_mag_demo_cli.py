@@ -27,11 +27,12 @@ def _block(text, name):
 
 
 def test_demo_cli_baseline_and_prm(tmp_path):
-    prompts, judged = [], []
+    prompts, judged, policy_tokens = [], [], set()
 
     def policy(payload):
         content = payload["messages"][-1]["content"]
         prompts.append(payload["messages"])
+        policy_tokens.add(payload.get("max_tokens"))
         text = content if isinstance(content, str) else content[0]["text"]
         menu = menu_of_prompt(text)
         home = mag_output("click", menu_id(menu, "LINK", "Home"), None, "Go back to the home page.")
@@ -61,6 +62,8 @@ def test_demo_cli_baseline_and_prm(tmp_path):
         policy_srv.shutdown()
         prm_srv.shutdown()
 
+    assert policy_tokens == {1024}              # MAG §3.1's 1,024 output tokens unless --policy-max-tokens
+    assert json.loads((tmp_path / "prm" / "run.json").read_text())["policy_max_tokens"] == 1024
     base = json.loads((tmp_path / "base" / "summary.json").read_text())
     assert base["SR"] == 0.0 and base["terminations"] == {"step_budget": 1} and base["OFCR"] == 1.0
     assert base["GGS"] == 0.0 and base["G"] < 0.5

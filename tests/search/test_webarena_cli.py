@@ -79,7 +79,7 @@ def test_main_writes_jsonl_summary_and_resumes(tmp_path, monkeypatch):
 
     ran = []
 
-    def fake_run_task(bench, config, make_harness, agent, propose, judge_for, log, keep=None):
+    def fake_run_task(bench, config, make_harness, agent, propose, judge_for, log, keep=None, steps=None):
         assert make_harness == "lite harness"
         ran.append(config["old_task_id"])
         log({"type": "step", "step": 0, "chosen": "click('1')"})
