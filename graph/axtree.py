@@ -258,7 +258,16 @@ _CONTENT_ROLES = frozenset({"StaticText", "generic", "image", "img", "ListMarker
 _LETTERS = re.compile(r"[A-Za-z]*")
 
 
-def infer_structure(tree: AXTree) -> AXTree:
+class StructureTooDeep(ValueError):
+    """Inference stopped: a node landed deeper than ``max_depth`` (see :func:`infer_structure`)."""
+
+    def __init__(self, depth: int, max_depth: int):
+        super().__init__(f"structure deeper than {max_depth} levels (a node at depth {depth}, inferred from "
+                         f"the flat text)")
+        self.depth, self.max_depth = depth, max_depth
+
+
+def infer_structure(tree: AXTree, max_depth: int = 0) -> AXTree:
     """Give a flat tree inferred parents, children and depths, in place (idempotent).
 
     One pass in document order keeps, per frame, a stack of open scopes (frame root, landmarks,
@@ -278,6 +287,10 @@ def infer_structure(tree: AXTree) -> AXTree:
     Frames: a RootWebArea after an Iframe is the frame's root; when the bids carry BrowserGym's
     frame prefix (``a35`` inside frame ``a``) a node returns to its own frame's scopes. Indented
     trees are returned unchanged.
+
+    ``max_depth`` (0: none) stops the inference with :class:`StructureTooDeep` as soon as a node
+    lands deeper: an item's search for its composite walks the open scopes, so the depth bounds
+    the work per node.
     """
     if tree.obs_format != "flat" or tree.inferred:
         return tree
@@ -294,6 +307,8 @@ def infer_structure(tree: AXTree) -> AXTree:
                 stack = stacks[key]
         if role == "RootWebArea" and after_iframe is not None:
             _attach(nodes, n, after_iframe.index)
+            if max_depth and n.depth > max_depth:
+                raise StructureTooDeep(n.depth, max_depth)
             if lettered and after_iframe.bid in stacks:
                 stack = stacks[after_iframe.bid]
             stack.append(n.index)
@@ -303,6 +318,8 @@ def infer_structure(tree: AXTree) -> AXTree:
         _close_scopes(nodes, stack, n)
         if stack:
             _attach(nodes, n, stack[-1])
+            if max_depth and n.depth > max_depth:
+                raise StructureTooDeep(n.depth, max_depth)
         if role == "Iframe":
             after_iframe = n
             if lettered and n.bid and n.bid.isalpha():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from data.sites import normalize_url_path
-from graph.axtree import AXNode, AXTree, infer_structure, parse_axtree
+from graph.axtree import AXNode, AXTree, StructureTooDeep, infer_structure, parse_axtree
 from graph.identity import DEFAULT_IDENTITY, ElementContext, PageContext, ambiguous, html_bid_parents, is_interactive
 
 
@@ -76,7 +76,10 @@ def resolve_observation(observation: str | AXTree, obs_format: str, site: str, u
     if max_nodes and html_parents and len(html_parents) > max_nodes:
         raise TreeLimitExceeded("too_large", f"{len(html_parents)} HTML elements with a bid (the limit is {max_nodes})")
     if tree.obs_format == "flat" and not html_parents:
-        infer_structure(tree)     # no HTML to take ancestors from: infer them from the flat text
+        try:
+            infer_structure(tree, max_depth)     # no HTML to take ancestors from: infer them from the flat text
+        except StructureTooDeep as e:
+            raise TreeLimitExceeded("too_deep", str(e)) from None
     page = PageContext(tree, html_parents, identity)
     if max_depth:
         depth = page.depth()

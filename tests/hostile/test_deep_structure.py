@@ -100,3 +100,21 @@ def test_guard_rejects_too_deep_and_too_large_with_reasons(tmp_path):
         proc = cli("graph.build", "--run", str(run), *bad)
         no_traceback(proc)
         assert proc.returncode == 2 and bad[0] in proc.stderr
+
+
+def test_structure_inference_stops_at_the_depth_guard():
+    # 20,000 nested lists, then 20,000 options: each option looks for its composite among the
+    # open scopes, so without the guard inside the inference the work is 20,000 x 20,000 steps
+    # before any depth is checked. With it, the inference stops at the first node past the limit.
+    from graph.axtree import StructureTooDeep, infer_structure, parse_axtree
+    from graph.resolve import TreeLimitExceeded
+
+    text = "\n".join(["[1] RootWebArea 'Deep'"] + [f"[l{i}] list 'List {i}'" for i in range(20000)]
+                     + [f"[o{i}] option 'Option {i}'" for i in range(20000)])
+    tree = parse_axtree(text, "flat")
+    with pytest.raises(StructureTooDeep) as e:
+        infer_structure(tree, max_depth=1024)
+    assert e.value.depth == 1025
+    assert max(n.depth for n in tree.nodes) == 1025 and sum(n.parent is not None for n in tree.nodes) == 1025
+    with pytest.raises(TreeLimitExceeded, match="too_deep"):
+        resolve_observation(text, "flat", "deep.example", "https://deep.example/", max_depth=1024)
