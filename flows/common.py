@@ -14,6 +14,7 @@ exits with the CLI's code (:func:`exit_code`).
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 
 # The exception every stage CLI prints as one ``error:`` line (a missing input; RunDirError and
@@ -39,6 +40,20 @@ class StageFailed(Exception):
     def __init__(self, state):
         super().__init__(state.message)
         self.state = state
+
+
+class _RefusalLogged(logging.Filter):
+    """Drop the engine's "Engine execution exited with unexpected exception" record, and its
+    traceback through Prefect's own frames, when the exception is a :class:`StageError`: a served
+    flow run (``prefect deployment run``) re-raises its final state after logging
+    ``Finished in state Failed('error: ...')``, which already holds the line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, StageError) and record.getMessage().startswith("Engine execution exited"))
+
+
+logging.getLogger("prefect.flow_runs").addFilter(_RefusalLogged())
 
 
 def failed(error: StageError):

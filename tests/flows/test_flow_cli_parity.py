@@ -69,6 +69,22 @@ def test_build_graphs_flow_writes_what_the_cli_writes(prefect_harness, run_with_
     assert (fl / "rejects.jsonl").read_bytes() == (cli / "rejects.jsonl").read_bytes()
     assert _stats(fl) == _stats(cli)
 
+    # propose-negatives calls proposals.mine as its CLI does: the same pool, stats and rejects
+    # (times and the LLM cache's hits aside: the second run finds the fill values cached).
+    from flows.propose_negatives import main as mine_flow_main
+    from proposals.mine import main as mine_main
+
+    assert mine_main(["--run", str(cli), "--budget", "8", "--workers", "1", "--quiet"]) == 0
+    assert mine_flow_main(["--run", str(fl), "--budget", "8"]) == 0
+
+    def without_times(stats):
+        mined = {k: v for k, v in stats["proposals.mine"].items() if k not in ("seconds", "llm")}
+        return {**stats, "proposals.mine": mined}
+
+    assert without_times(_stats(fl)) == without_times(_stats(cli))
+    assert pq.read_table(fl / "candidates.parquet").equals(pq.read_table(cli / "candidates.parquet"))
+    assert (fl / "rejects.jsonl").read_bytes() == (cli / "rejects.jsonl").read_bytes()
+
     # The flow run's summary is a markdown artifact (shown in the UI).
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
@@ -139,3 +155,23 @@ def test_a_refusal_is_a_failed_state_not_a_traceback():
 
     with pytest.raises(KeyError):          # anything else keeps its traceback
         crashes()
+
+
+def test_a_served_runs_refusal_is_not_logged_again_with_a_traceback():
+    """A served flow run re-raises its final state after "Finished in state Failed('error: ...')";
+    that engine record is dropped for a refusal and kept for anything else."""
+    import logging
+    import sys
+
+    from flows.common import StageError
+
+    def record(exc):
+        try:
+            raise exc
+        except Exception:
+            return logging.LogRecord("prefect.flow_runs", logging.ERROR, __file__, 1,
+                                     "Engine execution exited with unexpected exception", (), sys.exc_info())
+
+    logger = logging.getLogger("prefect.flow_runs")
+    assert not logger.filter(record(StageError("runs/nope/trajectories.parquet not found")))
+    assert logger.filter(record(KeyError("a bug")))
