@@ -105,7 +105,7 @@ def with_dask(address: str | None = None, local: bool = False):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m flows.build_graphs")
+    ap = make_parser("python -m flows.build_graphs", __doc__)
     ap.add_argument("--run", required=True)
     ap.add_argument("--include-failed", action="store_true")
     ap.add_argument("--dask-address", default=None, help="scheduler address of an existing Dask cluster")

@@ -88,7 +88,7 @@ def evaluate_prm_flow(bench: str, out: str, model: str | None = None, llm: dict 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m flows.prm")
+    ap = make_parser("python -m flows.prm", __doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train")
     t.add_argument("--config", required=True)

@@ -45,7 +45,7 @@ def propose_negatives_flow(run: str, budget: int = 10000, seed: int = 42, axes: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m flows.propose_negatives")
+    ap = make_parser("python -m flows.propose_negatives", __doc__)
     ap.add_argument("--run", required=True)
     ap.add_argument("--budget", type=int, default=10000)
     ap.add_argument("--seed", type=int, default=42)

@@ -109,7 +109,7 @@ def synthesize_flow(run: str = "runs/demo", inputs: list[str] | None = None, sou
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m flows.synthesize")
+    ap = make_parser("python -m flows.synthesize", __doc__)
     ap.add_argument("--run", required=True)
     ap.add_argument("--verify-only", action="store_true", help="only the verify-pairs flow (candidates exist)")
     ap.add_argument("--source", default="canonical")

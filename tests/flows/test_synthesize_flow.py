@@ -30,3 +30,12 @@ def test_verify_pairs_flow_writes_the_dataset(prefect_harness, tmp_path):
         assert (tmp_path / rel).exists(), rel
     recorded = json.loads((tmp_path / "stats.json").read_text())
     assert recorded["teacher.verify"]["out"] == 3 and recorded["data.export.trl"]["in"] == 3
+    # The summary and the run's report are markdown artifacts of the flow run (the Prefect UI shows them).
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        arts = {a.key: a for a in client.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=["verify-pairs-summary", "synthesis-report"])))}
+    assert "teacher.verify: done: kept 3 of 4 pairs" in arts["verify-pairs-summary"].data
+    assert arts["synthesis-report"].data == (tmp_path / "report" / "README.md").read_text()
