@@ -97,18 +97,27 @@ class BuildConfig(Configurable):
         return {"identity": self.identity, "max_depth": self.max_depth, "max_nodes": self.max_nodes}
 
 
-def graph_identity(run: RunDir) -> str:
-    """The identity a run's graphs were built with (``graphs/manifest.json``; a manifest from
-    before issue 22 says nothing: those were built with ``ours``). Mining resolves its
-    observations with the same one, so that its node ids are the graph's."""
+def graph_settings(run: RunDir) -> dict:
+    """How a run's graphs resolved their observations (``graphs/manifest.json``): ``identity``,
+    ``max_depth`` and ``max_nodes``, as ``passes.observe`` takes them. Mining resolves O_t the same
+    way, so that its node ids are the graph's and it skips the observations the build rejected. A
+    manifest from before issue 22 names no identity: those graphs were built with ``ours``."""
     try:
         manifest = json.loads(run.graph_manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise RunDirError(f"cannot read {run.graph_manifest}: {e} (rewrite it with `python -m graph.build`)") from None
-    identity = manifest.get("identity", "ours") if isinstance(manifest, dict) else None
-    if identity not in IDENTITIES:
-        raise RunDirError(f"{run.graph_manifest}: unknown identity {identity!r} (rewrite it with `python -m graph.build`)")
-    return identity
+    if not isinstance(manifest, dict):
+        manifest = {"identity": None}
+    try:
+        return BuildConfig(identity=manifest.get("identity", "ours"), max_depth=manifest.get("max_depth", MAX_DEPTH),
+                           max_nodes=manifest.get("max_nodes", MAX_NODES)).resolve_settings()
+    except ValueError as e:
+        raise RunDirError(f"{run.graph_manifest}: {e} (rewrite it with `python -m graph.build`)") from None
+
+
+def graph_identity(run: RunDir) -> str:
+    """The identity a run's graphs were built with (see :func:`graph_settings`)."""
+    return graph_settings(run)["identity"]
 
 
 @dataclass(slots=True)

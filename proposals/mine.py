@@ -39,8 +39,8 @@ from data.actions import VALUE_OPS, Action
 from data.config import Configurable, check_ranges, make_parser
 from data.progress import done_line, progress
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
-from graph.build import graph_identity
-from graph.identity import DEFAULT_IDENTITY, NodeKind
+from graph.build import graph_settings
+from graph.identity import NodeKind
 from graph.passes import Observation, ObservationRejected, Observations, demonstrated_steps, next_urls, observe
 from graph.schema import check_outputs, pinned_table, reading, require_columns
 from proposals.affordance import (FILL_ATTEMPTS, FILL_TEMPERATURE, current_values, fill_prompt, is_disabled,
@@ -158,8 +158,9 @@ class Miner:
         self.step_rejected: Counter = Counter()         # steps not mined, by reason
         self.step_rejects: list[Reject] = []
         self._graphs: dict[str, GraphIndex | None] = {}
-        # O_t is resolved with the identity the graphs were built with (their node ids).
-        self.identity = DEFAULT_IDENTITY if config.no_graph else graph_identity(run)
+        # O_t is resolved as the graphs resolved it (their identity, hence their node ids, and
+        # their guards); the No-Graph ablation uses graph.build's defaults.
+        self.resolve_settings = {} if config.no_graph else graph_settings(run)
 
     def graph(self, site: str) -> GraphIndex | None:
         if self.config.no_graph:
@@ -243,7 +244,7 @@ class Miner:
             if step_idx not in memo:
                 row = by_step[step_idx]
                 try:
-                    memo[step_idx] = observe(row, row["site"], next_url[step_idx], self.identity)
+                    memo[step_idx] = observe(row, row["site"], next_url[step_idx], **self.resolve_settings)
                 except ObservationRejected as e:
                     memo[step_idx] = e
             return memo[step_idx]

@@ -1,5 +1,6 @@
 """graph.build on the real AgentLab traces, and on bad input."""
 
+import dataclasses
 import json
 import shutil
 from collections import Counter
@@ -213,3 +214,21 @@ def test_rebuild_removes_stale_site_folders(tmp_path):
     (stale / "nodes.parquet").write_bytes(b"x")
     build_graphs(tmp_path, workers=1)
     assert not stale.exists() and (tmp_path / "graphs" / "shop.example.com" / "nodes.parquet").exists()
+
+
+def test_mining_resolves_with_the_graphs_identity_and_guards(tmp_path):
+    from data.rundir import RunDir
+    from graph.passes import observe
+    from proposals.mine import MineConfig, Miner
+
+    obs = "RootWebArea 'Shop'\n\tgroup 'Box'\n\t\t[1] link 'Home'\n\t\t[2] button 'Buy'"   # group: in App. B's chain only
+    steps = [_step("a", 0, obs, "click('2')"), _step("a", 1, obs, None)]
+    atomic_write_parquet(tmp_path / "trajectories.parquet", steps_to_table(steps))
+    for identity, depth in (("ours", 0), ("paper", 7)):
+        build_graphs(tmp_path, config=BuildConfig(identity=identity, workers=1, max_depth=depth))
+        settings = Miner(RunDir(tmp_path), MineConfig()).resolve_settings
+        assert settings == {"identity": identity, "max_depth": depth, "max_nodes": 100_000}
+        ids = set(observe({**dataclasses.asdict(steps[0]), "html": None}, "shop.example.com", **settings).res.bid_to_node.values())
+        assert ids == {n["node_id"] for n in _nodes(tmp_path, "shop.example.com") if n["kind"] == "element"}
+    other = observe({**dataclasses.asdict(steps[0]), "html": None}, "shop.example.com", identity="ours").res.bid_to_node
+    assert set(other.values()).isdisjoint(ids)      # the other identity's ids would match no node
