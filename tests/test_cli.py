@@ -107,3 +107,11 @@ def test_llm_client_runs_as_a_module_without_runpy_warning():
     p = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "llm.client", "--help"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "RuntimeWarning" not in p.stderr, p.stderr[-2000:]
+
+
+def test_prm_evaluate_answers_a_missing_benchmark_in_one_line(tmp_path, capsys):
+    from prm.evaluate import main
+
+    assert main(["--bench", str(tmp_path / "nope.parquet"), "--out", str(tmp_path / "e.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: benchmark {tmp_path / 'nope.parquet'} not found") and err.count("\n") == 1
