@@ -29,7 +29,8 @@ measured here, not the model's wording) and prints candidates per rule.
 the indented traces, their flattened copies and a bid-perturbed copy (every bid renamed, letter
 prefix kept): element nodes, ambiguity and positional rates, the element nodes that a build of
 the original plus the perturbed copy adds over the original alone (0 for an identity that never
-sees bids), the flat/indented partition agreement, and the paper's §4.1 per-site ratios.
+sees bids), the flat/indented partition agreement, the paper's §4.1 per-site ratios, and
+(unless ``--no-mine``) the candidates ``proposals.mine`` draws from the indented run's graphs.
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def ratios(t: dict) -> dict:
             "observations_per_trajectory": t["observations"] / t["trajectories"]}
 
 
-def identity_table(shared: Path, tmp: Path, near_hops: int) -> dict:
+def identity_table(shared: Path, tmp: Path, near_hops: int, mine: bool = True) -> dict:
     """Both identities on the indented traces, the flat copy and the bid-perturbed copies."""
     from graph.build import BuildConfig
 
@@ -209,6 +210,10 @@ def identity_table(shared: Path, tmp: Path, near_hops: int) -> dict:
         for name in ("indented", "flat", "indented+perturbed", "flat+perturbed"):
             build_graphs(tmp / name, config=BuildConfig(identity=identity, workers=2))
             res[name] = json.loads((tmp / name / "graphs" / "manifest.json").read_text())["totals"]
+            if mine and name == "indented":
+                stats, cands = mine_run(tmp / name, tmp / f"llm-{identity}")
+                res["mined"] = {"candidates": len(cands), "gmcp_ratio": stats["audit"]["gmcp_ratio"],
+                                "by_rule": dict(Counter(c["rule"] for c in cands))}
         cmp = compare(tmp / "indented", tmp / "flat", near_hops, identity)
         cmp.pop("_near_of")
         out[identity] = {"totals": res, "compare": cmp,
@@ -231,6 +236,10 @@ def print_identity_table(out: dict) -> None:
     for label, f in rows:
         print(f"| {label} | " + " | ".join(f"{f(o, 'indented')} | {f(o, 'flat')}" for o in out.values()) + " |")
     for identity, o in out.items():
+        if "mined" in o["totals"]:
+            m = o["totals"]["mined"]
+            print(f"{identity}: proposals.mine on the indented run: {m['candidates']} candidates, GMCP "
+                  f"{m['gmcp_ratio']:.2%}; " + ", ".join(f"{k} {m['by_rule'].get(k, 0)}" for k in RULES))
         print(f"{identity}: flat vs indented partition, site pairs: {_fmt(o['compare']['site'])}")
         print(f"{identity}: flat vs indented partition, page pairs: {_fmt(o['compare']['page'])}")
 
@@ -248,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.identities:
         with tempfile.TemporaryDirectory() as tmp:
             t = time.perf_counter()
-            out = identity_table(args.shared, Path(tmp), args.near_hops)
+            out = identity_table(args.shared, Path(tmp), args.near_hops, mine=not args.no_mine)
             print(f"measured in {time.perf_counter() - t:.0f} s")
             print_identity_table(out)
             print(json.dumps(out, default=str))
