@@ -44,9 +44,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from data.config import make_parser
-from data.actions import ELEMENT_OPS, ActionParseError, parse_action
-from data.rundir import atomic_write_text
+from data.actions import ELEMENT_OPS, Action, ActionParseError, parse_action
+from data.rundir import RunDir, RunDirError, atomic_write_text
 from graph.axtree import AXTree, AXTreeParseError, parse_axtree
+from graph.build import graph_identity
+from graph.identity import DEFAULT_IDENTITY
 from graph.resolve import resolve_observation
 
 TABLES = ("candidates", "preferences")
@@ -75,11 +77,12 @@ def element_targets(action: Action) -> list[str]:
     return [str(v) for k, v in action.args if k in ("bid", "from_bid", "to_bid")]
 
 
-def node_bid_counts(tree: AXTree, site: str, url: str, html: str | None, targets: tuple[str, ...]) -> dict[str, int]:
+def node_bid_counts(tree: AXTree, site: str, url: str, html: str | None, targets: tuple[str, ...],
+                    identity: str = DEFAULT_IDENTITY) -> dict[str, int]:
     """bid -> how many bids of O_t its persistent node resolves to, re-derived with the graph
-    build's identity function (``graph.resolve``; the targets are resolved even when they are
-    not interactive, as the build does for acted-on elements)."""
-    res = resolve_observation(tree, tree.obs_format, site, url, html, targets)
+    build's identity function ``identity`` (``graph.resolve``; the targets are resolved even
+    when they are not interactive, as the build does for acted-on elements)."""
+    res = resolve_observation(tree, tree.obs_format, site, url, html, targets, identity=identity)
     return {bid: len(res.node_to_bids[node]) for bid, node in res.bid_to_node.items()}
 
 
@@ -169,12 +172,26 @@ def _targets(pairs: list[dict]) -> dict[tuple[str, int], set[str]]:
     return out
 
 
+def mined_identity(run_root: Path) -> str:
+    """The identity the negatives' nodes were resolved with when they were mined: the graphs'
+    (``graphs/manifest.json``) for graph mining, the default for No-Graph mining (candidates of
+    mode ``no_graph``) or a run without graphs."""
+    cands = run_root / "candidates.parquet"
+    if cands.exists() and "mode" in pq.read_schema(cands).names:
+        if set(pq.read_table(cands, columns=["mode"]).column("mode").to_pylist()) == {"no_graph"}:
+            return DEFAULT_IDENTITY
+    if not (run_root / "graphs" / "manifest.json").exists():
+        return DEFAULT_IDENTITY
+    return graph_identity(RunDir(run_root))
+
+
 def _observations(run_root: Path, targets: dict[tuple[str, int], set[str]]
                   ) -> dict[tuple[str, int], tuple[Counter, dict[str, int]] | None]:
     """(bid counts, node bid counts) of the observations of the given steps, parsed and resolved
     from ``trajectories.parquet`` batch by batch (only the steps asked for are kept); None
     for an observation that does not parse."""
     got: dict[tuple[str, int], tuple[Counter, dict[str, int]] | None] = {}
+    identity = mined_identity(run_root)
     f = pq.ParquetFile(run_root / "trajectories.parquet")
     cols = [c for c in ("traj_id", "step_idx", "site", "url", "observation", "obs_format", "html")
             if c in f.schema_arrow.names]
@@ -190,7 +207,7 @@ def _observations(run_root: Path, targets: dict[tuple[str, int], set[str]]
                 continue
             html = d["html"][i] if "html" in d else None
             got[key] = (bid_counts(tree, None),
-                        node_bid_counts(tree, d["site"][i], d["url"][i], html, tuple(sorted(targets[key]))))
+                        node_bid_counts(tree, d["site"][i], d["url"][i], html, tuple(sorted(targets[key])), identity))
     return got
 
 
@@ -293,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         audit = write_audit(args.run, args.table)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, RunDirError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(json.dumps(audit, sort_keys=True) if args.json else format_audit(audit))

@@ -169,3 +169,25 @@ def test_every_target_of_a_drag_is_checked(tmp_path):
     assert a["hallucinated_targets"] == 0 and a["ambiguous_targets"] == 0
     assert main(["--run", str(tmp_path)]) == 1
 
+
+def test_nodes_are_resolved_with_the_identity_the_graphs_were_built_with(planted, capsys):
+    """The manifest says which phi built the graphs (and mined their negatives); No-Graph
+    candidates were mined with the default; a manifest naming no known phi is a one-line error."""
+    from graph.identity import DEFAULT_IDENTITY, IDENTITIES
+    from proposals.audit import mined_identity
+
+    other = next(i for i in IDENTITIES if i != DEFAULT_IDENTITY)
+    assert mined_identity(planted) == DEFAULT_IDENTITY                       # no graphs
+    (planted / "graphs").mkdir()
+    (planted / "graphs" / "manifest.json").write_text(json.dumps({"identity": other, "sites": {}}))
+    assert mined_identity(planted) == other
+    t = pq.read_table(planted / "candidates.parquet")
+    pq.write_table(t.set_column(t.schema.get_field_index("mode"), "mode", pa.array(["no_graph"] * len(t))),
+                   planted / "candidates.parquet")
+    assert mined_identity(planted) == DEFAULT_IDENTITY
+    (planted / "graphs" / "manifest.json").write_text(json.dumps({"identity": "phi?", "sites": {}}))
+    _trajectories(planted, [(OBS, "click('5')")])
+    pq.write_table(t, planted / "candidates.parquet")
+    assert main(["--run", str(planted)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "phi?" in err and err.count("\n") == 1

@@ -118,13 +118,33 @@ def test_structurally_near_on_the_software_checkboxes(mined):
     assert "click('a305')" not in got
 
 
-def test_temporal_rules_replay_demonstrated_actions(mined):
+def test_temporal_rules_replay_demonstrated_actions(mined, bundled_run, scripted_llm, tmp_path):
+    """act_too_early replays step 7's click at step 6. repeat_past at step 7 would replay step
+    6's fill of the 'Additional software requirements' textarea, still on the page. Under the
+    paper's identity (the default) the textarea is another node once typed into: its table
+    cell's accessible name, part of the ancestor chain App. B keeps, now carries the typed text,
+    so the replay is an absent target; under ``ours`` (chain names of content containers left
+    out) it is the same node and the fill is replayed."""
+    import shutil
+
+    from graph.build import BuildConfig
+
     rows = mined[2]
     early = {c["action_neg"]: json.loads(c["evidence"]) for c in _at(rows, 6, "act_too_early")}
     assert early == {"click('a305')": {"demonstrated": "click('a305')", "from_step": 7, "k_ahead": 1, "window": 3}}
-    past = {c["action_neg"] for c in _at(rows, 7, "repeat_past")}
-    assert "fill('a230', 'Slack, Trello, Zoom, Asana, HubSpot')" in past
-    assert all(c["value_source"] == "action" for c in _at(rows, 7, "repeat_past"))
+    fill = "fill('a230', 'Slack, Trello, Zoom, Asana, HubSpot')"
+    assert fill not in {c["action_neg"] for c in _at(rows, 7, "repeat_past")}
+    rejects = [json.loads(line) for line in (bundled_run / "rejects.jsonl").read_text().splitlines()]
+    assert any(r["reason"] == "absent_target" and r["key"] == {"traj_id": TRAJ, "step_idx": 7, "rule": "repeat_past"}
+               for r in rejects)
+    run = tmp_path / "ours"
+    run.mkdir()
+    shutil.copy(bundled_run / "trajectories.parquet", run / "trajectories.parquet")
+    build_graphs(run, config=BuildConfig(identity="ours", workers=1))
+    mine(run, MineConfig(budget=200, seed=42), scripted_llm, workers=1)
+    ours = [c for c in pq.read_table(run / "candidates.parquet").to_pylist()
+            if c["traj_id"] == TRAJ and c["step_idx"] == 7 and c["rule"] == "repeat_past"]
+    assert fill in {c["action_neg"] for c in ours} and all(c["value_source"] == "action" for c in ours)
 
 
 def test_textually_near_but_graph_distant(mined):
