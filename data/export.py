@@ -353,10 +353,10 @@ class ExportOptions(Configurable):
         "help": "trl, webprmbench or trl-labels (label-only ablation, no teacher needed); several: "
                 "--format trl --format webprmbench"})
     seed: int = field(default=42, metadata={"help": "seeds the task split"})
-    test_fraction: float = field(default=0.2, metadata={"help": "share of tasks held out"})
+    test_fraction: float = field(default=0.2, metadata={"min": 0, "max": 1, "help": "share of tasks held out"})
     split: str = field(default="test", metadata={"choices": ("test", "all"),
                                                  "help": "webprmbench: held-out tasks or all"})
-    prompt_budget: int | None = field(default=None, metadata={
+    prompt_budget: int | None = field(default=None, metadata={"min": 1,
         "help": "trl-labels: AXTree characters in the prompt (default: the teacher's)"})
     preset: str = field(default="heldout", metadata={
         "choices": PRESETS, "help": "heldout: hold out --test-fraction of the tasks; paper: train on every verified pair"})
@@ -369,7 +369,7 @@ class ExportOptions(Configurable):
     tokenizer: str | None = field(default=None, metadata={
         "metavar": "NAME", "help": "trl, trl-labels: count tokens with this tokenizer (a folder or a cached model "
                                    "name; default: the run's local teacher's, the embedded model after `make run`)"})
-    max_length: int | None = field(default=None, metadata={
+    max_length: int | None = field(default=None, metadata={"min": 1,
         "metavar": "N", "help": "trl, trl-labels: warn about rows longer than N tokens (what SFTConfig(max_length=N) "
                                 "would truncate)"})
 

@@ -54,9 +54,9 @@ class PRMTrainConfig(Configurable, SFTConfig):
         "choices": ("float32", "bfloat16", "float16"), "help": "weights dtype when loading"})
     lora: bool = field(default=True, metadata={"help": "train LoRA adapters (merged into the saved model); "
                                                        "--no-lora: a full fine-tune"})
-    lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (scale = alpha / r)"})
-    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout"})
+    lora_r: int = field(default=16, metadata={"min": 1, "help": "LoRA rank"})
+    lora_alpha: int = field(default=32, metadata={"min": 1, "help": "LoRA alpha (scale = alpha / r)"})
+    lora_dropout: float = field(default=0.05, metadata={"min": 0, "max": 1, "help": "LoRA dropout"})
     lora_target_modules: str = field(default="all-linear", metadata={
         "help": "modules that get adapters: 'all-linear' or a comma-separated list (q_proj,v_proj)"})
     attn_implementation: str | None = field(default=None, metadata={
@@ -77,9 +77,10 @@ class PRMTrainConfig(Configurable, SFTConfig):
     # -- SFTConfig fields whose defaults differ from TRL's: today's values, carried over ---------
     output_dir: str = field(default="", metadata={
         "help": "where the merged model goes (checkpoints, if saved, in output_dir/checkpoints)"})
-    learning_rate: float = field(default=1e-4, metadata={"help": "peak learning rate (TRL: 2e-5)"})
+    learning_rate: float = field(default=1e-4, metadata={"gt": 0, "help": "peak learning rate (TRL: 2e-5)"})
     num_train_epochs: float = field(default=1.0, metadata={"help": "epochs, ignored when max_steps > 0 (TRL: 3)"})
-    per_device_train_batch_size: int = field(default=1, metadata={"help": "examples per device per micro-step (TRL: 8)"})
+    per_device_train_batch_size: int = field(default=1, metadata={"min": 1,
+                                                               "help": "examples per device per micro-step (TRL: 8)"})
     per_device_eval_batch_size: int = field(default=1, metadata={"help": "evaluation examples per device (TRL: 8)"})
     gradient_accumulation_steps: int | None = field(default=None, metadata={
         "help": "micro-steps per optimizer step (unset: from effective_batch_size, else 1)"})

@@ -453,10 +453,10 @@ class EvaluateOptions(Configurable):
         "nargs": "*", "metavar": "NAME",
         "help": "bring sources left out of the macro by default (Mind2Web: in-distribution for the SFT data, "
                 "paper §5.1) back in: all of them, or those whose name contains a NAME"})
-    batch_size: int = field(default=8, metadata={"help": "prompts per local generation batch"})
+    batch_size: int = field(default=8, metadata={"min": 1, "help": "prompts per local generation batch"})
     candidates: str | None = field(default=None, metadata={
         "help": "candidates.parquet to join by pair_id (default: found above --bench)"})
-    limit_states: int | None = field(default=None, metadata={"help": "only the first N states (quick checks)"})
+    limit_states: int | None = field(default=None, metadata={"min": 1, "help": "only the first N states (quick checks)"})
     name: str | None = field(default=None, metadata={"help": "label in tables (default: the model folder's name)"})
     compare: list[str] | None = field(default=None, metadata={
         "metavar": "RESULT_JSON", "help": "print several results in one table"})

@@ -55,7 +55,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from data.config import Configurable, make_parser
+from data.config import Configurable, check_ranges, make_parser
 from data.progress import done_line, progress
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from data.schema import RULES
@@ -74,12 +74,14 @@ class VerifyConfig(Configurable):
 
     ARG_GROUP = "verification"
 
-    k: int = field(default=5, metadata={"help": "attempts per pair at most (paper: 5)"})
-    seed: int = field(default=0, metadata={"help": "seeds the order coin per pair; attempt i samples with seed + i"})
-    temperature: float = field(default=0.2, metadata={"help": "the teacher's sampling temperature (paper: 0.2)"})
-    max_tokens: int = field(default=1024, metadata={
+    k: int = field(default=5, metadata={"min": 1, "max": 1000, "help": "attempts per pair at most (paper: 5)"})
+    # attempt i samples with seed + i: with k <= 1000 that stays a uint32 seed (llm.config.MAX_SEED)
+    seed: int = field(default=0, metadata={"min": 0, "max": 2**31 - 1,
+                                           "help": "seeds the order coin per pair; attempt i samples with seed + i"})
+    temperature: float = field(default=0.2, metadata={"min": 0, "help": "the teacher's sampling temperature (paper: 0.2)"})
+    max_tokens: int = field(default=1024, metadata={"min": 1,
         "help": "completion tokens per attempt: room for a full judgment with its four sections (paper: ~472 out)"})
-    budget: int = field(default=DEFAULT_BUDGET, metadata={"help": "AXTree characters in the prompt"})
+    budget: int = field(default=DEFAULT_BUDGET, metadata={"min": 1, "help": "AXTree characters in the prompt"})
     untrusted: str = field(default="escape", metadata={
         "choices": UNTRUSTED_MODES, "help": "escape markers and tags in dataset text (the benchmark's format), "
                                             "or also fence every field"})
@@ -287,6 +289,7 @@ def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=N
     from llm import LLMClient, LLMConfig
 
     config = config or VerifyConfig()
+    check_ranges(config, "verify config")    # settings built in Python: the flags are checked when parsed
     run = RunDir(run_dir)
     t0 = time.perf_counter()
     run.check_inputs(STAGE, run.root / "candidates.parquet", run.trajectories)   # same upstream run
