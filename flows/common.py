@@ -14,6 +14,7 @@ exits with the CLI's code (:func:`exit_code`).
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import sys
 
@@ -122,6 +123,9 @@ def cli_flow(fn):
             return failed(e)
         except REFUSED as e:
             return failed(StageError(str(e)))
+    # Prefect validates a flow's parameters by its signature, resolving string annotations in the
+    # wrapper's globals (this module's): give it the classes, resolved where the flow is defined.
+    inner.__signature__ = inspect.signature(fn, eval_str=True)
     return inner
 
 
