@@ -26,12 +26,16 @@ its choice (``TagScore.text`` is the bare answer).
 ``cached_score(model_dir, messages, mode, cache)`` is the cached form ``teacher.verify`` uses: the
 scores go into the LLM disk cache (``llm.cache``) under a hash of the model, the prompt and the
 mode, so a rerun finds every verdict there and neither loads the model nor runs a forward pass,
-as a generated answer is served from the same cache.
+as a generated answer is served from the same cache. The model in the key is
+``local_model_id(folder)``: the folder's name and ``model_fingerprint`` (its config, tokenizer
+and weight files' names, sizes and modification times), so a folder trained again, or an adapter
+beside its base, never gets another model's verdicts.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import inspect
 import logging
 import math
@@ -44,6 +48,27 @@ from llm.cache import ResponseCache, request_key
 
 SCORE_MODES = ("score", "score-both")
 log = logging.getLogger(__name__)
+# What a local model folder's answers depend on besides its weights (*.safetensors, *.bin).
+FINGERPRINT_FILES = ("config.json", "generation_config.json", "adapter_config.json", "tokenizer.json",
+                     "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "vocab.json",
+                     "merges.txt", "tokenizer.model")
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """Hex SHA-256 over the name, size and modification time (ns) of each config, tokenizer and
+    weight file directly in ``model_dir``: what the model answers with, read from the file
+    system without reading the weights. Saving the folder again (training, merging) changes it."""
+    h = hashlib.sha256()
+    for p in sorted(Path(model_dir).resolve().iterdir()):
+        if p.name in FINGERPRINT_FILES or p.suffix in (".safetensors", ".bin"):
+            st = p.stat()
+            h.update(f"{p.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def local_model_id(model_dir: str | Path) -> str:
+    """``<folder name>@<fingerprint[:16]>``: a local model as the LLM cache's keys name it."""
+    return f"{Path(model_dir).resolve().name}@{model_fingerprint(model_dir)[:16]}"
 
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -226,14 +251,14 @@ def cached_score(model_dir: str | Path, messages: list[dict], mode: str, cache: 
                  rationale: str = "") -> tuple[TagScore | BothOrdersScore, bool]:
     """(the score of ``messages`` by the local model at ``model_dir`` in ``mode``, whether it came
     from ``cache``). The key is ``llm.cache.request_key`` of ``score_request`` at the endpoint
-    ``local:<folder>`` (as the client keys the model's generations); on a hit the model is not
-    even loaded. ``cache=None`` scores every time."""
+    ``local:<folder>`` (as the client keys the model's generations) with the model named by
+    ``local_model_id``; on a hit the model is not even loaded. ``cache=None`` scores every time."""
     from llm.local import load_local_model
 
     if mode not in SCORE_MODES:
         raise ValueError(f"mode must be one of {SCORE_MODES}, not {mode!r}")
     model_dir = Path(model_dir).resolve()
-    payload = score_request(model_dir.name, messages, mode, rationale)
+    payload = score_request(local_model_id(model_dir), messages, mode, rationale)
     key = request_key(payload, f"local:{model_dir}")
     if cache is not None:
         hit = score_from_dict(cache.get(key), mode)

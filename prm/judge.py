@@ -14,8 +14,10 @@ transformers folder loads where ``device`` says, in ``dtype`` (``placement``: ``
 in bfloat16 when a GPU is visible, else the CPU in float32) and is judged in batches of
 left-padded prompts with greedy decoding, or, with
 ``LocalJudge(mode="score")``, by the likelihoods of the two answer tags after the prompt
-(``llm.scoring``: one forward pass, always a verdict; ``Judgment.mode`` and ``margin`` say so); an endpoint
-goes through ``llm.client`` (cached, retried, ``concurrency`` requests in flight). An outage is
+(``llm.scoring``: one forward pass, always a verdict; ``Judgment.mode`` and ``margin`` say so),
+its answers kept in the LLM disk cache (``make_judge``: ``--cache-dir``/``--no-cache``), so a rerun
+loads no model; an endpoint goes through ``llm.client`` (cached, retried, ``concurrency`` requests
+in flight). An outage is
 not a verdict: it is kept apart as ``infra_error``.
 
 **Both orders** (``both_orders=True``): each pair is judged as given and with Response 1 and
@@ -28,10 +30,15 @@ judging in one order.
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from data.judgment import DEFAULT_FORMAT, JudgmentFormat, State, parse_verdict, render_pair, swap_responses
 from llm import LLMClient, LLMConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -104,36 +111,112 @@ class LocalJudge:
     ``score-both`` scores the prompt as given and swapped and takes the difference of the margins
     (``llm.scoring.score_both_orders``: two forward passes, no position bias by construction);
     ``rationale`` generates up to ``max_tokens``, cuts the text before any answer tag and scores
-    the two tags after it (always a verdict; the text is the rationale and the chosen tag)."""
+    the two tags after it (always a verdict; the text is the rationale and the chosen tag).
 
-    def __init__(self, model, tokenizer, max_tokens: int = 256, batch_size: int = 8, mode: str = "generate"):
+    **Cached** when given a ``cache`` (``llm.cache.ResponseCache``) and the ``model_id`` to key
+    it by (``from_pretrained``/``make_judge`` do, with ``llm.scoring.local_model_id``: the folder's
+    fingerprint): each generation is keyed by model, dtype, prompt and ``max_tokens``, each score
+    by model, dtype, prompt, mode and rationale, at the endpoint ``local:<folder>``, in the same
+    disk cache as the client's answers. A folder's model loads only on the first miss, so a
+    rerun served by the cache neither loads it nor runs a forward pass. ``cached`` and ``computed``
+    count the answers each way."""
+
+    def __init__(self, model, tokenizer, max_tokens: int = 256, batch_size: int = 8, mode: str = "generate",
+                 cache=None, model_id: str | None = None, endpoint: str = "local", load=None,
+                 placed: tuple[str, str] | None = None):
         if mode not in JUDGE_MODES:
             raise ValueError(f"mode must be one of {JUDGE_MODES}, not {mode!r}")
-        self.model, self.tokenizer = model.eval(), tokenizer
+        self._model, self._tokenizer, self._load, self._placed = model, tokenizer, load, placed
+        if model is not None:
+            model.eval()
         self.max_tokens, self.batch_size, self.mode = max_tokens, batch_size, mode
-        self.name = getattr(model, "name_or_path", "") or type(model).__name__
+        self.name = model_id or getattr(model, "name_or_path", "") or type(model).__name__
+        self.cache = cache if model_id else None        # no identity, no key: never cached
+        self.model_id, self.endpoint = model_id, endpoint
+        self.cached = self.computed = 0
+        self._load_lock = threading.Lock()
 
     @classmethod
-    def from_pretrained(cls, path: str, device: str = "auto", dtype: str = "auto", **kwargs) -> "LocalJudge":
-        """Load a transformers folder on ``device`` in ``dtype`` (``placement``)."""
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+    def from_pretrained(cls, path: str, device: str = "auto", dtype: str = "auto", cache=None,
+                        **kwargs) -> "LocalJudge":
+        """A judge of the folder ``path`` on ``device`` in ``dtype`` (``placement``), loaded at
+        its first uncached answer; ``cache`` (a ``ResponseCache``) keeps its answers."""
+        from llm.scoring import local_model_id
 
         device, dtype = placement(device, dtype)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device)
-        return cls(model, tokenizer, **kwargs)
+        root = Path(path).resolve()
+
+        def load():
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(root)
+            return AutoModelForCausalLM.from_pretrained(root, dtype=getattr(torch, dtype)).to(device), tokenizer
+        return cls(None, None, cache=cache, model_id=local_model_id(root), endpoint=f"local:{root}", load=load,
+                   placed=(device, dtype), **kwargs)
+
+    def _loaded(self):
+        with self._load_lock:
+            if self._model is None:
+                self._model, self._tokenizer = self._load()
+                self._model.eval()
+        return self._model, self._tokenizer
+
+    @property
+    def model(self):
+        return self._loaded()[0]
+
+    @property
+    def tokenizer(self):
+        return self._loaded()[1]
 
     @property
     def device(self) -> str:
+        if self._placed:
+            return self._placed[0]
         return str(next(self.model.parameters()).device)
 
     @property
     def dtype(self) -> str:
+        if self._placed:
+            return self._placed[1]
         return str(next(self.model.parameters()).dtype).removeprefix("torch.")
 
+    def _key(self, request: dict) -> str | None:
+        from llm.cache import request_key
+
+        return None if self.cache is None else request_key({**request, "dtype": self.dtype}, self.endpoint)
+
+    def _put(self, key: str | None, request: dict, body: dict) -> None:
+        if key is None:
+            return
+        try:
+            self.cache.put(key, {**request, "dtype": self.dtype}, body)
+        except OSError as e:        # a full disk costs a repeated forward pass next run, not this answer
+            log.warning("could not cache a local judge's answer: %s", e)
+
     def generate(self, prompts: list[list[dict]]) -> list[tuple[str, str]]:
-        """(text, finish reason: 'stop' or 'length') per prompt, greedy."""
+        """(text, finish reason: 'stop' or 'length') per prompt, greedy; from the cache where it
+        has them, the rest generated in batches (and cached)."""
+        texts: list[tuple[str, str] | None] = [None] * len(prompts)
+        keys, requests = [None] * len(prompts), [None] * len(prompts)
+        for i, p in enumerate(prompts):
+            requests[i] = {"model": self.model_id, "mode": "generate", "max_tokens": self.max_tokens,
+                           "messages": [{"role": m["role"], "content": m["content"]} for m in p]}
+            keys[i] = self._key(requests[i])
+            body = self.cache.get(keys[i]) if keys[i] else None
+            if (isinstance(body, dict) and body.get("object") == "surfprm.generation"
+                    and isinstance(body.get("text"), str) and body.get("finish_reason") in ("stop", "length")):
+                texts[i] = (body["text"], body["finish_reason"])
+                self.cached += 1
+        todo = [i for i, t in enumerate(texts) if t is None]
+        for i, t in zip(todo, self._generate([prompts[i] for i in todo]) if todo else []):
+            texts[i] = t
+            self.computed += 1
+            self._put(keys[i], requests[i], {"object": "surfprm.generation", "text": t[0], "finish_reason": t[1]})
+        return texts
+
+    def _generate(self, prompts: list[list[dict]]) -> list[tuple[str, str]]:
         import torch
 
         tok = self.tokenizer
@@ -160,25 +243,36 @@ class LocalJudge:
                 texts[i] = (tok.decode(row[:stop], skip_special_tokens=True), "length" if stop is None else "stop")
         return texts
 
+    def _score(self, messages: list[dict], mode: str, rationale: str = ""):
+        """``llm.scoring.score`` of one prompt, from the cache when it holds it."""
+        from llm.scoring import score, score_from_dict, score_request, score_to_dict
+
+        request = score_request(self.model_id, messages, mode, rationale)
+        key = self._key(request)
+        hit = score_from_dict(self.cache.get(key), mode) if key else None
+        if hit is not None:
+            self.cached += 1
+            return hit
+        s = score(self.model, self.tokenizer, messages, mode, rationale)
+        self.computed += 1
+        self._put(key, request, score_to_dict(s))
+        return s
+
     def score(self, prompts: list[list[dict]], rationales: list[str] | None = None) -> list[Judgment]:
         """Verdicts by the answer tags' likelihoods (``llm.scoring``), one prompt at a time."""
-        from llm.scoring import score_answers
-
         out = []
         for i, p in enumerate(prompts):
             rationale = rationales[i] if rationales else ""
-            s = score_answers(self.model, self.tokenizer, p, rationale)
+            s = self._score(p, "score", rationale)
             text = (rationale.rstrip() + "\n" if rationale.strip() else "") + s.text
             out.append(Judgment(text, s.verdict, mode="rationale" if rationales else "score", margin=s.margin))
         return out
 
     def score_both(self, prompts: list[list[dict]]) -> list[Judgment]:
         """Verdicts by both orders' tag scores (``llm.scoring.score_both_orders``)."""
-        from llm.scoring import score_both_orders
-
         out = []
         for p in prompts:
-            s = score_both_orders(self.model, self.tokenizer, p)
+            s = self._score(p, "score-both")
             out.append(Judgment(s.text, s.verdict, mode="score-both", margin=s.margin))
         return out
 
@@ -210,10 +304,14 @@ class EndpointJudge:
 def make_judge(config: LLMConfig, batch_size: int = 8, mode: str = "generate", device: str = "auto",
                dtype: str = "auto"):
     """A local batched judge for a transformers folder (no ``base_url``) on ``device`` in ``dtype``
-    (``placement``), else an endpoint judge (``mode``, ``device`` and ``dtype`` apply to the local
+    (``placement``), its answers kept in ``config``'s LLM cache (``--cache-dir``; none with
+    ``--no-cache``), else an endpoint judge (``mode``, ``device`` and ``dtype`` apply to the local
     judge; an endpoint only generates)."""
     if config.is_local:
+        from llm.cache import ResponseCache
+
         return LocalJudge.from_pretrained(str(config.local_model_dir()), device=device, dtype=dtype,
+                                          cache=None if config.no_cache else ResponseCache(config.cache_dir),
                                           max_tokens=config.max_tokens, batch_size=batch_size, mode=mode)
     return EndpointJudge(config)
 

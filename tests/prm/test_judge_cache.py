@@ -1,0 +1,103 @@
+"""A local judge's answers are cached like the client's: a rerun of ``prm.evaluate`` with a local
+folder loads no model and runs no forward pass, in every judge mode; a folder saved again (a
+trained adapter, a retrained model) gets none of the old entries; ``--no-cache`` neither reads
+nor writes."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from data.judgment import State, render_pair
+from data.export import MESSAGE
+from prm.evaluate import main
+
+STATE = State(intent="Buy the cheapest blue mug", url="http://shop.test/mugs",
+              axtree="[1] RootWebArea 'Shop'\n\t[12] link 'Blue mug $4'\n\t[40] link 'Red mug $9'")
+PAIRS = [("click('12')", "click('40')"), ("go_back()", "click('12')"), ("click('12')", "scroll(0, 200)")]
+
+
+@pytest.fixture(scope="module")
+def bench_and_folder(tmp_path_factory):
+    from tiny_lm import save_tiny_lm
+
+    root = tmp_path_factory.mktemp("judge_cache")
+    rows, texts = [], ["<Answer>Response 1</Answer> <Answer>Response 2</Answer>"]
+    for i, (a1, a2) in enumerate(PAIRS):
+        msgs, _ = render_pair(STATE, a1, a2)
+        texts += [m["content"] for m in msgs]
+        rows.append({"state_idx": 0, "pair_idx": i, "expected": 1 if a1 == "click('12')" else 2,
+                     "prompt": msgs, "source_name": "shopping"})
+    schema = pa.schema([("state_idx", pa.int32()), ("pair_idx", pa.int32()), ("expected", pa.int8()),
+                        ("prompt", pa.list_(MESSAGE)), ("source_name", pa.string())])
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / "bench.parquet")
+    return root / "bench.parquet", save_tiny_lm(texts, root / "judge"), texts
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """{'loads': n, 'forward': n} over every model transformers loads from here on."""
+    from transformers import AutoModelForCausalLM
+
+    counts = {"loads": 0, "forward": 0}
+    real = AutoModelForCausalLM.from_pretrained
+
+    def from_pretrained(*args, **kwargs):
+        model = real(*args, **kwargs)
+        counts["loads"] += 1
+        model.register_forward_hook(lambda *a: counts.__setitem__("forward", counts["forward"] + 1))
+        return model
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", from_pretrained)
+    return counts
+
+
+def _evaluate(bench, folder, out, mode, *extra):
+    assert main(["--model", folder, "--bench", str(bench), "--out", str(out), "--judge-mode", mode,
+                 "--max-tokens", "4", "--both-orders", *extra]) == 0
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("mode", ["score", "score-both", "generate", "rationale"])
+def test_rerun_loads_no_model_and_runs_no_forward_pass(bench_and_folder, tmp_path, counted, mode):
+    bench, folder, _ = bench_and_folder
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    first = _evaluate(bench, folder, tmp_path / "a.json", mode, *cache)
+    assert counted["loads"] == 1 and counted["forward"] >= len(PAIRS)
+    counted.update(loads=0, forward=0)
+    second = _evaluate(bench, folder, tmp_path / "b.json", mode, *cache)
+    assert counted == {"loads": 0, "forward": 0}, "the rerun ran the model"
+    assert (tmp_path / "a.pairs.jsonl").read_bytes() == (tmp_path / "b.pairs.jsonl").read_bytes()
+    same = lambda r: {k: v for k, v in r.items() if k != "seconds"}    # noqa: E731 (the time differs)
+    assert same(first) == same(second)
+    assert first["protocol"]["device"] == "cpu" and first["protocol"]["dtype"] == "float32"
+
+
+def test_modes_dtypes_and_retrained_folders_do_not_share_entries(bench_and_folder, tmp_path, counted):
+    import shutil
+
+    from tiny_lm import save_tiny_lm
+
+    bench, folder, texts = bench_and_folder
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    _evaluate(bench, folder, tmp_path / "score.json", "score", *cache)
+    n = len(list((tmp_path / "cache").rglob("*.json")))
+    assert n == 2 * len(PAIRS)                                   # both orders, one entry each
+    counted.update(loads=0, forward=0)
+    _evaluate(bench, folder, tmp_path / "bf16.json", "score", *cache, "--dtype", "bfloat16")
+    assert counted["forward"] > 0                                # another dtype: other entries
+    # the same folder saved again (as training does): the old verdicts are not served
+    copy = tmp_path / "judge"
+    shutil.copytree(folder, copy)
+    counted.update(loads=0, forward=0)
+    _evaluate(bench, str(copy), tmp_path / "copy.json", "score", *cache)
+    assert counted["forward"] > 0
+    save_tiny_lm(texts, copy, seed=1)
+    counted.update(loads=0, forward=0)
+    _evaluate(bench, str(copy), tmp_path / "copy2.json", "score", *cache)
+    assert counted["forward"] > 0, "a retrained folder was served its old weights' verdicts"
+    counted.update(loads=0, forward=0)
+    _evaluate(bench, folder, tmp_path / "none.json", "score", "--cache-dir", str(tmp_path / "other"), "--no-cache")
+    assert counted["forward"] > 0 and not (tmp_path / "other").exists()
