@@ -1,6 +1,7 @@
 """The ``build-graphs`` Prefect flow: one task per site, cached and retried.
 
-    python -m flows.build_graphs --run RUN [--include-failed] [--dask-address tcp://host:8786 | --dask-local]
+    python -m flows.build_graphs --run RUN [--identity paper|ours --max-depth N --max-nodes N --include-failed \
+        --workers N] [--dask-address tcp://host:8786 | --dask-local]
 
 Threads by default; ``--dask-address`` sends the per-site tasks to a Dask cluster through
 ``prefect-dask`` (``--dask-local`` starts a local one), the path for users who outgrow one
@@ -8,13 +9,16 @@ machine. The logic lives in :mod:`graph.build`, and the flow runs the CLI's own 
 and plan (``graph.build.prepare``: the same one-line errors, the input fingerprints in
 ``stats.json``), one task per site (``build_and_write_site``), then ``finalize`` (the same
 manifest, ``stats.json`` entry and ``rejects.jsonl`` lines). The summary is posted as a markdown
-artifact.
+artifact. The flow takes ``graph.build.BuildConfig`` (``config``: the CLI's flags as fields, so
+flags and defaults come from one place); ``workers`` sizes the thread pool of the per-site tasks.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from prefect import flow, task
@@ -25,7 +29,7 @@ from data.rundir import Reject, RunDir
 import data
 import graph
 from flows.common import cli_flow, exit_code, post_markdown, retry_unless_refused, stage_task, unwrap
-from graph.build import build_and_write_site, finalize, prepare
+from graph.build import BuildConfig, build_and_write_site, finalize, prepare
 
 # The code a site's graph depends on: a change to any of these files invalidates cached builds.
 _CODE = [Path(graph.__file__).parent / name for name in ("axtree.py", "identity.py", "resolve.py", "passes.py", "build.py",
@@ -51,9 +55,11 @@ def outputs_fingerprint(run: str | Path, site: str) -> str | None:
 
 
 def _site_cache_key(context, parameters) -> str:
-    """A site's build is reused while the trajectories file and the graph code are unchanged."""
+    """A site's build is reused while the trajectories file, the graph code and the build's
+    settings (all but ``workers``) are unchanged."""
+    settings = {k: v for k, v in asdict(parameters["config"]).items() if k != "workers"}
     raw = "|".join([_code_version(), parameters["fingerprint"], parameters["site"],
-                    str(parameters["include_failed"])])
+                    json.dumps(settings, sort_keys=True)])
     return "build-site-" + hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
@@ -61,20 +67,22 @@ def _site_cache_key(context, parameters) -> str:
       persist_result=True, retry_condition_fn=retry_unless_refused)
 @stage_task
 def build_site_graph(run: str, site: str, site_plan: dict, fingerprint: str,
-                     include_failed: bool) -> tuple[tuple[str, dict, list[Reject]], str | None]:
+                     config: BuildConfig) -> tuple[tuple[str, dict, list[Reject]], str | None]:
     """Build and write one site's graph; returns ((site, stats, rejects), fingerprint of the
     files written) so that a cached result is used only while those files are untouched."""
-    result = build_and_write_site(run, site, site_plan)
+    result = build_and_write_site(run, site, site_plan, config)
     return result, outputs_fingerprint(run, site)
 
 
 @flow(name="build-graphs", task_runner=ThreadPoolTaskRunner(max_workers=4), log_prints=True)
 @cli_flow
-def build_graphs_flow(run: str, include_failed: bool = False) -> dict:
-    """Build the Interaction Element Graph of every site of a run directory."""
-    rundir, rows, per_site, plan_rejects = prepare(run, include_failed)     # the CLI's checks and plan
+def build_graphs_flow(run: str, config: BuildConfig | None = None) -> dict:
+    """Build the Interaction Element Graph of every site of a run directory (``config``: how, as
+    ``graph.build``'s flags; default ``BuildConfig()``)."""
+    config = config or BuildConfig()
+    rundir, rows, per_site, plan_rejects = prepare(run, config.include_failed)     # the CLI's checks and plan
     fingerprint = _fingerprint(rundir.trajectories)
-    args = {site: (str(rundir.root), site, site_plan, fingerprint, include_failed)
+    args = {site: (str(rundir.root), site, site_plan, fingerprint, config)
             for site, site_plan in sorted(per_site.items())}
     futures = {site: build_site_graph.submit(*a) for site, a in args.items()}
     results = []
@@ -86,33 +94,39 @@ def build_graphs_flow(run: str, include_failed: bool = False) -> dict:
         if written is None or outputs_fingerprint(run, site) != written:
             result, _ = unwrap(build_site_graph.with_options(refresh_cache=True)(*args[site], return_state=True))
         results.append(result)
-    stats = finalize(rundir, results, plan_rejects, len(rows), include_failed)
+    stats = finalize(rundir, results, plan_rejects, len(rows), config.include_failed, config)
     lines = [stats.summary(), f"{stats.extra['sites']} site graphs", f"wrote {rundir.graph_manifest}"]
     print("\n".join(lines))
     post_markdown("build-graphs-summary", "\n\n".join(lines), f"graph.build of {run}")
     return stats.as_dict()
 
 
-def with_dask(address: str | None = None, local: bool = False):
-    """The flow on a Dask cluster (an address, or a local cluster when ``local``)."""
+def with_dask(address: str | None = None, local: bool = False, workers: int | None = None):
+    """The flow on a Dask cluster (an address, or a local cluster of ``workers`` (default 2)
+    processes when ``local``, else threads)."""
     from prefect_dask import DaskTaskRunner
 
     if address:
         runner = DaskTaskRunner(address=address)
     else:
-        runner = DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": local})
+        runner = DaskTaskRunner(cluster_kwargs={"n_workers": workers or 2, "threads_per_worker": 1,
+                                                "processes": local})
     return build_graphs_flow.with_options(task_runner=runner)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = make_parser("python -m flows.build_graphs", __doc__)
-    ap.add_argument("--run", required=True)
-    ap.add_argument("--include-failed", action="store_true")
+    ap.add_argument("--run", required=True, help="run directory holding trajectories.parquet")
+    BuildConfig.add_args(ap)        # graph.build's flags: --identity, --max-depth, --max-nodes, --include-failed, ...
     ap.add_argument("--dask-address", default=None, help="scheduler address of an existing Dask cluster")
     ap.add_argument("--dask-local", action="store_true", help="start a local Dask cluster")
     args = ap.parse_args(argv)
-    fl = with_dask(args.dask_address, True) if (args.dask_address or args.dask_local) else build_graphs_flow
-    state = fl(run=args.run, include_failed=args.include_failed, return_state=True)
+    config = BuildConfig.from_args(args)
+    if args.dask_address or args.dask_local:
+        fl = with_dask(args.dask_address, True, config.workers)
+    else:
+        fl = build_graphs_flow.with_options(task_runner=ThreadPoolTaskRunner(max_workers=config.workers or 4))
+    state = fl(run=args.run, config=config, return_state=True)
     code = exit_code(state)
     return code if code or state.result()["out"] else 1       # as graph.build: nothing built is a failure
 

@@ -6,7 +6,10 @@
 
 ``train-prm`` runs ``prm.train`` for a config file (``overrides``: config fields by section,
 ``{"train": {"max_steps": 2}}``); ``evaluate-prm`` runs ``prm.evaluate`` for a model (a local
-folder, or ``llm`` = ``LLMConfig`` fields with a ``base_url``) on a benchmark file. The logic
+folder, or ``llm`` = ``LLMConfig`` fields with a ``base_url``) on a benchmark file, with
+``prm.evaluate``'s options (``options``: ``EvaluateOptions``, the same flags and defaults, so
+``--judge-mode``, ``--device``, ``--dtype`` and the generate default of 1,024 tokens apply as in
+the CLI). The logic
 lives in :mod:`prm`; this module only wires it, with the CLIs' one-line errors and exit codes
 (``flows.common``: a config that does not validate, a missing benchmark), and posts the training
 summary and the evaluation table as markdown artifacts. Multi-GPU training is launched with
@@ -16,7 +19,6 @@ summary and the evaluation table as markdown artifacts. Multi-GPU training is la
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 
 from prefect import flow, task
 
@@ -24,6 +26,7 @@ from data.config import make_parser
 from flows.common import (PENDING, StageError, cli_flow, exit_code, post_markdown, retry_unless_refused, stage_task,
                           unwrap)
 from llm import LLMConfig
+from prm.evaluate import EvaluateOptions
 from prm.train import done_summary, train      # no TRL or torch until a flow trains
 
 
@@ -50,18 +53,23 @@ def train_task(config: str, overrides: dict) -> dict:
 
 @task(name="evaluate-prm-model", retries=2, retry_delay_seconds=30, retry_condition_fn=retry_unless_refused)
 @stage_task(refused=(FileNotFoundError, ValueError))        # as prm.evaluate's CLI: a missing or unreadable bench
-def evaluate_task(llm: dict, bench: str, out: str, both_orders: bool, name: str | None) -> dict:
-    from prm.evaluate import ENDPOINT_MAX_TOKENS, markdown, run
+def evaluate_task(options: EvaluateOptions, llm: LLMConfig, max_tokens_given: bool) -> dict:
+    """``prm.evaluate.run`` with every option of its CLI; a judge that generates (an endpoint, or a
+    local judge in ``generate`` mode) gets a full judgment's tokens unless ``max_tokens_given``."""
+    from data.judgment import JudgmentFormat
+    from prm.evaluate import markdown, run
+    from prm.judge import generate_max_tokens
 
-    config = LLMConfig(**llm)
-    if "max_tokens" not in llm and not config.is_local:     # a full judgment fits (as prm.evaluate's CLI)
-        config = replace(config, max_tokens=max(config.max_tokens, ENDPOINT_MAX_TOKENS))
-    result = run(config, bench, out, both_orders=both_orders, name=name)
-    post_markdown("evaluate-prm-table", markdown(result), f"prm.evaluate of {result['model']} on {bench}")
+    config = generate_max_tokens(llm, options.judge_mode, given=max_tokens_given)
+    fmt = JudgmentFormat.from_options(options.prompt_template) if options.prompt_template else None
+    result = run(config, options.bench, options.out, options.both_orders, options.batch_size, options.candidates,
+                 options.limit_states, options.name, options.include_sources, fmt, options.judge_mode,
+                 options.device, options.dtype)
+    post_markdown("evaluate-prm-table", markdown(result), f"prm.evaluate of {result['model']} on {options.bench}")
     if result["infra_errors"]:
         raise StageError(f"{result['infra_errors']} judgments failed (outage); a retry resumes from the cache",
                          code=PENDING)
-    return {"macro": result["macro"], "overall": result["overall"], "out": out}
+    return {"macro": result["macro"], "overall": result["overall"], "out": options.out}
 
 
 @flow(name="train-prm", log_prints=True)
@@ -76,36 +84,49 @@ def train_prm_flow(config: str = "configs/prm/cpu-demo.yaml", overrides: dict | 
 
 @flow(name="evaluate-prm", log_prints=True)
 @cli_flow
-def evaluate_prm_flow(bench: str, out: str, model: str | None = None, llm: dict | None = None,
-                      both_orders: bool = False, name: str | None = None, max_tokens: int | None = None) -> dict:
-    """Pairwise and best-of-N accuracy of a model (local folder or endpoint) on a benchmark file;
-    ``max_tokens`` defaults to LLMConfig's for a local folder and to a full judgment's (1024) for
-    an endpoint."""
-    llm = {**({"max_tokens": max_tokens} if max_tokens else {}), **(llm or {}), **({"model": model} if model else {})}
-    result = unwrap(evaluate_task(llm, bench, out, both_orders, name, return_state=True))
-    print(f"macro pairwise {result['macro']['pairwise']:.4f}, best-of-N {result['macro']['bon']:.4f} -> {out}")
+def evaluate_prm_flow(options: EvaluateOptions | None = None, llm: LLMConfig | None = None,
+                      bench: str | None = None, out: str | None = None, model: str | None = None,
+                      max_tokens: int | None = None) -> dict:
+    """Pairwise and best-of-N accuracy of a model (local folder or endpoint) on a benchmark file.
+    ``options``: ``prm.evaluate``'s flags as fields (``EvaluateOptions``: both orders, judge mode,
+    device, dtype, ...); ``llm``: the judge (``LLMConfig``). ``bench``, ``out``, ``model`` and
+    ``max_tokens``, when given, override theirs. A judge that generates (an endpoint, or a local
+    judge in ``generate`` mode) gets a full judgment's 1,024 tokens unless ``max_tokens`` is given
+    or ``llm.max_tokens`` differs from ``LLMConfig``'s default."""
+    from dataclasses import replace
+
+    options, llm = options or EvaluateOptions(), llm or LLMConfig()
+    options = replace(options, **{k: v for k, v in (("bench", bench), ("out", out)) if v is not None})
+    llm = replace(llm, **{k: v for k, v in (("model", model), ("max_tokens", max_tokens)) if v is not None})
+    if not options.bench or not options.out:
+        raise StageError("--bench and --out are required")
+    given = max_tokens is not None or llm.max_tokens != LLMConfig.max_tokens
+    result = unwrap(evaluate_task(options, llm, given, return_state=True))
+    print(f"macro pairwise {result['macro']['pairwise']:.4f}, best-of-N {result['macro']['bon']:.4f} -> {options.out}")
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     ap = make_parser("python -m flows.prm", __doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train")
     t.add_argument("--config", required=True)
-    e = sub.add_parser("evaluate")
-    e.add_argument("--model", required=True)
-    e.add_argument("--base-url")
-    e.add_argument("--bench", required=True)
-    e.add_argument("--out", required=True)
-    e.add_argument("--both-orders", action="store_true")
-    e.add_argument("--max-tokens", type=int, default=None)
+    e = sub.add_parser("evaluate", description="prm.evaluate's flags, as a flow run")
+    EvaluateOptions.add_args(e)         # prm.evaluate's own flags and defaults
+    LLMConfig.add_args(e)
     args = ap.parse_args(argv)
     if args.cmd == "train":
-        state = train_prm_flow(config=args.config, return_state=True)
-    else:
-        state = evaluate_prm_flow(bench=args.bench, out=args.out, model=args.model, both_orders=args.both_orders,
-                                  llm={"base_url": args.base_url} if args.base_url else None,
-                                  max_tokens=args.max_tokens, return_state=True)
+        return exit_code(train_prm_flow(config=args.config, return_state=True))
+    options = EvaluateOptions.from_args(args)
+    if options.compare:                 # a table of finished results: no flow run
+        from prm.evaluate import main as evaluate_main
+
+        return evaluate_main(argv[1:])
+    llm = LLMConfig.from_args(args)
+    given = "max_tokens" in LLMConfig.given_names(args)
+    state = evaluate_prm_flow(options=options, llm=llm, max_tokens=llm.max_tokens if given else None,
+                              return_state=True)
     return exit_code(state)
 
 

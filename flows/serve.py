@@ -37,7 +37,7 @@ def deployments():
     """Every deployment this project serves (name 'default' each)."""
     flows = [
         (build_graphs_flow, {"run": "runs/demo"}),
-        (propose_negatives_flow, {"run": "runs/demo", "budget": 200}),
+        (propose_negatives_flow, {"run": "runs/demo", "config": {"budget": 200}}),
         (verify_pairs_flow, {"run": "runs/demo"}),
         (synthesize_flow, {"run": "runs/demo", "budget": 8, "k": 2}),
         (train_prm_flow, {"config": "configs/prm/cpu-demo.yaml"}),

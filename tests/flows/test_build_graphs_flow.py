@@ -60,12 +60,12 @@ def test_flow_on_local_dask_cluster(prefect_harness, sample_run):
 
 def test_site_task_logic_without_engine(sample_run):
     from flows.build_graphs import build_site_graph
-    from graph.build import load_plan_rows, plan
+    from graph.build import BuildConfig, load_plan_rows, plan
     from data.rundir import RunDir
 
     per_site, _ = plan(load_plan_rows(RunDir(sample_run)), False)
     (site, stats, rejects), written = build_site_graph.fn(str(sample_run), "servicenow", per_site["servicenow"],
-                                                          "fp", False)
+                                                          "fp", BuildConfig())
     assert written and "nodes.parquet" in written
     assert site == "servicenow" and stats["observations"] == len(per_site["servicenow"]["steps"])
     assert (sample_run / "graphs" / "servicenow" / "nodes.parquet").exists()
@@ -84,9 +84,10 @@ def test_deployments_are_declared():
 def test_propose_negatives_flow(prefect_harness, sample_run):
     from flows.build_graphs import build_graphs_flow
     from flows.propose_negatives import propose_negatives_flow
+    from proposals.mine import MineConfig
 
     build_graphs_flow(run=str(sample_run))
-    stats = propose_negatives_flow(run=str(sample_run), budget=30, axes=["temporal"])
+    stats = propose_negatives_flow(run=str(sample_run), config=MineConfig(budget=30, axes=("temporal",)))
     assert stats["out"] > 0 and stats["in"] == stats["out"] + sum(stats["rejected"].values())
     rows = pq.read_table(sample_run / "candidates.parquet").to_pylist()
     assert sum(r["sampled"] for r in rows) == min(30, len(rows))

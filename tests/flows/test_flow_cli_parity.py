@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
@@ -92,6 +93,39 @@ def test_build_graphs_flow_writes_what_the_cli_writes(prefect_harness, run_with_
     with get_client(sync_client=True) as client:
         arts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["build-graphs-summary"])))
     assert arts and arts[0].type == "markdown" and "[graph.build]" in arts[0].data
+
+
+@pytest.mark.slow      # a Prefect API (prefect_harness)
+def test_flows_take_the_stages_settings(prefect_harness, run_with_rejects, tmp_path):
+    """Settings other than the defaults reach the flow's stage as they reach the CLI: graph.build's
+    --identity/--max-nodes/--include-failed (the manifest records them; too_large rejects) and
+    proposals.mine's --near-hops/--max-per-rule/--prefer-same-op."""
+    from flows.build_graphs import main as flow_main
+    from flows.propose_negatives import main as mine_flow_main
+    from graph.build import main as cli_main
+    from proposals.mine import main as mine_main
+
+    cli, fl = tmp_path / "cli", tmp_path / "flow"
+    shutil.copytree(run_with_rejects, cli)
+    shutil.copytree(run_with_rejects, fl)
+    build = ["--identity", "ours", "--max-nodes", "200", "--include-failed"]
+    assert cli_main(["--run", str(cli), "--workers", "1", *build]) == 0
+    assert flow_main(["--run", str(fl), *build]) == 0
+    stats = _stats(cli)["graph.build"]
+    assert stats["rejected"].get("too_large", 0) > 0 and "unsuccessful_trajectory" not in stats["rejected"]
+    manifest = json.loads((fl / "graphs" / "manifest.json").read_text())
+    assert (manifest["identity"], manifest["max_nodes"]) == ("ours", 200)
+    assert _stats(fl) == _stats(cli)
+    assert (fl / "rejects.jsonl").read_bytes() == (cli / "rejects.jsonl").read_bytes()
+
+    mine = ["--budget", "8", "--near-hops", "1", "--max-per-rule", "1", "--prefer-same-op"]
+    assert mine_main(["--run", str(cli), "--workers", "1", "--quiet", *mine]) == 0
+    assert mine_flow_main(["--run", str(fl), "--workers", "1", "--quiet", *mine]) == 0
+    mined = {k: v for k, v in _stats(fl)["proposals.mine"].items() if k not in ("seconds", "llm")}
+    assert mined == {k: v for k, v in _stats(cli)["proposals.mine"].items() if k not in ("seconds", "llm")}
+    rows = pq.read_table(fl / "candidates.parquet").to_pylist()
+    assert rows and max(Counter((r["traj_id"], r["step_idx"], r["rule"]) for r in rows).values()) == 1
+    assert pq.read_table(fl / "candidates.parquet").equals(pq.read_table(cli / "candidates.parquet"))
 
 
 @pytest.mark.slow

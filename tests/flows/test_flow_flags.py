@@ -1,0 +1,99 @@
+"""A flow's command takes its stage's flags, from the stage's own config dataclass: every flag of
+``graph.build``, ``proposals.mine`` and ``prm.evaluate`` (each field of ``BuildConfig``,
+``MineConfig`` with its rule ``Params``, the fill model's ``LLMConfig``, ``EvaluateOptions`` and the
+judge's ``LLMConfig``) is a flag of the flow's command, with the same default."""
+
+from __future__ import annotations
+
+import argparse
+import typing
+
+import pytest
+
+
+class _Parsed(Exception):
+    pass
+
+
+def _parser_of(main, argv, monkeypatch, sub: str | None = None) -> argparse.ArgumentParser:
+    """The parser ``main`` builds (caught as it parses); ``sub``: that subcommand's parser."""
+    seen = []
+
+    def catch(self, args=None, namespace=None):
+        seen.append(self)
+        raise _Parsed
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", catch)
+    with pytest.raises(_Parsed):
+        main(argv)
+    monkeypatch.undo()
+    parser = seen[0]
+    if sub:
+        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[sub]
+    return parser
+
+
+def _flags(parser) -> dict[str, object]:
+    """Every --flag of a parser and the default of its destination."""
+    return {s: a.default for a in parser._actions for s in a.option_strings if s.startswith("--") and s != "--help"}
+
+
+def _stage_flags():
+    import flows.build_graphs
+    import flows.prm
+    import flows.propose_negatives
+    import graph.build
+    import prm.evaluate
+    import proposals.mine
+
+    return [(graph.build.main, flows.build_graphs.main, None),
+            (proposals.mine.main, flows.propose_negatives.main, None),
+            (prm.evaluate.main, flows.prm.main, "evaluate")]
+
+
+@pytest.mark.parametrize("i", range(3), ids=["build-graphs", "propose-negatives", "evaluate-prm"])
+def test_every_stage_flag_is_a_flow_flag_with_its_default(i, monkeypatch):
+    stage_main, flow_main, sub = _stage_flags()[i]
+    stage = _flags(_parser_of(stage_main, [], monkeypatch))
+    flow = _flags(_parser_of(flow_main, [], monkeypatch, sub))
+    missing = sorted(set(stage) - set(flow))
+    assert not missing, f"the flow's command lacks {missing}"
+    assert {f: flow[f] for f in stage} == stage
+
+
+def test_every_config_field_is_a_flag(monkeypatch):
+    """The stage configs' fields themselves (nested ones flattened as data.config does), so a field
+    added to a config shows up in the flow's command or fails here."""
+    from dataclasses import fields, is_dataclass
+
+    import flows.build_graphs
+    import flows.prm
+    import flows.propose_negatives
+    from data.config import flag_name
+    from graph.build import BuildConfig
+    from llm import LLMConfig
+    from prm.evaluate import EvaluateOptions
+    from proposals.mine import MineConfig
+
+    def names(cls, prefix=""):
+        """Flag names of ``cls``'s fields; a dict field is set in the config file (FILE_FLAG) only."""
+        hints = typing.get_type_hints(cls)
+        if getattr(cls, "FILE_FLAG", None):
+            yield flag_name(cls.FILE_FLAG.replace("-", "_"), prefix)
+        for f in fields(cls):
+            if not f.init or f.name.startswith("_"):
+                continue
+            if typing.get_origin(hints[f.name]) is dict or hints[f.name] is dict:
+                continue
+            if is_dataclass(f.default_factory if callable(f.default_factory) else None):
+                yield from names(f.default_factory, prefix)
+            else:
+                yield flag_name(f.name, prefix)
+
+    cases = [(flows.build_graphs.main, None, [(BuildConfig, "")]),
+             (flows.propose_negatives.main, None, [(MineConfig, ""), (LLMConfig, "fill-")]),
+             (flows.prm.main, "evaluate", [(EvaluateOptions, ""), (LLMConfig, "")])]
+    for main, sub, configs in cases:
+        flags = _flags(_parser_of(main, [], monkeypatch, sub))
+        for cls, prefix in configs:
+            missing = [n for n in names(cls, prefix) if n not in flags]
+            assert not missing, f"{main.__module__} lacks {cls.__name__}'s {missing}"
