@@ -54,7 +54,21 @@ class _RefusalLogged(logging.Filter):
         return not (isinstance(exc, StageError) and record.getMessage().startswith("Engine execution exited"))
 
 
+class _NoEmptyTraceback(logging.Filter):
+    """Keep a record but drop an ``exc_info`` with no exception in it: Prefect logs a task's
+    "Retries are exhausted" with ``exc_info=True`` also when the task *returned* its ``Failed``
+    state (work left pending, :func:`stage_task`), where no exception is active, and the formatter
+    writes that as a stray ``NoneType: None`` line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is None:
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
 logging.getLogger("prefect.flow_runs").addFilter(_RefusalLogged())
+for _name in ("prefect.task_runs", "prefect.flow_runs"):
+    logging.getLogger(_name).addFilter(_NoEmptyTraceback())
 
 
 def failed(error: StageError):
