@@ -101,3 +101,30 @@ def test_modes_dtypes_and_retrained_folders_do_not_share_entries(bench_and_folde
     counted.update(loads=0, forward=0)
     _evaluate(bench, folder, tmp_path / "none.json", "score", "--cache-dir", str(tmp_path / "other"), "--no-cache")
     assert counted["forward"] > 0 and not (tmp_path / "other").exists()
+
+
+def test_model_fingerprint_follows_the_files(tmp_path):
+    """The cache's name of a local model (teacher and judge alike) changes when its weights,
+    config or tokenizer are written again, not when other files are; an adapter folder beside
+    its base is another model."""
+    import os
+
+    from llm.scoring import local_model_id, model_fingerprint
+
+    base = tmp_path / "base"
+    base.mkdir()
+    for name, data in (("config.json", b"{}"), ("model.safetensors", b"w" * 64), ("tokenizer.json", b"{}")):
+        (base / name).write_bytes(data)
+    first = model_fingerprint(base)
+    (base / "README.md").write_text("notes")
+    assert model_fingerprint(base) == first
+    os.utime(base / "model.safetensors", ns=(1, 1))          # rewritten weights: another mtime
+    assert model_fingerprint(base) != first
+    second = model_fingerprint(base)
+    (base / "tokenizer.json").write_bytes(b'{"x": 1}')
+    assert model_fingerprint(base) != second
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"base_model_name_or_path": "../base"}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"a" * 8)
+    assert local_model_id(adapter) != local_model_id(base) and local_model_id(base).startswith("base@")
