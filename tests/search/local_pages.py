@@ -31,6 +31,7 @@ MARKS_PAGE = f"""<!doctype html><html><head><title>Marks</title>
 <div class="spacer"></div>
 <a href="/echo?from=footer">Footer link below the fold</a>
 <button onclick="document.title='bottom'">Bottom button</button>
+<div style="height: 900px"></div>
 </body></html>"""
 
 
