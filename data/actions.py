@@ -286,11 +286,18 @@ def split_agent_output(raw: str) -> tuple[str, str]:
     AgentLab agents end their output with a fenced code block holding the action; the action
     is the last block, the thought is everything before it.
     """
-    matches = list(_FENCE.finditer(raw or ""))
-    if not matches:
+    last = _last_block(raw)
+    if last is None:
         raise ActionParseError("no fenced code block with an action")
-    last = matches[-1]
     return raw[: last.start()].strip(), last.group(1).strip()
+
+
+def _last_block(raw: str | None) -> re.Match | None:
+    """The last fenced code block of an agent's output, or None."""
+    last = None
+    for last in _FENCE.finditer(raw or ""):
+        pass
+    return last
 
 
 def action_and_thought(raw: str, think: str | None = None) -> tuple[str, str | None]:
@@ -299,9 +306,8 @@ def action_and_thought(raw: str, think: str | None = None) -> tuple[str, str | N
     action string (GenericAgent, AgentLab 0.3+). The thought is the agent's own ``think`` when it
     has one, else the text around the block."""
     raw = raw or ""
-    matches = list(_FENCE.finditer(raw))
-    if matches:
-        last = matches[-1]
+    last = _last_block(raw)
+    if last is not None:
         action = last.group(1).strip()
         around = "\n".join(t for t in (raw[: last.start()].strip(), raw[last.end():].strip()) if t)
     else:

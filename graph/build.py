@@ -17,7 +17,6 @@ chooses the persistent identity (App. B's ``paper``, the default, or ``ours``; s
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import os
@@ -30,10 +29,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data.config import Configurable, make_parser
+from data.config import Configurable, check_ranges, make_parser
 from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_write_parquet, atomic_write_text
 from graph import passes
-from graph.identity import DEFAULT_IDENTITY, IDENTITIES
+from graph.identity import DEFAULT_IDENTITY, IDENTITIES, check_identity
 from graph.passes import MAX_DEPTH, MAX_NODES, STAGE, next_urls
 from graph.schema import (EDGE_SCHEMA, NODE_SCHEMA, STEP_SCHEMA, check_outputs, pinned_table, reading,
                           require_columns)
@@ -42,23 +41,6 @@ INGEST = "python -m data.ingest"
 PLAN_COLUMNS = ["traj_id", "step_idx", "site", "url", "success", "source_path"]
 COLUMNS = ["traj_id", "task_id", "step_idx", "site", "url", "observation", "obs_format", "html", "action",
            "action_error", "success"]
-
-
-def _non_negative(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, not {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (0 = no limit), not {n}")
-    return n
-
-
-def _positive(text: str) -> int:
-    n = _non_negative(text)
-    if n == 0:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return n
 
 
 @dataclass
@@ -73,24 +55,17 @@ class BuildConfig(Configurable):
         "choices": IDENTITIES})
     include_failed: bool = field(default=False, metadata={"help": "also use unsuccessful trajectories"})
     workers: int | None = field(default=None, metadata={"help": "processes (default: one per core)",
-                                                        "type": _positive, "metavar": "N"})
+                                                        "min": 1, "metavar": "N"})
     max_depth: int = field(default=MAX_DEPTH, metadata={
         "help": "reject an observation whose structure is deeper than this as too_deep (0: no limit)",
-        "type": _non_negative, "metavar": "N"})
+        "min": 0, "metavar": "N"})
     max_nodes: int = field(default=MAX_NODES, metadata={
         "help": "reject an observation of more AXTree nodes than this as too_large (0: no limit)",
-        "type": _non_negative, "metavar": "N"})
+        "min": 0, "metavar": "N"})
 
-    def __post_init__(self):
-        if self.identity not in IDENTITIES:
-            raise ValueError(f"identity must be one of {IDENTITIES}, not {self.identity!r}")
-        for name in ("max_depth", "max_nodes"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be an integer >= 0 (0: no limit), not {v!r}")
-        if self.workers is not None and (isinstance(self.workers, bool) or not isinstance(self.workers, int)
-                                         or self.workers < 1):
-            raise ValueError(f"workers must be an integer >= 1, not {self.workers!r}")
+    def __post_init__(self):       # settings built in Python; the flags are checked when parsed
+        check_identity(self.identity)
+        check_ranges(self, "BuildConfig")
 
     def resolve_settings(self) -> dict:
         """What pass 1 needs (``passes.parse_and_resolve``'s keywords)."""
@@ -109,8 +84,9 @@ def graph_settings(run: RunDir) -> dict:
     if not isinstance(manifest, dict):
         manifest = {"identity": None}
     try:
-        return BuildConfig(identity=manifest.get("identity", "ours"), max_depth=manifest.get("max_depth", MAX_DEPTH),
-                           max_nodes=manifest.get("max_nodes", MAX_NODES)).resolve_settings()
+        # a manifest from before the limits existed: its graphs were built with none
+        return BuildConfig(identity=manifest.get("identity", "ours"), max_depth=manifest.get("max_depth", 0),
+                           max_nodes=manifest.get("max_nodes", 0)).resolve_settings()
     except ValueError as e:
         raise RunDirError(f"{run.graph_manifest}: {e} (rewrite it with `python -m graph.build`)") from None
 

@@ -82,8 +82,6 @@ DEFAULT_IDENTITY = "paper"
 # span), none and presentation, and the roles Chromium gives a table it exposes as layout only.
 PAPER_WRAPPER_ROLES = frozenset({"generic", "none", "presentation", "LayoutTable", "LayoutTableRow",
                                  "LayoutTableCell", "LayoutTableColumn"})
-# Whether elements that collide on their page get their ancestors' positions added.
-POSITIONAL_FALLBACK = {"paper": True, "ours": True}
 # Ancestors (and positions) kept for display per element; the identity hashes all of them.
 ANCESTORS_SHOWN = 32
 
@@ -484,7 +482,7 @@ class PageContext:
             out[n.index] = (nid, ctx)
             counts[nid] = counts.get(nid, 0) + 1
         self.collided = 0
-        if len(counts) < len(out) and POSITIONAL_FALLBACK[self.identity]:
+        if len(counts) < len(out):      # colliding elements get their ancestors' positions (both modes)
             for idx, (nid, ctx) in list(out.items()):
                 if counts[nid] > 1:
                     self.collided += 1
@@ -527,18 +525,4 @@ def html_bid_parents(html: str) -> dict[str, str | None]:
             nearest[el] = bid
         else:
             nearest[el] = up
-    return out
-
-
-def html_bid_ancestors(html: str) -> dict[str, list[str]]:
-    """bid -> bids of its HTML ancestors, nearest first (for inspection; the build walks
-    :func:`html_bid_parents` instead)."""
-    parents = html_bid_parents(html)
-    out = {}
-    for bid in parents:
-        anc, p = [], parents[bid]
-        while p is not None and len(anc) <= len(parents):
-            anc.append(p)
-            p = parents.get(p)
-        out[bid] = anc
     return out

@@ -68,7 +68,7 @@ def resolve_observation(observation: str | AXTree, obs_format: str, site: str, u
     observation to its persistent node id under ``identity`` (``paper`` or ``ours``, see
     :mod:`graph.identity`). Raises AXTreeParseError on unparseable text, and
     :class:`TreeLimitExceeded` past ``max_nodes`` nodes or ``max_depth`` levels (0: no limit),
-    checked before any identity is computed."""
+    checked before any element's persistent id is computed."""
     tree = observation if isinstance(observation, AXTree) else parse_axtree(observation, obs_format)
     if max_nodes and len(tree.nodes) > max_nodes:
         raise TreeLimitExceeded("too_large", f"{len(tree.nodes)} AXTree nodes (the limit is {max_nodes})")

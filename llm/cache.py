@@ -20,10 +20,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 import time
 import uuid
 from pathlib import Path
+
+from data.readers.safe_pickle import read_regular
 
 # A response body is at most llm.client.MAX_RESPONSE_BYTES; an entry holds it and its request.
 MAX_ENTRY_BYTES = 32 * 1024 * 1024
@@ -53,14 +54,8 @@ class ResponseCache:
         """The stored response body, or None when absent, unreadable or over ``MAX_ENTRY_BYTES``
         (a miss, never an error: the caller also checks the body it gets, as it checks an answer)."""
         try:
-            # non-blocking: a FIFO planted in the cache must not wait for a writer
-            with os.fdopen(os.open(self.path(key), os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    return None
-                data = f.read(MAX_ENTRY_BYTES + 1)
-            if len(data) > MAX_ENTRY_BYTES:
-                return None
-            entry = json.loads(data.decode("utf-8"))
+            # a FIFO planted in the cache never blocks; it, a device or a larger file is a miss
+            entry = json.loads(read_regular(self.path(key), MAX_ENTRY_BYTES).decode("utf-8"))
         except (OSError, ValueError, RecursionError):
             return None
         response = entry.get("response") if isinstance(entry, dict) else None

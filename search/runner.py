@@ -77,11 +77,10 @@ from pathlib import Path
 from data.config import make_parser
 from data.judgment import DEFAULT_BUDGET
 from data.progress import done_line, progress, say
+from prm.judge import DEVICES, DTYPES       # prm.judge imports torch only when a model loads
 from search.loop import run_episode, sum_counts
 
 POLICY_AXTREE_CHARS = 12_000        # the policy's AXTree characters (~3k tokens), as the PRM's DEFAULT_BUDGET
-DEVICES = ("auto", "cpu", "cuda")    # prm.judge.DEVICES, kept here so that --help needs no torch
-DTYPES = ("auto", "float32", "bfloat16")
 
 
 class SetupError(RuntimeError):
@@ -239,7 +238,7 @@ def run_search(benchmark: type[Benchmark], config: SearchConfig) -> dict:
     summary.update(prm=config.prm, policy=config.policy, n=config.n)
     run.write("summary.json", summary)
     bench.report(summary, baseline)
-    print(summary_line(benchmark.name, summary, len(rows) - resumed, resumed, sum(r.get("n_steps") or 0 for r in rows),
+    print(summary_line(benchmark.name, summary, len(rows) - resumed, resumed, sum(r.get("n_steps") or 0 for r in rows[resumed:]),
                        time.perf_counter() - clock, run.out / "summary.json"), file=sys.stderr)
     return summary
 
