@@ -381,10 +381,15 @@ class LLMClient:
         return result
 
     async def achat_many(self, messages_list: list[list[dict]], *, stage: str = "default",
-                         use_cache: bool = True, **sampling) -> list[ChatResult]:
-        """Many chat completions at up to ``concurrency`` at once, results in input order."""
-        return list(await asyncio.gather(*(self.achat(m, stage=stage, use_cache=use_cache, **sampling)
-                                           for m in messages_list)))
+                         use_cache: bool = True, on_result=None, **sampling) -> list[ChatResult]:
+        """Many chat completions at up to ``concurrency`` at once, results in input order;
+        ``on_result(result)`` is called as each one arrives (a progress bar)."""
+        async def one(messages):
+            result = await self.achat(messages, stage=stage, use_cache=use_cache, **sampling)
+            if on_result is not None:
+                on_result(result)
+            return result
+        return list(await asyncio.gather(*(one(m) for m in messages_list)))
 
     def chat(self, messages: list[dict], *, stage: str = "default", use_cache: bool = True,
              **sampling) -> ChatResult:
@@ -392,11 +397,12 @@ class LLMClient:
         return self.chat_many([messages], stage=stage, use_cache=use_cache, **sampling)[0]
 
     def chat_many(self, messages_list: list[list[dict]], *, stage: str = "default", use_cache: bool = True,
-                  **sampling) -> list[ChatResult]:
+                  on_result=None, **sampling) -> list[ChatResult]:
         """Synchronous ``achat_many`` (works inside a running event loop too, e.g. a notebook)."""
         async def run():
             try:
-                return await self.achat_many(messages_list, stage=stage, use_cache=use_cache, **sampling)
+                return await self.achat_many(messages_list, stage=stage, use_cache=use_cache,
+                                             on_result=on_result, **sampling)
             finally:
                 await self.aclose()
         return _run_sync(run())

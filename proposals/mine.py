@@ -20,7 +20,6 @@ and LLM cache: byte-identical output.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import json
 import multiprocessing
@@ -418,9 +417,10 @@ class Miner:
             keys = list(prompts)
             with progress(len(keys), f"{STAGE} fill values (answer {attempt + 1}/{FILL_ATTEMPTS})", unit="prompt",
                           enabled=show_progress) as bar:
-                answers = dict(zip(keys, asyncio.run(_ask_all(client, [prompts[k] for k in keys], bar,
-                                                              temperature=FILL_TEMPERATURE,
-                                                              seed=self.config.seed + attempt, max_tokens=48))))
+                answers = dict(zip(keys, client.chat_many([prompts[k] for k in keys], stage=STAGE,
+                                                          on_result=lambda _: bar.update(1),
+                                                          temperature=FILL_TEMPERATURE,
+                                                          seed=self.config.seed + attempt, max_tokens=48)))
             retry = []
             for p in todo:
                 r = answers[json.dumps(p.prompt, sort_keys=True)]
@@ -438,19 +438,6 @@ class Miner:
                 break
         usage = client.usage[STAGE].as_dict() if STAGE in client.usage else {}
         return usage, {k: dict(sorted(v.items())) if isinstance(v, Counter) else v for k, v in counts.items()}
-
-
-async def _ask_all(client, messages_list: list[list], bar, **sampling) -> list:
-    """``client.achat`` for every prompt at once (the client bounds requests in flight), results
-    in input order, the bar advanced as each answer arrives."""
-    async def one(messages):
-        result = await client.achat(messages, stage=STAGE, **sampling)
-        bar.update(1)
-        return result
-    try:
-        return list(await asyncio.gather(*(one(m) for m in messages_list)))
-    finally:
-        await client.aclose()
 
 
 _ROWS_BY_TRAJ: dict[str, list[dict]] | None = None   # set in the parent, inherited by forked workers

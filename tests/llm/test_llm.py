@@ -339,6 +339,21 @@ def test_concurrency_limit_holds_at_the_server(fault_server, tmp_path):
     assert 2 <= fault_server.peak <= 4
 
 
+@pytest.mark.timeout(30)
+def test_chat_many_reports_each_answer_and_runs_inside_a_running_loop(fault_server, tmp_path):
+    """``on_result`` sees every answer (progress bars), and a caller that already runs an event
+    loop (a notebook calling ``proposals.mine``) gets its answers instead of asyncio.run's error."""
+    client = LLMClient(config_for(fault_server, tmp_path, no_cache=True))
+    seen = []
+
+    async def from_a_notebook():
+        return client.chat_many([[{"role": "user", "content": str(i)}] for i in range(5)], on_result=seen.append)
+
+    results = asyncio.run(from_a_notebook())
+    assert [r.text for r in results] == [f"echo[0] {i}" for i in range(5)]
+    assert sorted(r.text for r in seen) == sorted(r.text for r in results)
+
+
 class _SlowLocalModel:
     """Stands in for ``llm.local.LocalModel``: counts generations running at once."""
 
