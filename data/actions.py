@@ -277,7 +277,71 @@ def parse_action(text: str) -> Action:
     return Action(op, tuple(args))
 
 
-_FENCE = re.compile(r"```[ \t]*(?:[A-Za-z_]+[ \t]*\n)?(.*?)```", re.S)
+# A fenced code block, with an optional language tag on its opening line (```python, ```py3).
+_FENCE = re.compile(r"```[ \t]*(?:[\w+-]+[ \t]*\n)?(.*?)```", re.S)
+# Where an answer labels its action (WebPRMBench responses, ReAct-style "Thought: ... Action: ...").
+_ACTION_LABEL = re.compile(r"\bACTION\s*:", re.I)
+# The start of a call to one of BrowserGym's actions (``\b``: no ``click(`` inside ``dblclick(``).
+_OP_CALL = re.compile(r"\b(" + "|".join(sorted(SIGNATURES, key=len, reverse=True)) + r")\s*\(")
+# A call longer than this is not looked for inside prose (each candidate end is one ast.parse).
+_MAX_CALL_CHARS = 4000
+
+
+def extract_action(text: str) -> Action | None:
+    """The action of a model's answer, or None when it holds no single well-formed action.
+
+    One order for every answer the project reads (policy samples in ``search``, benchmark and
+    export responses in ``prm.evaluate``):
+
+    1. the whole text, when it is one action call (a bare action; a trailing ``# comment`` is fine);
+    2. else the last fenced code block, which is then the answer: its one action call, text around
+       the call inside the block tolerated; a block of several calls is several actions, so None
+       (AgentLab agents and the search policy end their answer with the block);
+    3. else the first call after the last ``ACTION:`` label (``THOUGHT: ... ACTION: click('12')``);
+    4. else the last well-formed call in the text: agents think first and act last, so an earlier
+       call is a thought about an alternative (``not click('40') but click('12')``).
+    """
+    if not isinstance(text, str) or not text.strip():
+        return None
+    try:
+        return parse_action(text)
+    except ActionParseError:
+        pass
+    block = _last_block(text)
+    if block is not None:
+        calls = _calls(block.group(1))
+        return calls[0] if len(calls) == 1 else None
+    labels = list(_ACTION_LABEL.finditer(text))
+    if labels:
+        after = _calls(text[labels[-1].end():])
+        if after:
+            return after[0]
+    calls = _calls(text)
+    return calls[-1] if calls else None
+
+
+def _calls(text: str) -> list[Action]:
+    """The well-formed action calls in ``text`` in order, each the shortest that parses from where
+    its op name starts; a call inside another's arguments (``send_msg_to_user('click(1)')``) is
+    not counted again."""
+    try:
+        return [parse_action(text)]
+    except ActionParseError:
+        pass
+    found, pos = [], 0
+    for m in _OP_CALL.finditer(text):
+        if m.start() < pos:
+            continue
+        close = text.find(")", m.end() - 1)
+        while close != -1 and close - m.start() < _MAX_CALL_CHARS:
+            try:
+                found.append(parse_action(text[m.start():close + 1]))
+            except ActionParseError:
+                close = text.find(")", close + 1)
+                continue
+            pos = close + 1
+            break
+    return found
 
 
 def split_agent_output(raw: str) -> tuple[str, str]:

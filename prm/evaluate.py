@@ -8,7 +8,7 @@
 
 ``--bench`` is WebPRMBench-format Parquet (``state_idx, pair_idx, expected, prompt,
 source_name``; the benchmark's own prompts are used as given, a string or a list of chat
-messages) or this project's export (``data.export --format webprmbench``, or a TRL
+messages) or this project's export (``dataset.export --format webprmbench``, or a TRL
 ``trl``/``trl-labels`` split, whose ``label`` is the expected answer and whose pairs are grouped
 into states by ``(traj_id, step_idx)``). When a ``candidates.parquet`` is found
 (``--candidates``, or in the run directory above the bench file) pairs are joined to it by
@@ -31,7 +31,7 @@ Protocol (paper §5.1, §5.3):
   unparsed and truncated are counted apart, per source and pooled, with ``truncated_share``.
 - GMCP partition of benchmark pairs (§5.3, "both candidates operate on genuine page elements
   with identical action types"): each prompt is read back (``data.judgment.parse_prompt``), the
-  first BrowserGym action call of each response is parsed (text around it is tolerated) and the
+  action of each response is read with ``data.actions.extract_action`` and the
   AXTree is parsed; a pair is GMCP when both actions are element actions with the same op whose
   targets are present, once each, in the AXTree. ``gmcp_partition`` gives pairwise/BoN on the
   GMCP and non-GMCP pairs pooled over the macro sources, their counts, why pairs are non-GMCP,
@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from collections import Counter, defaultdict
@@ -62,7 +61,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from data.config import Configurable, make_parser
-from data.actions import ELEMENT_OPS, SIGNATURES, Action, ActionParseError, parse_action
+from data.actions import ELEMENT_OPS, Action, extract_action
 from data.judgment import JudgmentFormat, parse_prompt, rerender_prompt
 from prm.judge import (DEVICES, DTYPES, GENERATE_MAX_TOKENS, JUDGE_MODES, generate_max_tokens, judge_expected,
                        make_judge, position_stats)
@@ -87,37 +86,6 @@ def find_candidates(bench: Path) -> Path | None:
 
 
 # -- the GMCP partition of benchmark pairs ---------------------------------------------------------
-_OP_CALL = re.compile(r"\b(" + "|".join(sorted(SIGNATURES, key=len, reverse=True)) + r")\s*\(")
-_MAX_CALL_CHARS = 4000
-
-
-_ACTION_LABEL = re.compile(r"\bACTION\s*:", re.I)
-
-
-def first_action(text: str) -> Action | None:
-    """The first well-formed BrowserGym action call in ``text`` (a response may hold other text
-    around it: a thought, a code fence, a comment), looked for after the last ``ACTION:`` label
-    first when the text has one inside a line; None when there is none."""
-    text = text or ""
-    try:
-        return parse_action(text)
-    except ActionParseError:
-        pass
-    labels = list(_ACTION_LABEL.finditer(text))
-    if labels and labels[-1].end() < len(text):
-        found = first_action(text[labels[-1].end():])
-        if found is not None:
-            return found
-    for m in _OP_CALL.finditer(text):
-        close = text.find(")", m.end() - 1)
-        while close != -1 and close - m.start() < _MAX_CALL_CHARS:
-            try:
-                return parse_action(text[m.start():close + 1])
-            except ActionParseError:
-                close = text.find(")", close + 1)
-    return None
-
-
 def _targets(action: Action) -> list[str]:
     out = [str(action.args[0][1])]
     if action.op == "drag_and_drop":
@@ -137,7 +105,7 @@ def pair_structure(prompt: list[dict] | str) -> tuple[str | None, str]:
         tree = parse_axtree(parts.axtree)
     except AXTreeParseError:
         return None, "axtree"
-    a1, a2 = first_action(parts.response_1), first_action(parts.response_2)
+    a1, a2 = extract_action(parts.response_1), extract_action(parts.response_2)
     if a1 is None or a2 is None:
         return None, "action"
     if a1.op not in ELEMENT_OPS or a2.op not in ELEMENT_OPS:
@@ -161,7 +129,7 @@ def load_bench(path: str | Path, candidates: str | Path | None = None, limit_sta
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"benchmark {path} not found (a WebPRMBench or TRL split Parquet: "
-                                f"`python -m data.export --run RUN --format webprmbench` writes RUN/export/webprmbench.parquet)")
+                                f"`python -m dataset.export --run RUN --format webprmbench` writes RUN/export/webprmbench.parquet)")
     rows = pq.read_table(path).to_pylist()
     cand = {}
     cpath = Path(candidates) if candidates else find_candidates(path)

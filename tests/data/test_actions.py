@@ -1,6 +1,6 @@
 import pytest
 
-from data.actions import ActionParseError, parse_action, split_agent_output
+from data.actions import ActionParseError, extract_action, parse_action, split_agent_output
 
 
 @pytest.mark.parametrize("text,canonical", [
@@ -47,6 +47,48 @@ def test_split_agent_output_takes_last_block():
     assert thought.startswith("I think")
     with pytest.raises(ActionParseError):
         split_agent_output("no code here")
+
+
+@pytest.mark.parametrize("text,action", [
+    # bare actions (GenericAgent's recorded action, WebPRMBench responses), a comment after it
+    ("click('12')", "click('12')"),
+    ("  fill('41', 'a (b)')\n", "fill('41', 'a (b)')"),
+    ("click('12') # the order button", "click('12')"),
+    # AgentLab / the search policy: a thought, then the action in the last fenced block
+    ("I will search.\n```\nclick('10')\n```", "click('10')"),
+    ("I think ```click('1')``` is wrong.\nInstead:\n```python\nfill('2', 'hi')\n```", "fill('2', 'hi')"),
+    ("```send_msg_to_user('Done')```", "send_msg_to_user('Done')"),
+    # code fences with a language tag, a comment or a label inside the block
+    ("```py3\nscroll(0, 300)\n```", "scroll(0, 300)"),
+    ("```python\n# the search box\nfill('7', 'shoes')\n```", "fill('7', 'shoes')"),
+    ("Thought: the cart.\n```\nAction: click('a51')\n```", "click('a51')"),
+    # PRM responses with THOUGHT/ACTION labels: the first call after the last label
+    ("THOUGHT: not click('40') yet. ACTION: click('12')", "click('12')"),
+    ("THOUGHT: first the menu.\nACTION:\nhover('3')\n", "hover('3')"),
+    ("Thought: go\nAction: click( '12' )", "click('12')"),
+    ("Action: click('5'). Action: press('5', 'Enter') and then click('9')", "press('5', 'Enter')"),
+    # policy prose without a block or a label: the last call (the thought comes first)
+    ("I will dblclick('5') then stop", "dblclick('5')"),
+    ("I could click('5') or fill('6', 'x'); better: click('7')", "click('7')"),
+    # a call inside another's arguments is not another call
+    ("Reply: send_msg_to_user('use click(3)') then wait", "send_msg_to_user('use click(3)')"),
+    # a call spelled wrongly before a good one (the scan goes on past the bad one)
+    ("click(  and later go_back()", "go_back()"),
+])
+def test_extract_action(text, action):
+    found = extract_action(text)
+    assert found is not None and found.to_string() == action
+
+
+@pytest.mark.parametrize("text", [
+    "", "   ", None, 42, "I would rather wait", "no idea",
+    # the last fenced block is the answer: no action in it, or several actions, is no one action
+    "click('4') looks right but\n```\nI am not sure\n```",
+    "```\nclick('1')\nclick('2')\n```",
+    "explode('1') and dblclick()",
+])
+def test_extract_action_finds_none(text):
+    assert extract_action(text) is None
 
 
 def test_signatures_match_browsergym():

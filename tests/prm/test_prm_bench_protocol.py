@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from data.judgment import State, render_pair
-from prm.evaluate import compare, evaluate, first_action, load_bench, main, markdown, pair_structure, split_sources
+from prm.evaluate import compare, evaluate, load_bench, main, markdown, pair_structure, split_sources
 from prm.judge import Judgment
 from llm.serve import serve_in_thread
 
@@ -171,12 +171,12 @@ def test_prompts_as_strings_or_messages_read_the_same(tmp_path):
     assert [r["bench_gmcp_why"] for r in as_text] == [r["bench_gmcp_why"] for r in as_msgs]
 
 
-def test_first_action_tolerates_text_around_the_call():
-    assert str(first_action("click('12') # the order button")) == "click('12')"
-    assert str(first_action("```\nfill('41', 'a (b)')\n```")) == "fill('41', 'a (b)')"
-    assert str(first_action("I will dblclick('5') then stop")) == "dblclick('5')"
-    assert first_action("I would rather wait") is None and first_action("") is None
-    assert str(first_action("THOUGHT: not click('40') yet. ACTION: click('12')")) == "click('12')"
+def test_pair_structure_reads_each_response_with_data_actions_extractor():
+    """The GMCP partition reads a response's action the way data.actions.extract_action does: a
+    fenced block or text around the call is tolerated; an unreadable prompt says so."""
+    fenced = webarbiter_prompt("", "```python\nclick('12')\n```", "not click('12') but click('40')")
+    assert pair_structure(fenced) == ("gmcp", "same op on page elements")
+    assert pair_structure(webarbiter_prompt("", "click('12')", "I would rather wait")) == (None, "action")
     assert pair_structure([{"role": "user", "content": "A or B?"}]) == (None, "prompt")
 
 
