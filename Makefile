@@ -57,7 +57,7 @@ run: setup
 	$(PY) -m proposals.mine --run $(RUN) --budget $(BUDGET)
 	$(PY) -m teacher.verify --run $(RUN) $(VERIFY_ARGS) $(TEACHER)
 	$(PY) -m proposals.audit --run $(RUN) --table preferences
-	$(PY) -m data.export --run $(RUN) --format trl --format webprmbench
+	$(PY) -m dataset.export --run $(RUN) --format trl --format webprmbench
 	@echo "run directory: $(RUN)"
 	@echo "  dataset: $(RUN)/preferences.parquet  card: $(RUN)/README.md  report: $(RUN)/report/README.md"
 	@echo "  TRL: $(RUN)/export/trl/  WebPRMBench: $(RUN)/export/webprmbench.parquet"

@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
 def paper_format_check(run: Path) -> None:
     """On the flat run: the audit re-derived from the files, and a TRL export (label-only targets:
     no teacher here) checked to be in the benchmark's format and Action-Only."""
-    from data.export import export_trl_labels
+    from dataset.export import export_trl_labels
     from data.judgment import parse_prompt
     from proposals.audit import write_audit
 

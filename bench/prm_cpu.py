@@ -6,13 +6,13 @@
     .venv/bin/python bench/prm_cpu.py --small            # make prm-demo: the bundled sample, minutes
 
 Every stage is the project's own (``data.ingest``, ``graph.build``, ``proposals.mine``,
-``teacher.verify``, ``data.export``, ``prm.train``, ``prm.evaluate``); this script only splits,
+``teacher.verify``, ``dataset.export``, ``prm.train``, ``prm.evaluate``); this script only splits,
 sizes and counts. Steps, each skipped when its output exists (rerun to resume):
 
 1. ``all/``: the shared AgentLab traces (``--small``: the bundled sample) ingested once. Tasks are
    split by **template** (the task id without its seed suffix: ``order-ipad-pro_14`` and
    ``order-ipad-pro_2`` are one task), a seeded share ``--test-fraction`` of the templates held out
-   (``data.export.split_tasks`` over templates), and each side written as canonical trajectories
+   (``dataset.export.split_tasks`` over templates), and each side written as canonical trajectories
    (``split/{train,heldout}.parquet``) that the other run directories ingest: no held-out task
    reaches a training run, not even its graph.
 2. ``heldout/``: graph built and negatives mined (all axes, the whole pool); the label-only export
@@ -126,8 +126,8 @@ def task_template(task_id: str) -> str:
 
 def split_by_template(task_ids, seed: int = 42, test_fraction: float = 0.25) -> tuple[set[str], set[str]]:
     """(training task ids, held-out task ids): a seeded share of the templates is held out
-    (``data.export.split_tasks`` over templates), so no template has seeds on both sides."""
-    from data.export import split_tasks
+    (``dataset.export.split_tasks`` over templates), so no template has seeds on both sides."""
+    from dataset.export import split_tasks
 
     task_ids = set(task_ids)
     held = split_tasks({task_template(t) for t in task_ids}, seed, test_fraction)
@@ -324,7 +324,7 @@ def prepare(cfg: BenchConfig, out: Path, timings: dict, runs: tuple[str, ...] = 
         if name == "heldout":
             bench = run / "export" / "eval.parquet"
             if not bench.exists():
-                sh(cfg, "-m", "data.export", "--run", str(run), "--format", "trl-labels", "--preset", "paper",
+                sh(cfg, "-m", "dataset.export", "--run", str(run), "--format", "trl-labels", "--preset", "paper",
                    "--prompt-budget", str(cfg.prompt_budget), "--no-card", *tmpl)
                 rows = pq.read_table(run / "export" / "trl-labels" / "train.parquet").to_pylist()
                 chosen = sample_states(rows, cfg.eval_pairs, cfg.split_seed)
@@ -336,7 +336,7 @@ def prepare(cfg: BenchConfig, out: Path, timings: dict, runs: tuple[str, ...] = 
             sh(cfg, "-m", "teacher.verify", "--run", str(run), "--k", "1", "--budget", str(cfg.prompt_budget),
                "--quiet", *tmpl, timings=timings, key=f"verify_{name}")
         if not (run / "export" / "trl" / "train.parquet").exists():
-            sh(cfg, "-m", "data.export", "--run", str(run), "--format", "trl", "--preset", "paper", "--no-card")
+            sh(cfg, "-m", "dataset.export", "--run", str(run), "--format", "trl", "--preset", "paper", "--no-card")
     return split
 
 

@@ -1,7 +1,7 @@
 """The comparative-judgment format: WebPRMBench's (WebArbiter-style) pairwise prompt and answers.
 
 One format serves the teacher's prompts (``teacher.verify``), the TRL training rows and the
-WebPRMBench-format export (``data.export``), PRM evaluation (``prm.evaluate``) and the PRM in
+WebPRMBench-format export (``dataset.export``), PRM evaluation (``prm.evaluate``) and the PRM in
 search: a PRM is trained on exactly the prompts it is evaluated and used with.
 
 Its structure is the benchmark's and is the interface (``render_pair`` writes it,

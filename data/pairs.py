@@ -4,7 +4,7 @@
 each pair's state ``s_t`` in ``trajectories.parquet`` (``RunDir.states``), puts the demonstrated
 (positive) action at Response 1 or 2 by ``coin_label`` (``label`` = its position) and renders the
 pair in the comparative-judgment format (``data.judgment``). The teacher verifies these pairs
-(``teacher.verify``) and the label-only export trains on them (``data.export --format
+(``teacher.verify``) and the label-only export trains on them (``dataset.export --format
 trl-labels``): both see the same order and the same prompt for the same seed.
 """
 

@@ -97,6 +97,7 @@ STAGE_OUTPUTS: dict[str, tuple[str, ...]] = {
     "graph.build": ("graphs",),
     "proposals.mine": ("candidates.parquet", "audit"),
     "teacher.verify": ("preferences.parquet", "discarded.parquet"),
+    # dataset.export's stages keep the names they had under data/: they key the stats.json of existing runs
     "data.export.trl": ("export",),
     "data.export.trl_labels": ("export",),
     "data.export.webprmbench": ("export",),
@@ -152,7 +153,7 @@ def stage_command(stage: str) -> str:
     if stage == "ingest":
         return "python -m data.ingest"
     if stage.startswith("data.export"):
-        return "python -m data.export"
+        return "python -m dataset.export"
     return f"python -m {stage}"
 
 
@@ -640,7 +641,7 @@ def _stage_of(line: str) -> str | None:
 
 
 def _is_card(path: Path) -> bool:
-    """This project's dataset card (``data.card``): YAML front matter tagged ``surfprm``."""
+    """This project's dataset card (``dataset.card``): YAML front matter tagged ``surfprm``."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             head = f.read(4096)

@@ -9,7 +9,7 @@ WebPRMBench exports, the dataset card and the report. Pairs left pending by an o
 verification task fail after writing what was decided, so Prefect retries it; the LLM cache makes
 the retry send only what is missing. The teacher is ``llm``: ``LLMConfig`` fields as a dict
 (``{"base_url": ..., "model": ...}``; empty: the embedded model). The logic lives in
-``data.ingest``, ``teacher.verify`` and ``data.export``, whose functions the tasks call as the CLIs
+``data.ingest``, ``teacher.verify`` and ``dataset.export``, whose functions the tasks call as the CLIs
 do (the same one-line errors and exit codes: ``flows.common``); this module only wires them. The
 verification summary and the run's report (``RUN/report/README.md``) are posted as markdown
 artifacts, shown in the Prefect UI under the flow run's Artifacts.
@@ -24,7 +24,7 @@ from pathlib import Path
 from prefect import flow, task
 
 from data.config import make_parser
-from data.export import FORMATS, export
+from dataset.export import FORMATS, export
 from flows.build_graphs import build_graphs_flow
 from flows.common import (PENDING, StageError, cli_flow, exit_code, post_markdown, retry_unless_refused,
                           stage_task, unwrap)
@@ -69,7 +69,7 @@ def export_task(run: str, fmt: str, seed: int, card: bool) -> list[str]:
 
 
 def post_report(run: str) -> None:
-    """The run's report (``data.report``: ``RUN/report/README.md``) as a markdown artifact; its
+    """The run's report (``dataset.report``: ``RUN/report/README.md``) as a markdown artifact; its
     figures stay files beside it."""
     from pathlib import Path
 

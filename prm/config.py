@@ -62,7 +62,7 @@ class PRMTrainConfig(Configurable, SFTConfig):
     attn_implementation: str | None = field(default=None, metadata={
         "help": "attention kernel (sdpa, flash_attention_2, eager); unset: transformers' choice"})
 
-    # -- data: conversational prompt/completion Parquet (data.export --format trl / trl-labels) --
+    # -- data: conversational prompt/completion Parquet (dataset.export --format trl / trl-labels) --
     train_file: str = field(default="", metadata={"help": "training Parquet (prompt, completion columns)"})
     eval_file: str | None = field(default=None, metadata={"help": "optional evaluation Parquet (loss only)"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training rows"})
@@ -269,6 +269,6 @@ def _export_hint(path: Path) -> str:
     parts = path.parts
     if len(parts) >= 3 and parts[-3] == "export" and path.suffix == ".parquet":
         run, fmt = Path(*parts[:-3]) if len(parts) > 3 else Path("."), parts[-2]
-        return (f": write it with `python -m data.export --run {run} --format {fmt}` (`make run` writes the "
+        return (f": write it with `python -m dataset.export --run {run} --format {fmt}` (`make run` writes the "
                 f"`trl` and `webprmbench` exports of runs/demo)")
     return ""

@@ -4,7 +4,7 @@
     python -m prm.train --config configs/prm/qwen-7b-lora.yaml --dry-run        # validate, load nothing
     accelerate launch --num_processes 8 -m prm.train --config configs/prm/qwen-7b-lora.yaml
 
-The data are the conversational files of ``data.export`` (``prompt`` = [system, user],
+The data are the conversational files of ``dataset.export`` (``prompt`` = [system, user],
 ``completion`` = [assistant]): the judgment ending in the answer tag (``--format trl``) or the
 answer tag alone (``--format trl-labels``, an ablation without rationales). TRL tokenizes the
 prompt and the completion through the model's chat template and masks the prompt out of the
@@ -115,7 +115,7 @@ def build_trainer(cfg: PRMTrainConfig, model=None, tokenizer=None):
                     trainer.rows_dropped_too_long, len(train_ds), cfg.max_length)
     if len(trainer.train_dataset) == 0:
         raise ConfigError(f"every training row is longer than max_length {cfg.max_length}: raise it "
-                         "or shorten the prompts (data.export --prompt-budget)")
+                         "or shorten the prompts (dataset.export --prompt-budget)")
     return trainer
 
 

@@ -79,7 +79,7 @@ DOCUMENTED = {
     "teacher.verify": ["--run", "--k", "--backend", "--base-url", "--model", "--api-key-env", "--llm-config",
                        "--seed", "--budget", "--max-tokens", "--temperature", "--prompt-template", "--untrusted",
                        "--quiet", "--no-cache"],
-    "data.export": ["--run", "--format", "--seed", "--test-fraction", "--split", "--prompt-budget", "--preset",
+    "dataset.export": ["--run", "--format", "--seed", "--test-fraction", "--split", "--prompt-budget", "--preset",
                     "--prompt-template", "--untrusted", "--no-card"],
     "prm.evaluate": ["--model", "--base-url", "--bench", "--out", "--both-orders", "--include-sources", "--compare",
                      "--name", "--max-tokens", "--llm-config", "--prompt-template"],

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data.export import MESSAGE
+from dataset.export import MESSAGE
 from data.judgment import State, render_pair
 
 STATE = State(intent="Buy the cheapest blue mug", url="http://shop.test/mugs",

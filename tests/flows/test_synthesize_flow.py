@@ -1,6 +1,6 @@
-"""The verify-pairs flow wires teacher.verify and data.export: against the scripted teacher it
+"""The verify-pairs flow wires teacher.verify and dataset.export: against the scripted teacher it
 writes preferences, both exports, the card and the report, the same files and stats.json as
-``teacher.verify`` and ``data.export`` run as commands, and posts its summary and the report as
+``teacher.verify`` and ``dataset.export`` run as commands, and posts its summary and the report as
 markdown artifacts."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from scripted_teacher import ScriptedTeacher, make_run, start
 
 @pytest.mark.slow      # starts a Prefect server (prefect_harness)
 def test_verify_pairs_flow_writes_the_dataset(prefect_harness, tmp_path):
-    from data.export import main as export_main
+    from dataset.export import main as export_main
     from flows.synthesize import verify_pairs_flow
     from teacher.verify import main as verify_main
 

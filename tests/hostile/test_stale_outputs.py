@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import BUNDLED, ROOT
-from data.export import export
+from dataset.export import export
 from data.ingest import ingest
 from data.rundir import RunDir, RunDirNotWritable, StaleInputError, fingerprint
 from graph.build import build_graphs
@@ -99,8 +99,8 @@ def test_reingest_clears_every_downstream_output_and_says_so(full_run, tmp_path)
     assert (run / "notes.txt").read_text() == "mine"
 
     # The later stages answer in one line, not with a StopIteration or the old pairs.
-    for module, missing in (("teacher.verify", "candidates.parquet"), ("data.export", "preferences.parquet")):
-        args = ["--format", "trl"] if module == "data.export" else ["--base-url", "http://127.0.0.1:9/v1"]
+    for module, missing in (("teacher.verify", "candidates.parquet"), ("dataset.export", "preferences.parquet")):
+        args = ["--format", "trl"] if module == "dataset.export" else ["--base-url", "http://127.0.0.1:9/v1"]
         proc = cli(module, "--run", str(run), *args)
         no_traceback(proc)
         assert proc.returncode == 2 and missing in proc.stderr
@@ -131,7 +131,7 @@ def test_stage_refuses_inputs_from_another_upstream_run(full_run, tmp_path, fill
     mine(run, MineConfig(budget=4, seed=7), fill_llm, workers=1)
     with pytest.raises(StaleInputError, match="preferences.parquet was written by teacher.verify"):
         export(run, "trl")
-    proc = cli("data.export", "--run", str(run), "--format", "webprmbench")
+    proc = cli("dataset.export", "--run", str(run), "--format", "webprmbench")
     no_traceback(proc)
     assert proc.returncode == 2 and "different candidates.parquet" in proc.stderr
 

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from data.judgment import State, render_pair
-from data.export import MESSAGE
+from dataset.export import MESSAGE
 from prm.evaluate import main
 
 STATE = State(intent="Buy the cheapest blue mug", url="http://shop.test/mugs",

@@ -14,7 +14,7 @@ from conftest import EMBEDDED_MODEL
 def test_embedded_smollm2_trains_two_steps_and_evaluates(prefect_harness, tmp_path):
     if not (EMBEDDED_MODEL / "config.json").exists():
         pytest.skip(f"embedded model not prepared at {EMBEDDED_MODEL} (make setup)")
-    from data.export import export_trl_labels
+    from dataset.export import export_trl_labels
     from flows.prm import evaluate_prm_flow, train_prm_flow
     from scripted_teacher import make_run
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data.export import MESSAGE
+from dataset.export import MESSAGE
 from prm.evaluate import compare, load_bench, main, score
 from prm.judge import EndpointJudge, Judgment, LocalJudge, PairOutcome, judge, judge_expected, swap_responses
 from llm import LLMConfig
@@ -168,7 +168,7 @@ def test_evaluate_cli_against_a_scripted_endpoint(tmp_path, capsys):
 
 
 def test_trl_split_is_grouped_by_state_and_joined_to_candidates(tmp_path):
-    from data.export import export_trl_labels
+    from dataset.export import export_trl_labels
     from scripted_teacher import make_run
 
     make_run(tmp_path, n_pairs=6)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from trl import SFTConfig
 
-from data.export import export_trl_labels
+from dataset.export import export_trl_labels
 from data.judgment import parse_prompt
 from prm.config import PRMTrainConfig
 from prm.train import build_trainer, main, save_merged, train
@@ -214,4 +214,4 @@ def test_cpu_demo_points_at_the_export_make_run_writes(tmp_path, capsys, monkeyp
     assert main(["--config", "configs/prm/cpu-demo.yaml", "--dry-run"]) == 2
     problems = json.loads(capsys.readouterr().out)["problems"]
     assert any("runs/demo/export/trl/train.parquet does not exist: write it with "
-               "`python -m data.export --run runs/demo --format trl`" in p for p in problems), problems
+               "`python -m dataset.export --run runs/demo --format trl`" in p for p in problems), problems

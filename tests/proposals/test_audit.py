@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data.report import collect
+from dataset.report import collect
 from data.rundir import atomic_write_parquet
 from data.schema import StepRecord, steps_to_table
 from graph.build import build_graphs

@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from data.card import write_card
-from data.export import TRL_SCHEMA, WEBPRMBENCH_SCHEMA, export, split_tasks
-from data.report import write_report
+from dataset.card import write_card
+from dataset.export import TRL_SCHEMA, WEBPRMBENCH_SCHEMA, export, split_tasks
+from dataset.report import write_report
 from scripted_teacher import ScriptedTeacher, llm_config, make_run, start
 from teacher.verify import VerifyConfig, verify
 
@@ -146,7 +146,7 @@ def test_card_snippet_trains_with_trl_and_keeps_every_row(verified_run, tmp_path
     from trl import SFTConfig, SFTTrainer
 
     from conftest import EMBEDDED_MODEL
-    from data.export import main, token_lengths
+    from dataset.export import main, token_lengths
     from tiny_lm import tiny_model
 
     if not (EMBEDDED_MODEL / "tokenizer_config.json").exists():
@@ -208,7 +208,7 @@ def test_report_plots_run_to_k_and_show_the_sample_beside_the_pool(verified_run,
     own, scaled to them, not to the pool."""
     import pyarrow as pa
 
-    from data.report import collect, distribution_figure, render_markdown
+    from dataset.report import collect, distribution_figure, render_markdown
 
     run = tmp_path / "k2"
     run.mkdir()

@@ -1,6 +1,6 @@
 """The dataset card of a run: ``RUN/README.md`` in the Hugging Face format.
 
-    python -m data.card --run RUN [--license apache-2.0]
+    python -m dataset.card --run RUN [--license apache-2.0]
 
 A YAML header (license, language, task categories, tags, size category, one ``configs`` entry
 per config with its non-empty ``data_files`` splits, and ``dataset_info`` with features derived
@@ -103,7 +103,7 @@ def _lengths_table(tokens: dict) -> str:
 
 def trl_usage(name: str, tokens: dict | None) -> str:
     """The card's "Use" section: load the configs and train with TRL's ``SFTTrainer`` with a literal
-    ``max_length`` at least the longest row (``data.export.token_stats``), so that nothing is
+    ``max_length`` at least the longest row (``dataset.export.token_stats``), so that nothing is
     truncated; without token lengths, ``max_length=None`` (TRL then truncates nothing either)."""
     if tokens and tokens.get("rows"):
         max_length = tokens["max_length"]
@@ -113,7 +113,7 @@ def trl_usage(name: str, tokens: dict | None) -> str:
                f"`max_length={max_length}` (the longest row rounded up to a multiple of 64) keeps every row whole.")
     else:
         max_length = None
-        why = ("Token lengths were not measured (no tokenizer at hand: `python -m data.export --run RUN --format trl "
+        why = ("Token lengths were not measured (no tokenizer at hand: `python -m dataset.export --run RUN --format trl "
                "--tokenizer NAME` counts them); `max_length=None` truncates nothing.")
     return f"""## Use
 
@@ -133,7 +133,7 @@ prompt and the intent instead), which removes the completion first, and `SFTTrai
 every row left without completion tokens, without a warning. No other option is
 needed: the loss is on the completion only by TRL's default for prompt/completion data
 (`completion_only_loss=None`), and TRL has no option that shortens only the prompt. With another
-model's tokenizer, count again: `python -m data.export --run RUN --format trl --tokenizer NAME
+model's tokenizer, count again: `python -m dataset.export --run RUN --format trl --tokenizer NAME
 --max-length N` warns about every row longer than `N`."""
 
 
@@ -209,7 +209,7 @@ def write_card(run_dir: str | Path, license: str = "apache-2.0") -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m data.card", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="python -m dataset.card", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True)
     ap.add_argument("--license", default="apache-2.0", help="license id for the card's header")
     args = ap.parse_args(argv)

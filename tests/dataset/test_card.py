@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from scripted_teacher import ScriptedTeacher, llm_config, make_run, start
-from data.card import header
-from data.export import export
+from dataset.card import header
+from dataset.export import export
 from teacher.verify import VerifyConfig, verify
 
 

@@ -1,6 +1,6 @@
 """The report of a synthesis run: Markdown and PNG plots under ``RUN/report/``.
 
-    python -m data.report --run RUN
+    python -m dataset.report --run RUN
 
 Reads ``stats.json``, ``candidates.parquet``, ``preferences.parquet``, ``discarded.parquet`` and
 the audits ``proposals.audit`` wrote (``audit/<table>.json``, used only while they match the
@@ -333,7 +333,7 @@ def write_report(run_dir: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m data.report", description=__doc__.split("\n\n")[0])
+    ap = make_parser(prog="python -m dataset.report", description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", required=True)
     args = ap.parse_args(argv)
     print(f"wrote {write_report(args.run)}")

@@ -1,0 +1,405 @@
+"""Export the verified preferences for training (TRL) and evaluation (WebPRMBench format).
+
+    python -m dataset.export --run RUN --format {trl,webprmbench,trl-labels} [--seed 42 --test-fraction 0.2 --no-card]
+    python -m dataset.export --run RUN --format trl --preset paper          # every verified pair in train
+
+Every prompt is in the comparative-judgment format (``data.judgment``: WebPRMBench's structure,
+Action-Only), the one the teacher saw; ``--prompt-template FILE`` (or ``--untrusted fence``)
+re-renders the prompts from the run's states in a user's exact text instead.
+
+``trl``: conversational prompt/completion files ``RUN/export/trl/{train,test}.parquet``
+(``prompt`` = [system, user], ``completion`` = [assistant: the gold judgment]) for TRL's
+``SFTTrainer``, split by task: every pair of a ``task_id`` lands on the same side, so no task is
+in both train and test. The split is a seeded shuffle of the sorted task ids.
+
+``webprmbench``: ``RUN/export/webprmbench.parquet``, one row per pair of the held-out tasks
+(the same split; ``--split all`` for every pair): ``state_idx`` (the state ``(traj_id,
+step_idx)``), ``pair_idx`` (the pair within its state), ``expected`` (1 or 2: the position of the
+better response in ``prompt``, as ``data.judgment.parse_verdict`` returns it), ``prompt``
+([system, user] messages) and ``source_name`` (``surfprm/<site>``), plus the pair's id, rule,
+axis and task for analysis.
+
+``trl-labels`` (an ablation WITHOUT teacher rationales): ``RUN/export/trl-labels/{train,test}.parquet``
+built from the sampled candidates, not from the teacher's kept pairs. The prompt is the same
+Action-Only prompt (``data.pairs.load_pairs``: same seeded order coin, same AXTree budget
+``--prompt-budget``); the completion is only the answer tag (``<Answer>Response 2</Answer>``),
+the position of the demonstrated action. It needs no teacher, so it gives training data when the
+teacher kept nothing (the embedded 135M teacher keeps 0 pairs); a PRM trained on it learns to
+name a winner, not to argue for it. Same task split; rows also carry ``traj_id, step_idx, site,
+gmcp`` so that ``prm.evaluate`` can group pairs by state.
+
+Presets: ``heldout`` (default) holds out ``--test-fraction`` of the tasks as above, so that a PRM
+can be checked on tasks it never saw when no benchmark is at hand; ``paper`` trains as the paper
+does, on every verified pair with no task held out (``test.parquet`` is empty; ``webprmbench``
+then exports every pair).
+
+**Token lengths** (``trl``, ``trl-labels``): every row is counted as TRL's ``SFTTrainer`` tokenizes
+it (the chat template over the prompt, then over prompt + completion) with ``--tokenizer NAME`` (a
+folder or a model name in the local Hugging Face cache), by default the run's local teacher's (the
+embedded model's, after ``make run``). ``stats.json`` and the card record min, median, p95 and max
+of prompt, completion and total tokens, and ``max_length``: the longest row rounded up to a multiple
+of 64, which the card's snippet passes to ``SFTConfig`` so that TRL truncates nothing (its default
+1024 cuts the end of a longer row, the completion first, and drops the rows left without one).
+``--max-length N`` warns about every row longer than N.
+
+Both load offline with ``datasets.load_dataset("parquet", data_files=...)``. Unless
+``--no-card``, the dataset card (``RUN/README.md``, ``dataset.card``) and the report
+(``RUN/report/``, ``dataset.report``) are written afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from data.config import Configurable, make_parser
+from data.judgment import UNTRUSTED_MODES, JudgmentFormat, answer_text, render_pair
+from data.pairs import load_pairs
+from data.rundir import RunDir, StageStats, atomic_write_parquet
+
+MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False),
+                     pa.field("content", pa.string(), nullable=False)])
+_PAIR_KEYS = [pa.field("pair_id", pa.string(), nullable=False), pa.field("task_id", pa.string(), nullable=False),
+              pa.field("rule", pa.string(), nullable=False), pa.field("axis", pa.string(), nullable=False)]
+TRL_SCHEMA = pa.schema([
+    pa.field("prompt", pa.list_(MESSAGE), nullable=False),
+    pa.field("completion", pa.list_(MESSAGE), nullable=False),
+    *_PAIR_KEYS,
+    pa.field("label", pa.int8(), nullable=False),
+])
+WEBPRMBENCH_SCHEMA = pa.schema([
+    pa.field("state_idx", pa.int32(), nullable=False),
+    pa.field("pair_idx", pa.int32(), nullable=False),
+    pa.field("expected", pa.int8(), nullable=False),
+    pa.field("prompt", pa.list_(MESSAGE), nullable=False),
+    pa.field("source_name", pa.string(), nullable=False),
+    *_PAIR_KEYS,
+    pa.field("traj_id", pa.string(), nullable=False),
+    pa.field("step_idx", pa.int32(), nullable=False),
+])
+TRL_LABELS_SCHEMA = pa.schema([
+    *TRL_SCHEMA,
+    pa.field("traj_id", pa.string(), nullable=False),
+    pa.field("step_idx", pa.int32(), nullable=False),
+    pa.field("site", pa.string(), nullable=False),
+    pa.field("gmcp", pa.bool_(), nullable=False),
+])
+TRL_DIR = Path("export") / "trl"
+TRL_LABELS_DIR = Path("export") / "trl-labels"
+WEBPRMBENCH_FILE = Path("export") / "webprmbench.parquet"
+FORMATS = ("trl", "webprmbench")              # the dataset's exports (what the flows write)
+ABLATION_FORMATS = ("trl-labels",)             # on request only
+_COLUMNS = ["pair_id", "site", "traj_id", "task_id", "step_idx", "rule", "axis", "label", "messages",
+            "response_1", "response_2"]
+PRESETS = ("heldout", "paper")
+
+
+def split_tasks(task_ids, seed: int = 42, test_fraction: float = 0.2) -> set[str]:
+    """The held-out tasks: a seeded shuffle of the sorted distinct ids, the first
+    ``round(n * test_fraction)`` of them (at least one and never all, when there are two or more)."""
+    tasks = sorted(set(task_ids))
+    if len(tasks) < 2 or test_fraction <= 0:
+        return set()
+    random.Random(seed).shuffle(tasks)
+    n_test = min(max(round(len(tasks) * test_fraction), 1), len(tasks) - 1)
+    return set(tasks[:n_test])
+
+
+def load_preferences(run: RunDir) -> list[dict]:
+    path = run.root / "preferences.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: run `python -m teacher.verify` first")
+    rows = pq.read_table(path, columns=_COLUMNS).to_pylist()
+    return sorted(rows, key=lambda r: r["pair_id"])
+
+
+MAX_LENGTH_MULTIPLE = 64
+
+
+def tokenizer_source(run: RunDir, name: str | None) -> str | None:
+    """What to count tokens with: ``name``, else the run's local teacher's folder (``teacher.verify``'s
+    endpoint ``local:<folder>``), else None (an endpoint teacher's tokenizer is not at hand)."""
+    if name:
+        return name
+    endpoint = run.read_stats().get("teacher.verify", {}).get("endpoint") or ""
+    folder = Path(endpoint.removeprefix("local:")) if endpoint.startswith("local:") else None
+    return str(folder) if folder is not None and (folder / "tokenizer_config.json").exists() else None
+
+
+def load_tokenizer(source: str):
+    """``AutoTokenizer`` of a folder or a cached model name; ``ValueError`` (one line) when it cannot load."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot load tokenizer {source!r}: {str(e).strip().splitlines()[0]}") from None
+
+
+def token_lengths(tokenizer, prompt: list[dict], completion: list[dict]) -> tuple[int, int]:
+    """(prompt tokens, completion tokens) of one row as TRL's ``SFTTrainer`` tokenizes a
+    conversational prompt/completion row: the chat template over the prompt with the generation
+    prompt, then over prompt + completion; the completion starts where the two part."""
+    def ids(messages, **kw):
+        return list(tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, **kw)["input_ids"])
+
+    p, full = ids(prompt, add_generation_prompt=True), ids(prompt + completion)
+    shared = next((i for i, (a, b) in enumerate(zip(p, full)) if a != b), min(len(p), len(full)))
+    return shared, len(full) - shared
+
+
+def _summary(values: list[int]) -> dict:
+    """min, median, p95 (nearest rank) and max."""
+    v = sorted(values)
+    median = statistics.median(v)
+    return {"min": v[0], "median": int(median) if median == int(median) else median,
+            "p95": v[math.ceil(0.95 * len(v)) - 1], "max": v[-1]}
+
+
+def token_stats(rows: list[dict], tokenizer, name: str, max_length: int | None = None) -> dict:
+    """Token lengths of export rows (``prompt``/``completion`` messages) for ``stats.json`` and the
+    card: their summaries, the ``max_length`` that truncates no row, and the rows longer than a
+    given ``max_length``."""
+    lengths = [token_lengths(tokenizer, r["prompt"], r["completion"]) for r in rows]
+    out = {"tokenizer": name, "rows": len(rows)}
+    if not rows:
+        return out
+    totals = [p + c for p, c in lengths]
+    out.update(prompt=_summary([p for p, _ in lengths]), completion=_summary([c for _, c in lengths]),
+               total=_summary(totals),
+               max_length=MAX_LENGTH_MULTIPLE * math.ceil(max(totals) / MAX_LENGTH_MULTIPLE))
+    if max_length is not None:
+        longer = sorted(r["pair_id"] for r, t in zip(rows, totals) if t > max_length)
+        out["over_max_length"] = {"max_length": max_length, "rows": len(longer), "pair_ids": longer[:20]}
+    return out
+
+
+def measure_tokens(run: RunDir, rows: list[dict], tokenizer: str | None, max_length: int | None) -> dict | None:
+    """``token_stats`` with the tokenizer ``tokenizer_source`` names (None, said on stderr, when
+    there is none); warns on stderr about rows longer than ``max_length``."""
+    source = tokenizer_source(run, tokenizer)
+    if source is None:
+        print("dataset.export: no tokenizer to count tokens with (no --tokenizer, and the run's teacher was not "
+              "local): pass --tokenizer NAME for token lengths and the card's max_length", file=sys.stderr)
+        return None
+    stats = token_stats(rows, load_tokenizer(source), Path(source).name, max_length)
+    over = stats.get("over_max_length", {})
+    if over.get("rows"):
+        print(f"warning: {over['rows']} of {stats['rows']} rows are longer than --max-length {max_length} tokens "
+              f"(longest {stats['total']['max']} with {stats['tokenizer']}'s tokenizer): TRL's SFTTrainer would cut "
+              f"their completions and drop the rows left without one; max_length={stats['max_length']} keeps "
+              f"every row whole", file=sys.stderr)
+    return stats
+
+
+def _messages(msgs: list[dict]) -> list[dict]:
+    return [{"role": m["role"], "content": m["content"]} for m in msgs]
+
+
+def _prompts(run: RunDir, rows: list[dict], fmt: JudgmentFormat | None) -> dict[str, list[dict]]:
+    """pair_id -> prompt messages: the teacher's own (without its answer), or re-rendered from the
+    run's states in ``fmt``."""
+    if fmt is None:
+        return {r["pair_id"]: _messages(r["messages"])[:-1] for r in rows}
+    states = run.states((r["traj_id"], r["step_idx"]) for r in rows)
+    return {r["pair_id"]: render_pair(states[(r["traj_id"], r["step_idx"])], r["response_1"], r["response_2"],
+                                      fmt=fmt)[0] for r in rows}
+
+
+def export_trl(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
+               fmt: JudgmentFormat | None = None, tokenizer: str | None = None,
+               max_length: int | None = None) -> dict[str, Path]:
+    """Write the TRL prompt/completion train and test files; returns their paths by split. Their
+    token lengths (``measure_tokens``) go into ``stats.json``."""
+    run = RunDir(run_dir)
+    run.check_inputs("data.export.trl", run.root / "preferences.parquet", run.trajectories)
+    rows = load_preferences(run)
+    prompts = _prompts(run, rows, fmt)
+    test_tasks = split_tasks((r["task_id"] for r in rows), seed, test_fraction)
+    splits = {"train": [], "test": []}
+    for r in rows:
+        msgs = _messages(r["messages"])
+        splits["test" if r["task_id"] in test_tasks else "train"].append({
+            "prompt": prompts[r["pair_id"]], "completion": msgs[-1:], "pair_id": r["pair_id"], "task_id": r["task_id"],
+            "rule": r["rule"], "axis": r["axis"], "label": r["label"]})
+    paths = {}
+    for name, split_rows in splits.items():
+        paths[name] = run.root / TRL_DIR / f"{name}.parquet"
+        atomic_write_parquet(paths[name], pa.Table.from_pylist(split_rows, schema=TRL_SCHEMA))
+    stats = StageStats("data.export.trl", n_in=len(rows), n_out=len(rows))
+    stats.extra = {"train": len(splits["train"]), "test": len(splits["test"]),
+                   "tasks": {"train": len({r["task_id"] for r in splits["train"]}), "test": len(test_tasks)},
+                   "seed": seed, "test_fraction": test_fraction,
+                   "files": {k: str(v.relative_to(run.root)) for k, v in paths.items()},
+                   "tokens": measure_tokens(run, splits["train"] + splits["test"], tokenizer, max_length)}
+    run.write_stage(stats, [])
+    return paths
+
+
+def export_trl_labels(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
+                      coin_seed: int = 0, prompt_budget: int | None = None,
+                      fmt: JudgmentFormat | None = None, tokenizer: str | None = None,
+                      max_length: int | None = None) -> dict[str, Path]:
+    """Write the label-only TRL files (an ablation without rationales: see the module doc) from
+    the sampled candidates; returns their paths by split."""
+    run = RunDir(run_dir)
+    fmt = fmt or JudgmentFormat()
+    if prompt_budget:
+        fmt = JudgmentFormat(fmt.untrusted, fmt.template, prompt_budget)
+    run.check_inputs("data.export.trl_labels", run.root / "candidates.parquet", run.trajectories)
+    pairs = load_pairs(run, coin_seed, fmt)
+    test_tasks = split_tasks((p.row["task_id"] for p in pairs), seed, test_fraction)
+    splits = {"train": [], "test": []}
+    for p in pairs:
+        c = p.row
+        splits["test" if c["task_id"] in test_tasks else "train"].append({
+            "prompt": p.messages, "completion": [{"role": "assistant", "content": answer_text(p.label)}],
+            "pair_id": c["pair_id"], "task_id": c["task_id"], "rule": c["rule"], "axis": c["axis"],
+            "label": p.label, "traj_id": c["traj_id"], "step_idx": c["step_idx"], "site": c["site"],
+            "gmcp": c["gmcp"]})
+    paths = {}
+    for name, split_rows in splits.items():
+        split_rows.sort(key=lambda r: (r["traj_id"], r["step_idx"], r["pair_id"]))
+        paths[name] = run.root / TRL_LABELS_DIR / f"{name}.parquet"
+        atomic_write_parquet(paths[name], pa.Table.from_pylist(split_rows, schema=TRL_LABELS_SCHEMA))
+    stats = StageStats("data.export.trl_labels", n_in=len(pairs), n_out=len(pairs))
+    stats.extra = {"train": len(splits["train"]), "test": len(splits["test"]), "seed": seed,
+                   "coin_seed": coin_seed, "test_fraction": test_fraction, "prompt_budget": fmt.budget,
+                   "targets": "answer tag only (no teacher rationale)",
+                   "files": {k: str(v.relative_to(run.root)) for k, v in paths.items()},
+                   "tokens": measure_tokens(run, splits["train"] + splits["test"], tokenizer, max_length)}
+    run.write_stage(stats, [])
+    return paths
+
+
+def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
+                       split: str = "test", fmt: JudgmentFormat | None = None) -> Path:
+    """Write the WebPRMBench-format evaluation file (held-out tasks, or ``split='all'``)."""
+    run = RunDir(run_dir)
+    run.check_inputs("data.export.webprmbench", run.root / "preferences.parquet", run.trajectories)
+    rows = load_preferences(run)
+    if split == "test":
+        test_tasks = split_tasks((r["task_id"] for r in rows), seed, test_fraction)
+        chosen = [r for r in rows if r["task_id"] in test_tasks]
+    elif split == "all":
+        chosen = rows
+    else:
+        raise ValueError(f"split must be 'test' or 'all', not {split!r}")
+    chosen.sort(key=lambda r: (r["traj_id"], r["step_idx"], r["pair_id"]))
+    prompts = _prompts(run, chosen, fmt)
+    out, states, per_state = [], {}, {}
+    for r in chosen:
+        key = (r["traj_id"], r["step_idx"])
+        state_idx = states.setdefault(key, len(states))
+        pair_idx = per_state[state_idx] = per_state.get(state_idx, -1) + 1
+        out.append({"state_idx": state_idx, "pair_idx": pair_idx, "expected": r["label"],
+                    "prompt": prompts[r["pair_id"]], "source_name": f"surfprm/{r['site']}",
+                    "pair_id": r["pair_id"], "task_id": r["task_id"], "rule": r["rule"], "axis": r["axis"],
+                    "traj_id": r["traj_id"], "step_idx": r["step_idx"]})
+    path = run.root / WEBPRMBENCH_FILE
+    atomic_write_parquet(path, pa.Table.from_pylist(out, schema=WEBPRMBENCH_SCHEMA))
+    stats = StageStats("data.export.webprmbench", n_in=len(rows), n_out=len(out),
+                       rejected={"training_task": len(rows) - len(out)} if len(out) < len(rows) else {})
+    stats.extra = {"states": len(states), "split": split, "seed": seed, "test_fraction": test_fraction,
+                   "file": str(WEBPRMBENCH_FILE)}
+    run.write_stage(stats, [])
+    return path
+
+
+def export(run_dir: str | Path, fmt: str, seed: int = 42, test_fraction: float = 0.2, split: str = "test",
+           card: bool = True, prompt_budget: int | None = None, preset: str = "heldout",
+           judgment_format: JudgmentFormat | None = None, tokenizer: str | None = None,
+           max_length: int | None = None) -> list[Path]:
+    """One export format, then (unless ``card=False``) the dataset card and the report.
+    ``preset='paper'`` trains on every pair (no task held out) and evaluates on all of them;
+    ``judgment_format`` re-renders the prompts (a template, fencing); ``tokenizer`` counts the TRL
+    rows' tokens (default: the run's local teacher's); ``max_length`` warns about longer rows."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {PRESETS}, not {preset!r}")
+    if preset == "paper":
+        test_fraction, split = 0.0, "all"
+    if fmt == "trl":
+        paths = list(export_trl(run_dir, seed, test_fraction, judgment_format, tokenizer, max_length).values())
+    elif fmt == "trl-labels":
+        paths = list(export_trl_labels(run_dir, seed, test_fraction, prompt_budget=prompt_budget,
+                                       fmt=judgment_format, tokenizer=tokenizer, max_length=max_length).values())
+    elif fmt == "webprmbench":
+        paths = [export_webprmbench(run_dir, seed, test_fraction, split, judgment_format)]
+    else:
+        raise ValueError(f"format must be one of {FORMATS + ABLATION_FORMATS}, not {fmt!r}")
+    if card:
+        from dataset.card import write_card
+        from dataset.report import write_report
+
+        paths += [write_report(run_dir), write_card(run_dir)]
+    return paths
+
+
+@dataclass
+class ExportOptions(Configurable):
+    """What ``python -m dataset.export`` writes; every field is a flag (``data.config``)."""
+
+    ARG_GROUP = "export"
+
+    format: list[str] = field(default_factory=list, metadata={
+        "choices": FORMATS + ABLATION_FORMATS,
+        "help": "trl, webprmbench or trl-labels (label-only ablation, no teacher needed); several: "
+                "--format trl --format webprmbench"})
+    seed: int = field(default=42, metadata={"help": "seeds the task split"})
+    test_fraction: float = field(default=0.2, metadata={"min": 0, "max": 1, "help": "share of tasks held out"})
+    split: str = field(default="test", metadata={"choices": ("test", "all"),
+                                                 "help": "webprmbench: held-out tasks or all"})
+    prompt_budget: int | None = field(default=None, metadata={"min": 1,
+        "help": "trl-labels: AXTree characters in the prompt (default: the teacher's)"})
+    preset: str = field(default="heldout", metadata={
+        "choices": PRESETS, "help": "heldout: hold out --test-fraction of the tasks; paper: train on every verified pair"})
+    prompt_template: str | None = field(default=None, metadata={
+        "metavar": "FILE", "help": "re-render the prompts with a YAML template (user, optional system)"})
+    untrusted: str | None = field(default=None, metadata={
+        "choices": UNTRUSTED_MODES,
+        "help": "re-render the prompts with dataset text escaped (escape) or also fenced (fence)"})
+    no_card: bool = field(default=False, metadata={"help": "skip the dataset card and the report"})
+    tokenizer: str | None = field(default=None, metadata={
+        "metavar": "NAME", "help": "trl, trl-labels: count tokens with this tokenizer (a folder or a cached model "
+                                   "name; default: the run's local teacher's, the embedded model after `make run`)"})
+    max_length: int | None = field(default=None, metadata={"min": 1,
+        "metavar": "N", "help": "trl, trl-labels: warn about rows longer than N tokens (what SFTConfig(max_length=N) "
+                                "would truncate)"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = make_parser(prog="python -m dataset.export", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", required=True)
+    ExportOptions.add_args(ap)
+    args = ap.parse_args(argv)
+    opts = ExportOptions.from_args(args)
+    if not opts.format:
+        ap.error("--format is required")
+    judgment_format = None
+    if opts.prompt_template or opts.untrusted:
+        try:
+            judgment_format = JudgmentFormat.from_options(opts.prompt_template, opts.untrusted or "escape")
+        except ValueError as e:
+            ap.error(str(e))
+    try:
+        for i, fmt in enumerate(opts.format):
+            last = i == len(opts.format) - 1
+            for p in export(args.run, fmt, opts.seed, opts.test_fraction, opts.split, card=last and not opts.no_card,
+                            prompt_budget=opts.prompt_budget, preset=opts.preset, judgment_format=judgment_format,
+                            tokenizer=opts.tokenizer, max_length=opts.max_length):
+                print(f"wrote {p}")
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
