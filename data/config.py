@@ -10,6 +10,32 @@ and transformers do). Mixing in :class:`Configurable` gives it
 - ``from_args(args, prefix="")``: defaults, then the YAML file, then the flags actually given;
 - ``from_yaml(path)``: the file alone (unknown keys are refused, naming the known ones).
 
+**Every ``python -m`` command follows one convention**, which ``tests/test_cli_config.py`` checks
+for each entry point (a module with ``if __name__ == "__main__"``):
+
+- the module defines ``build_parser() -> CLIParser`` (from :func:`make_parser`), and ``main(argv)``
+  starts with ``args = build_parser().parse_args(argv)``;
+- its flags come from ``Cls.add_args(parser, prefix)`` calls, which record ``(Cls, prefix, skip)``
+  in ``parser.configs``; at most one flag (or positional) per parser or subcommand is written by
+  hand. A command's own options (``--run``, ``--workers``, ``--quiet``) are a small dataclass of
+  their own next to ``main``; a field without a default is a required flag::
+
+      @dataclass
+      class MineCommand(Configurable):
+          run: str = field(metadata={"help": "run directory holding the graphs"})      # --run, required
+          workers: int | None = field(default=None, metadata={"min": 1, "help": "processes"})
+
+      def build_parser(prog="python -m proposals.mine", doc=__doc__) -> CLIParser:
+          ap = make_parser(prog, doc)
+          MineCommand.add_args(ap); MineConfig.add_args(ap); LLMConfig.add_args(ap, prefix="fill-")
+          return ap
+
+- a flow's command reuses its stage's ``build_parser`` (or the same ``add_args`` calls), and the
+  flow takes the stage's dataclasses as parameters: no default is typed twice;
+- a renamed field keeps its old flag and YAML key: ``metadata={"deprecated": ("budget",)}`` on
+  ``sample_size`` still accepts ``--budget 8`` and ``budget: 8``, with a ``warning:`` line on
+  stderr naming ``--sample-size``.
+
 The same rules hold for every flag of every command:
 
 - **Booleans are switches**: ``--x`` turns a setting on and ``--no-x`` turns it off (both always
@@ -70,6 +96,21 @@ class _Switch(argparse.Action):
         return " | ".join(self.option_strings)
 
 
+def deprecation(old: str, new: str) -> None:
+    """The line a renamed flag or YAML key prints, naming what to use instead."""
+    print(f"warning: {old} is deprecated and will be removed; use {new}", file=sys.stderr)
+
+
+def _deprecated(action_cls, new: str | dict[str, str]):
+    """``action_cls`` that first warns that the option string used is an old name of ``new`` (for
+    a switch: a mapping from each old option string to its new one)."""
+    class Deprecated(action_cls):
+        def __call__(self, parser, namespace, values, option_string=None):
+            deprecation(option_string, new[option_string] if isinstance(new, dict) else new)
+            super().__call__(parser, namespace, values, option_string)
+    return Deprecated
+
+
 def flag_name(name: str, prefix: str = "") -> str:
     return f"--{prefix}{name.replace('_', '-')}"
 
@@ -104,6 +145,11 @@ def _unwrap(tp) -> tuple[Any, bool]:
 def _is_nested(cls, f) -> bool:
     tp = _hints(cls).get(f.name)
     return isinstance(tp, type) and is_dataclass(tp)
+
+
+def _required(f) -> bool:
+    """A field without a default is a required flag (a command's ``--run``)."""
+    return f.default is MISSING and f.default_factory is MISSING
 
 
 def _default(f):
@@ -182,12 +228,14 @@ def add_dataclass_args(parser, cls, prefix: str = "", skip: tuple[str, ...] = ()
             continue
         tp, many = _unwrap(_hints(cls)[f.name])
         flag, dest, help_text = flag_name(f.name, prefix), dest_name(f.name, prefix), _help(f)
+        old_names = f.metadata.get("deprecated", ())
         if tp is bool:
-            if f.name.startswith("no_"):
-                on, off = flag, flag_name(f.name[3:], prefix)
-            else:
-                on, off = flag, flag_name("no_" + f.name, prefix)
-            parser.add_argument(on, off, action=_Switch, off=off, dest=dest, default=None, help=help_text)
+            switches = [(flag_name(n, prefix), flag_name(n[3:] if n.startswith("no_") else "no_" + n, prefix))
+                        for n in (f.name, *old_names)]
+            for i, (on, off) in enumerate(switches):
+                action = _Switch if i == 0 else _deprecated(_Switch, {on: switches[0][0], off: switches[0][1]})
+                parser.add_argument(on, off, action=action, off=off, dest=dest, default=None,
+                                    help=help_text if i == 0 else argparse.SUPPRESS)
             continue
         if tp is dict or typing.get_origin(tp) is dict:
             continue                                   # YAML only
@@ -212,7 +260,13 @@ def add_dataclass_args(parser, cls, prefix: str = "", skip: tuple[str, ...] = ()
             kwargs.update(nargs=f.metadata.get("nargs", "+"), action="extend")
         if "type" in kwargs:
             kwargs["type"] = _ranged(kwargs["type"], f)
+        if _required(f):
+            kwargs["required"] = True
         parser.add_argument(flag, **kwargs)
+        for name in old_names:         # the old flags: hidden from --help, a warning when used
+            hidden = {**kwargs, "help": argparse.SUPPRESS, "required": False,
+                      "action": _deprecated(argparse._ExtendAction if many else argparse._StoreAction, flag)}
+            parser.add_argument(flag_name(name, prefix), **hidden)
 
 
 def given(args: argparse.Namespace, cls, prefix: str = "") -> dict:
@@ -232,6 +286,20 @@ def given(args: argparse.Namespace, cls, prefix: str = "") -> dict:
     return out
 
 
+def renamed(cls, data: dict, where: str) -> dict:
+    """``data`` with the old names of ``cls``'s fields (``metadata["deprecated"]``) replaced by
+    the new ones, each with its warning; both names at once is an error."""
+    out = dict(data)
+    for f in fields(cls):
+        for old in f.metadata.get("deprecated", ()):
+            if old in out:
+                if f.name in out:
+                    raise ValueError(f"{where}: {old!r} is the old name of {f.name!r}; give only {f.name!r}")
+                deprecation(f"{where}: the setting {old!r}", repr(f.name))
+                out[f.name] = out.pop(old)
+    return out
+
+
 def check_keys(data: dict, known, where: str) -> None:
     unknown = sorted(set(data) - set(known))
     if unknown:
@@ -240,7 +308,8 @@ def check_keys(data: dict, known, where: str) -> None:
 
 def build(cls, values: dict, where: str = "config"):
     """``cls(**values)`` with nested dataclass fields built from nested dicts; unknown keys are
-    refused with the known ones named."""
+    refused with the known ones named (old names of renamed fields: :func:`renamed`)."""
+    values = renamed(cls, values, where)
     check_keys(values, [f.name for f in fields(cls) if f.init], where)
     kwargs = {}
     for name, value in values.items():
@@ -280,6 +349,7 @@ class Configurable:
     def add_args(cls, parser: argparse.ArgumentParser, prefix: str = "", skip: tuple[str, ...] = ()) -> None:
         """``--{prefix}{field}`` for every field (``skip``: fields another group already owns),
         and ``--{prefix}{FILE_FLAG} FILE`` when the class has one."""
+        parser.__dict__.setdefault("configs", []).append((cls, prefix, skip))     # for tests/test_cli_config.py
         title = cls.ARG_GROUP or cls.__name__
         group = parser.add_argument_group(f"{prefix}{title}" if prefix else title)
         if cls.FILE_FLAG:
@@ -293,6 +363,7 @@ class Configurable:
         """A file's mapping as field values (checked); subclasses with sections flatten here."""
         if cls.YAML_KEY and isinstance(data.get(cls.YAML_KEY), dict):
             data = data[cls.YAML_KEY]
+        data = renamed(cls, data, where)
         check_keys(data, [f.name for f in fields(cls) if f.init], where)
         return data
 
