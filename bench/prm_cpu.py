@@ -12,7 +12,7 @@ sizes and counts. Steps, each skipped when its output exists (rerun to resume):
 1. ``all/``: the shared AgentLab traces (``--small``: the bundled sample) ingested once. Tasks are
    split by **template** (the task id without its seed suffix: ``order-ipad-pro_14`` and
    ``order-ipad-pro_2`` are one task), a seeded share ``--test-fraction`` of the templates held out
-   (``dataset.export.split_tasks`` over templates), and each side written as canonical trajectories
+   (``prm.split.split_by_template``), and each side written as canonical trajectories
    (``split/{train,heldout}.parquet``) that the other run directories ingest: no held-out task
    reaches a training run, not even its graph.
 2. ``heldout/``: graph built and negatives mined (all axes, the whole pool); the label-only export
@@ -48,13 +48,10 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import re
 import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -66,6 +63,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data.config import make_parser
+from prm.split import fill_to, sample_states, split_by_template, task_template
+from prm.stats import RULES, bootstrap, state_table, wilson
 
 SHARED = ROOT.parent / "shared" / "data" / "agentlab_workarena"
 BUNDLED = ROOT / "data" / "bundled" / "agentlab_workarena.parquet"
@@ -112,139 +111,6 @@ class BenchConfig:
 
 SMALL = {"source": "canonical", "input": str(BUNDLED), "test_fraction": 0.25, "verify_pairs": 12,
          "train_pairs": 8, "eval_pairs": 8, "seeds": (0,), "ablation_seeds": (), "variants": ("graph",)}
-
-
-# -- split by task template ------------------------------------------------------------------------
-_SEED_SUFFIX = re.compile(r"_\d+$")
-
-
-def task_template(task_id: str) -> str:
-    """The task without its seed suffix (``workarena.servicenow.order-ipad-pro_14`` ->
-    ``workarena.servicenow.order-ipad-pro``): seeds of one template are the same task."""
-    return _SEED_SUFFIX.sub("", task_id)
-
-
-def split_by_template(task_ids, seed: int = 42, test_fraction: float = 0.25) -> tuple[set[str], set[str]]:
-    """(training task ids, held-out task ids): a seeded share of the templates is held out
-    (``dataset.export.split_tasks`` over templates), so no template has seeds on both sides."""
-    from dataset.export import split_tasks
-
-    task_ids = set(task_ids)
-    held = split_tasks({task_template(t) for t in task_ids}, seed, test_fraction)
-    test = {t for t in task_ids if task_template(t) in held}
-    return task_ids - test, test
-
-
-def sample_states(rows: list[dict], n_pairs: int, seed: int, per_state: int = 2) -> list[dict]:
-    """States ``(traj_id, step_idx)`` in a seeded random order, up to ``per_state`` pairs of each
-    (a seeded pick), until ``n_pairs`` pairs are reached. A state holds ~5 mined pairs here: taking
-    them all would leave a handful of states, and the bootstrap resamples states."""
-    states: dict = defaultdict(list)
-    for r in rows:
-        states[(r["traj_id"], r["step_idx"])].append(r)
-    keys = sorted(states)
-    rng = random.Random(seed)
-    rng.shuffle(keys)
-    out: list[dict] = []
-    for k in keys:
-        if len(out) >= n_pairs:
-            break
-        pairs = sorted(states[k], key=lambda r: r["pair_id"])
-        rng.shuffle(pairs)
-        out += pairs[:min(per_state, n_pairs - len(out))]
-    return out
-
-
-def fill_to(rows: list[dict], n: int, seed: int) -> list[dict]:
-    """``n`` rows: a seeded shuffle of ``rows``, repeated (each pass reshuffled) when there are fewer."""
-    if not rows:
-        return []
-    rng, out = random.Random(seed), []
-    while len(out) < n:
-        batch = list(rows)
-        rng.shuffle(batch)
-        out += batch
-    return out[:n]
-
-
-# -- intervals -------------------------------------------------------------------------------------
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a proportion ``k/n`` (95% with z = 1.96)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / den
-    return (max(0.0, mid - half), min(1.0, mid + half))
-
-
-RULES = ("both_orders", "as_given", "debiased")
-
-
-def is_correct(record: dict, rule: str = "both_orders") -> bool:
-    """One judged pair under a rule: ``both_orders`` (the project's: both orders pick the
-    demonstrated action), ``as_given`` (the first order only; chance is 50%) or ``debiased``
-    (the sign of ``margin(as given) - margin(swapped)``, score-both's verdict: no position bias by
-    construction)."""
-    if rule == "both_orders":
-        return bool(record["correct"])
-    if rule == "as_given":
-        return record["verdict"] == record["expected"]
-    if record.get("margin") is None or record.get("swapped_margin") is None:
-        return False
-    return (1 if record["margin"] - record["swapped_margin"] >= 0 else 2) == record["expected"]
-
-
-def state_table(records: list[dict], rule: str = "both_orders") -> dict:
-    """Per state: (pairs right, pairs) from one evaluation's ``.pairs.jsonl`` records."""
-    out: dict = defaultdict(lambda: [0, 0])
-    for r in records:
-        key = (r["source_name"], r["state"])
-        out[key][0] += is_correct(r, rule)
-        out[key][1] += 1
-    return {k: tuple(v) for k, v in out.items()}
-
-
-def metrics_of(tables: list[dict], keys: list) -> tuple[float, float]:
-    """(pairwise, best-of-N) over ``keys`` (states, repeats allowed), averaged over ``tables`` (seeds)."""
-    pw, bon = [], []
-    for t in tables:
-        right = sum(t[k][0] for k in keys)
-        pairs = sum(t[k][1] for k in keys)
-        pw.append(right / pairs if pairs else 0.0)
-        bon.append(sum(t[k][0] == t[k][1] for k in keys) / len(keys) if keys else 0.0)
-    return sum(pw) / len(pw), sum(bon) / len(bon)
-
-
-def bootstrap(model: list[dict], base: list[dict] | None, n: int = 2000, seed: int = 0) -> dict:
-    """Point values and 95% percentile intervals of pairwise and best-of-N accuracy (mean over the
-    seeds' tables), resampling held-out states with replacement; with ``base``, also the paired
-    difference model - base on the same resampled states."""
-    keys = sorted(model[0])
-    rng = random.Random(seed)
-    point = metrics_of(model, keys)
-    base_point = metrics_of(base, keys) if base else None
-    draws, diffs = [], []
-    for _ in range(n):
-        ks = [keys[rng.randrange(len(keys))] for _ in keys]
-        m = metrics_of(model, ks)
-        draws.append(m)
-        if base:
-            b = metrics_of(base, ks)
-            diffs.append((m[0] - b[0], m[1] - b[1]))
-
-    def ci(values: list[float]) -> list[float]:
-        values = sorted(values)
-        return [values[int(0.025 * (len(values) - 1))], values[int(0.975 * (len(values) - 1))]]
-
-    out = {"pairwise": point[0], "pairwise_ci": ci([d[0] for d in draws]),
-           "bon": point[1], "bon_ci": ci([d[1] for d in draws]), "states": len(keys)}
-    if base:
-        out.update({"pairwise_diff": point[0] - base_point[0], "pairwise_diff_ci": ci([d[0] for d in diffs]),
-                    "bon_diff": point[1] - base_point[1], "bon_diff_ci": ci([d[1] for d in diffs])})
-        out["beats_base"] = out["pairwise_diff_ci"][0] > 0
-    return out
 
 
 # -- the stages ------------------------------------------------------------------------------------
