@@ -125,11 +125,12 @@ def episode_row(task_id, site: str, intent: str, episode, gold: dict | None) -> 
 def table(rows: list[tuple[str, dict]]) -> str:
     """Markdown table in the MAG paper's Table 1 layout (percent, one decimal; '-' when absent),
     then per run its denominators, corpus GGS and environment failures."""
-    head = "| run | " + " | ".join(TABLE_NAMES) + " |"
-    lines = [head, "|" + "---|" * (len(TABLE_NAMES) + 1)]
-    for name, s in rows:
-        cells = [f"{100 * s[k]:.1f}" if s.get(k) is not None else "-" for k in TABLE_COLUMNS]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    import pandas as pd
+
+    cells = [[name, *(f"{100 * s[k]:.1f}" if s.get(k) is not None else "-" for k in TABLE_COLUMNS)]
+             for name, s in rows]
+    frame = pd.DataFrame(cells, columns=["run", *TABLE_NAMES])
+    lines = frame.to_markdown(index=False, disable_numparse=True, stralign="left").splitlines()
     lines.append("")
     for name, s in rows:
         notes = [f"{k}: {v}" for k, v in (s.get("denominators") or {}).items()]

@@ -79,37 +79,18 @@ class Step:
 
 
 def first_object(text) -> dict | None:
-    """The first well-formed JSON object in ``text`` (None when there is none)."""
-    return next(_json_objects(text), None) if isinstance(text, str) else None
-
-
-def _json_objects(text: str):
-    """Yield each balanced ``{...}`` span that json-decodes to a dict, in order of its ``{``."""
-    for start in (i for i, ch in enumerate(text) if ch == "{"):
-        depth, in_str, esc = 0, False, False
-        for j in range(start, len(text)):
-            ch = text[j]
-            if in_str:
-                if esc:
-                    esc = False
-                elif ch == "\\":
-                    esc = True
-                elif ch == '"':
-                    in_str = False
-            elif ch == '"':
-                in_str = True
-            elif ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    try:
-                        obj = json.loads(text[start:j + 1])
-                    except ValueError:
-                        break
-                    if isinstance(obj, dict):
-                        yield obj
-                    break
+    """The first well-formed JSON object in ``text`` (None when there is none): decoded from each
+    ``{`` in turn (``json.JSONDecoder.raw_decode``), the first that decodes wins."""
+    if not isinstance(text, str):
+        return None
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    while start != -1:
+        try:
+            return decoder.raw_decode(text, start)[0]
+        except ValueError:
+            start = text.find("{", start + 1)
+    return None
 
 
 def _as_id(v) -> int | None:

@@ -63,4 +63,4 @@ def test_embedded_policy_and_prm_on_mag(tmp_path):
     summary = summarize_run(rows, gold)
     assert summary["n_tasks"] == 3 and 0.0 <= summary["OFCR"] <= 1.0 and summary["G"] is not None
     lines = table([("embedded", summary)]).splitlines()
-    assert len(lines) == 5 and lines[2].startswith("| embedded | ") and lines[4].startswith("- embedded: SR: all 3 tasks")
+    assert len(lines) == 5 and lines[2].split("|")[1].strip() == "embedded" and lines[4].startswith("- embedded: SR: all 3 tasks")
