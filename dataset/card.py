@@ -2,23 +2,26 @@
 
     python -m dataset.card --run RUN [--license apache-2.0]
 
-A YAML header (license, language, task categories, tags, size category, one ``configs`` entry
-per config with its non-empty ``data_files`` splits, and ``dataset_info`` with features derived
-from each file's pinned Parquet schema and each split's size), then what the data is, how it was made (counts per stage from
-``stats.json``), how to load and train on it, and its limits. Written from the files alone:
-the same run gives the same card.
+A YAML header (``huggingface_hub.DatasetCardData``: license, language, task categories, tags, size
+category, one ``configs`` entry per config with its non-empty ``data_files`` splits, and
+``dataset_info`` with features derived from each file's pinned Parquet schema and each split's
+size), then what the data is, how it was made (counts per stage from ``stats.json``), how to load
+and train on it, and its limits. Written from the files alone: the same run gives the same card.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import yaml
+from huggingface_hub import DatasetCard, DatasetCardData
 
-from data.config import make_parser
+from data.config import CLIParser, Configurable, make_parser
 from data.rundir import RunDir, atomic_write_text
+from dataset.report import markdown_table
+from dataset.tables import existing_run_dir
 
 # (config name, split -> path relative to the run directory)
 CONFIGS = [
@@ -36,16 +39,6 @@ def _size_category(n: int) -> str:
     return "100K<n<1M"
 
 
-def _features(path: Path) -> list | None:
-    """The file's schema as a Hugging Face ``features`` list (None if datasets cannot say)."""
-    import datasets
-
-    try:
-        return datasets.Features.from_arrow_schema(pq.read_schema(path))._to_yaml_list()
-    except Exception:       # a private helper of datasets; the card stays valid without features
-        return None
-
-
 def _rows(path: Path) -> int:
     return pq.read_metadata(path).num_rows
 
@@ -56,35 +49,44 @@ def _num_bytes(path: Path) -> int:
     return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
 
 
-def header(run_dir: str | Path, license: str = "apache-2.0") -> dict:
-    """The card's YAML header as a dict. Only non-empty splits are listed (the pinned ``datasets``
-    cannot load an empty Parquet split), a config without one is left out, and every split in
-    ``dataset_info`` carries ``name``, ``num_bytes`` and ``num_examples`` (without all three
-    ``datasets`` ignores the splits with a warning)."""
+def _info(root: Path, files: dict[str, str]):
+    """A config's ``datasets.DatasetInfo``: the features of its first file's Parquet schema (what
+    ``load_dataset`` gives) and every split's ``name``, ``num_bytes`` and ``num_examples``
+    (without all three ``datasets`` ignores the splits with a warning)."""
+    import datasets
+
+    splits = datasets.SplitDict()
+    for split, rel in files.items():
+        splits.add(datasets.SplitInfo(name=split, num_bytes=_num_bytes(root / rel), num_examples=_rows(root / rel)))
+    features = datasets.Features.from_arrow_schema(pq.read_schema(root / next(iter(files.values()))))
+    return datasets.DatasetInfo(features=features, splits=splits, dataset_size=sum(s.num_bytes for s in splits.values()))
+
+
+def card_data(run_dir: str | Path, license: str = "apache-2.0") -> DatasetCardData:
+    """The card's YAML header. Only non-empty splits are listed (the pinned ``datasets`` cannot
+    load an empty Parquet split), a config without one is left out, and the default config is
+    ``preferences`` when it has rows, else the first listed. ``dataset_info`` is written by
+    ``datasets`` itself (``DatasetInfosDict.to_dataset_card_data``, as ``push_to_hub`` does)."""
+    from datasets.info import DatasetInfosDict
+
     root = Path(run_dir)
-    configs, infos = [], []
+    configs, infos = [], DatasetInfosDict()
     for name, files in CONFIGS:
         present = {split: rel for split, rel in files.items() if (root / rel).exists() and _rows(root / rel) > 0}
         if not present:
             continue
-        configs.append({"config_name": name,
-                        "data_files": [{"split": s, "path": p} for s, p in present.items()]})
-        splits = [{"name": s, "num_bytes": _num_bytes(root / p), "num_examples": _rows(root / p)}
-                  for s, p in present.items()]
-        info = {"config_name": name, "splits": splits,
-                "dataset_size": sum(s["num_bytes"] for s in splits)}
-        feats = _features(root / next(iter(present.values())))
-        if feats is not None:
-            info = {"config_name": name, "features": feats, **info}
-        infos.append(info)
-    if configs:     # the default: preferences when it has rows, else the first listed config
+        configs.append({"config_name": name, "data_files": [{"split": s, "path": p} for s, p in present.items()]})
+        infos[name] = _info(root, present)
+    if configs:
         default = next((c for c in configs if c["config_name"] == "preferences"), configs[0])
         default["default"] = True
     n = _rows(root / "preferences.parquet") if (root / "preferences.parquet").exists() else 0
-    return {"license": license, "language": ["en"], "pretty_name": f"surfPRM process preferences ({root.name})",
-            "task_categories": ["text-generation", "text-classification"],
-            "tags": ["process-reward-model", "web-agents", "preference", "browsergym", "surfprm"],
-            "size_categories": [_size_category(n)], "configs": configs, "dataset_info": infos}
+    data = DatasetCardData(license=license, language=["en"], pretty_name=f"surfPRM process preferences ({root.name})",
+                           task_categories=["text-generation", "text-classification"],
+                           tags=["process-reward-model", "web-agents", "preference", "browsergym", "surfprm"],
+                           size_categories=[_size_category(n)], configs=configs)
+    infos.to_dataset_card_data(data)
+    return data
 
 
 def _stage_line(stats: dict, stage: str, what: str) -> str:
@@ -96,9 +98,9 @@ def _stage_line(stats: dict, stage: str, what: str) -> str:
 
 
 def _lengths_table(tokens: dict) -> str:
-    rows = [f"| {part} | " + " | ".join(f"{tokens[part][k]:,}" for k in ("min", "median", "p95", "max")) + " |"
-            for part in ("prompt", "completion", "total")]
-    return "\n".join(["| tokens | min | median | p95 | max |", "| --- | ---: | ---: | ---: | ---: |", *rows])
+    keys = ("min", "median", "p95", "max")
+    rows = [[part, *(f"{tokens[part][k]:,}" for k in keys)] for part in ("prompt", "completion", "total")]
+    return markdown_table(["tokens", *keys], rows, "lrrrr")
 
 
 def trl_usage(name: str, tokens: dict | None) -> str:
@@ -203,17 +205,35 @@ The source trajectories keep their own licenses and terms.
 def write_card(run_dir: str | Path, license: str = "apache-2.0") -> Path:
     """Write ``RUN/README.md``; returns its path."""
     path = Path(run_dir) / "README.md"
-    head = yaml.safe_dump(header(run_dir, license), sort_keys=False, allow_unicode=True)
-    atomic_write_text(path, f"---\n{head}---\n{body(run_dir)}")
+    card = DatasetCard(f"---\n{card_data(run_dir, license).to_yaml()}\n---\n{body(run_dir)}")
+    atomic_write_text(path, str(card))
     return path
 
 
+@dataclass
+class CardOptions(Configurable):
+    """What ``python -m dataset.card`` writes; every field is a flag (``data.config``)."""
+
+    ARG_GROUP = "card"
+
+    license: str = field(default="apache-2.0", metadata={"help": "license id for the card's header"})
+
+
+def build_parser() -> CLIParser:
+    ap = make_parser("python -m dataset.card", __doc__)
+    ap.add_argument("--run", required=True, type=existing_run_dir, help="run directory to write README.md into")
+    CardOptions.add_args(ap)
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m dataset.card", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", required=True)
-    ap.add_argument("--license", default="apache-2.0", help="license id for the card's header")
-    args = ap.parse_args(argv)
-    print(f"wrote {write_card(args.run, args.license)}")
+    args = build_parser().parse_args(argv)
+    opts = CardOptions.from_args(args)
+    try:
+        print(f"wrote {write_card(args.run, opts.license)}")
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -57,12 +57,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from data.config import Configurable, make_parser
+from data.config import CLIParser, Configurable, make_parser
 from data.judgment import UNTRUSTED_MODES, JudgmentFormat, answer_text, render_pair
 from data.pairs import load_pairs
 from data.rundir import RunDir, StageStats, atomic_write_parquet
+from dataset.tables import existing_run_dir, read_pinned
 
 MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False),
                      pa.field("content", pa.string(), nullable=False)])
@@ -116,7 +116,7 @@ def load_preferences(run: RunDir) -> list[dict]:
     path = run.root / "preferences.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run `python -m teacher.verify` first")
-    rows = pq.read_table(path, columns=_COLUMNS).to_pylist()
+    rows = read_pinned(path, _COLUMNS)
     return sorted(rows, key=lambda r: r["pair_id"])
 
 
@@ -374,10 +374,15 @@ class ExportOptions(Configurable):
                                 "would truncate)"})
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m dataset.export", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", required=True)
+def build_parser() -> CLIParser:
+    ap = make_parser("python -m dataset.export", __doc__)
+    ap.add_argument("--run", required=True, type=existing_run_dir, help="run directory holding preferences.parquet")
     ExportOptions.add_args(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     opts = ExportOptions.from_args(args)
     if not opts.format:

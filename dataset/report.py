@@ -24,11 +24,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
-from data.config import make_parser
+from data.config import CLIParser, make_parser
 from data.rundir import RunDir, atomic_write_bytes, atomic_write_text
 from data.schema import AXES, AXIS_OF, RULES
+from dataset.tables import existing_run_dir, read_pinned
 
 GMCP_WEBARBITER, GMCP_PAPER = 0.2419, 0.7460
 # Table 4 of the paper (surfPRM-data verification).
@@ -41,7 +40,8 @@ EXAMPLE_CHARS = 600         # of the kept judgment or a discarded answer
 
 
 def _read(path: Path, columns: list[str]) -> list[dict]:
-    return pq.read_table(path, columns=columns).to_pylist() if path.exists() else []
+    """``columns`` of a table by its pinned schema (``dataset.tables``); none when it is absent."""
+    return read_pinned(path, columns) if path.exists() else []
 
 
 def read_audit(root: Path, table: str) -> dict | None:
@@ -210,27 +210,34 @@ def _plots(fig_dir: Path, r: dict) -> list[str]:
     return names
 
 
+def markdown_table(columns: list[str], rows: list[list], align: str) -> str:
+    """A Markdown table of cells formatted by the caller (``DataFrame.to_markdown``, tabulate's
+    pipe format, its number parsing off so that ``1.90`` stays ``1.90``); ``align`` has one letter
+    per column, ``l`` or ``r``."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=columns).to_markdown(
+        index=False, disable_numparse=True, colalign=[{"l": "left", "r": "right"}[a] for a in align])
+
+
 def render_markdown(r: dict) -> str:
     """The report's Markdown (figures referenced by file name)."""
     c = r["cost"]
+    dist = [[rule, AXIS_OF[rule], *(str(r["dist"][n]["rule"].get(rule, 0)) for n in ("pool", "sample", "kept"))]
+            for rule in RULES]
+    dist += [[f"*{axis}*", "", *(str(r["dist"][n]["axis"].get(axis, 0)) for n in ("pool", "sample", "kept"))]
+             for axis in AXES]
     lines = [f"# Synthesis report: `{r['run']}`", "",
              f"Teacher: `{r['teacher_model']}`. Pairs verified: {c['pairs']} (kept {c['kept']}, discarded "
              f"{c['discarded']}, pending {c['pending']}).", "",
              "## Rules and axes", "", "![distribution](distribution.png)", "",
-             "| rule | axis | pool | sample | kept |", "| --- | --- | ---: | ---: | ---: |"]
-    for rule in RULES:
-        lines.append(f"| {rule} | {AXIS_OF[rule]} | " + " | ".join(str(r["dist"][n]["rule"].get(rule, 0))
-                                                                for n in ("pool", "sample", "kept")) + " |")
-    for axis in AXES:
-        lines.append(f"| *{axis}* | | " + " | ".join(str(r["dist"][n]["axis"].get(axis, 0))
-                                                   for n in ("pool", "sample", "kept")) + " |")
+             markdown_table(["rule", "axis", "pool", "sample", "kept"], dist, "llrrr")]
+    gmcp = [["WebArbiter's data (paper)", f"{GMCP_WEBARBITER:.2%}", "", ""],
+            ["surfPRM-data (paper)", f"{GMCP_PAPER:.2%}", "", ""]]
+    gmcp += [[f"this run: {name}", _pct(r["gmcp"][name][0]), str(r["gmcp"][name][1]), r["gmcp"][name][2]]
+             for name in ("pool", "sample", "kept")]
     lines += ["", "## Grounded minimal contrastive pairs (GMCP)", "", "![gmcp](gmcp.png)", "",
-              "| data | GMCP | pairs | from |", "| --- | ---: | ---: | --- |",
-              f"| WebArbiter's data (paper) | {GMCP_WEBARBITER:.2%} | | |",
-              f"| surfPRM-data (paper) | {GMCP_PAPER:.2%} | | |"]
-    for name in ("pool", "sample", "kept"):
-        ratio, n, source = r["gmcp"][name]
-        lines.append(f"| this run: {name} | {_pct(ratio)} | {n} | {source} |")
+              markdown_table(["data", "GMCP", "pairs", "from"], gmcp, "lrrl")]
     lines += ["", "`audit`: re-derived from the files by `python -m proposals.audit` (both actions and O_t re-parsed)."]
     if any(r["gmcp"][name][2] != "audit" for name in ("pool", "sample", "kept")):
         lines[-1] += (" `stored flag`: the table's own `gmcp` column, not audited (`python -m proposals.audit "
@@ -242,43 +249,44 @@ def render_markdown(r: dict) -> str:
                       f"{_pct(s.get('affordance_mismatch_ratio'))}, other {s.get('other', 'n/a')}; "
                       f"hallucinated targets in the pool: {r['audit'].get('hallucinated_targets', 'n/a')} "
                       f"(paper: 16.6%, 9.1%, 0)."]
-    lines += ["", "## Verification outcome per rule", "", "![outcome by rule](outcome_by_rule.png)", "",
-              "| rule | kept | discarded | kept % |", "| --- | ---: | ---: | ---: |"]
+    outcome = []
     for rule in RULES:
         o = r["outcome_by_rule"][rule]
         n = o["kept"] + o["discarded"]
-        lines.append(f"| {rule} | {o['kept']} | {o['discarded']} | {_pct(o['kept'] / n if n else None)} |")
+        outcome.append([rule, str(o["kept"]), str(o["discarded"]), _pct(o["kept"] / n if n else None)])
+    lines += ["", "## Verification outcome per rule", "", "![outcome by rule](outcome_by_rule.png)", "",
+              markdown_table(["rule", "kept", "discarded", "kept %"], outcome, "lrrr")]
     if r["discard_reasons"]:
         lines += ["", "Discard reasons: " + ", ".join(f"`{k}` {v}" for k, v in sorted(r["discard_reasons"].items()))
                   + "."]
+    attempts = [[str(k), str(r["attempts_kept"].get(k, 0)), str(r["attempts_discarded"].get(k, 0))]
+                for k in range(1, r["k"] + 1)]
     lines += ["", "## Attempts", "", "![attempts](attempts.png)", "",
-              "| attempts | kept at this attempt | discarded after |", "| ---: | ---: | ---: |"]
-    for k in range(1, r["k"] + 1):
-        lines.append(f"| {k} | {r['attempts_kept'].get(k, 0)} | {r['attempts_discarded'].get(k, 0)} |")
+              markdown_table(["attempts", "kept at this attempt", "discarded after"], attempts, "rrr")]
     p = PAPER_COST
     retry = ", ".join(f"{k}: {v}" for k, v in c["passes_per_retry"].items())
-    lines += ["", "## Cost (the paper's Table 4 terms)", "",
-              "| | this run | paper |", "| --- | ---: | ---: |",
-              f"| pairs verified | {c['pairs']} | {p['pairs']:,} |",
-              f"| kept | {c['kept']} ({_pct(c['kept'] / c['pairs'] if c['pairs'] else None)}) | "
-              f"{p['kept']:,} ({p['kept'] / p['pairs']:.2%}) |",
-              f"| teacher calls | {c['calls']} | |",
-              f"| calls per pair | {c['calls_per_pair']:.2f} | {p['calls_per_pair']:.2f} |",
-              f"| first-attempt passes | {c['first_attempt_passes']} | |",
-              f"| passes per retry (attempt: pairs) | {retry} | |",
-              f"| discards | {c['discarded']} | {p['pairs'] - p['kept']:,} |",
-              f"| input tokens (per call) | {c['input_tokens']:,} ({c['input_tokens_per_call']:.0f}) | "
-              f"(~{p['input_tokens_per_call']:,}) |",
-              f"| output tokens (per call) | {c['output_tokens']:,} ({c['output_tokens_per_call']:.0f}) | "
-              f"(~{p['output_tokens_per_call']}) |",
-              f"| dollars (per pair) | ${c['usd']:.4f} (${c['usd_per_pair']:.4f}) | (${p['usd_per_pair']:.4f}) |",
+    cost = [["pairs verified", str(c["pairs"]), f"{p['pairs']:,}"],
+            ["kept", f"{c['kept']} ({_pct(c['kept'] / c['pairs'] if c['pairs'] else None)})",
+             f"{p['kept']:,} ({p['kept'] / p['pairs']:.2%})"],
+            ["teacher calls", str(c["calls"]), ""],
+            ["calls per pair", f"{c['calls_per_pair']:.2f}", f"{p['calls_per_pair']:.2f}"],
+            ["first-attempt passes", str(c["first_attempt_passes"]), ""],
+            ["passes per retry (attempt: pairs)", retry, ""],
+            ["discards", str(c["discarded"]), f"{p['pairs'] - p['kept']:,}"],
+            ["input tokens (per call)", f"{c['input_tokens']:,} ({c['input_tokens_per_call']:.0f})",
+             f"(~{p['input_tokens_per_call']:,})"],
+            ["output tokens (per call)", f"{c['output_tokens']:,} ({c['output_tokens_per_call']:.0f})",
+             f"(~{p['output_tokens_per_call']})"],
+            ["dollars (per pair)", f"${c['usd']:.4f} (${c['usd_per_pair']:.4f})", f"(${p['usd_per_pair']:.4f})"]]
+    lines += ["", "## Cost (the paper's Table 4 terms)", "", markdown_table(["", "this run", "paper"], cost, "lrr"),
               "", "Tokens and dollars count every attempt's answer, including answers served from the LLM "
                   "cache (what the run would cost from scratch); local models cost 0."]
     lines += ["", "## What the teacher's figures mean", "", _teacher_note(r)]
     lines += _example_lines(r["example"])
     lines += ["", "## Stage timings", ""]
     if r["timings"]:
-        lines += ["| stage | seconds |", "| --- | ---: |"] + [f"| `{s}` | {t:.1f} |" for s, t in r["timings"].items()]
+        lines += [markdown_table(["stage", "seconds"], [[f"`{s}`", f"{t:.1f}"] for s, t in r["timings"].items()],
+                                 "lr")]
         lines += ["", "Wall-clock seconds of each stage's last run as `stats.json` records them (a rerun served from "
                       "the LLM cache is faster); stages that record none are not listed."]
     else:
@@ -309,13 +317,11 @@ def _example_lines(ex: dict | None) -> list[str]:
     better = ex["label"]
     answer = ex["answer"] if len(ex["answer"]) <= EXAMPLE_CHARS else ex["answer"][:EXAMPLE_CHARS] + " [...]"
     verdicts = ", ".join(f"{v['attempt']}: {v['outcome']} ({v['mode']})" for v in ex["verdicts"]) or "none"
+    actions = [[f"Response {pos}", "`" + ex[f"response_{pos}"].replace("|", "\\|").replace("\n", " ") + "`",
+                "demonstrated (better)" if pos == better else "negative"] for pos in (1, 2)]
     lines = ["", "## An example pair", "",
              f"`{ex['pair_id']}` ({ex['status']}; rule `{ex['rule']}`, axis `{ex['axis']}`) on `{ex['url']}`.", "",
-             f"Intent: {ex['intent']}", "",
-             "| | action | |", "| --- | --- | --- |"]
-    for pos in (1, 2):
-        action = ex[f"response_{pos}"].replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| Response {pos} | `{action}` | {'demonstrated (better)' if pos == better else 'negative'} |")
+             f"Intent: {ex['intent']}", "", markdown_table(["", "action", ""], actions, "lll")]
     lines += ["", f"Teacher attempts: {verdicts}." + (f" Discarded: `{ex['reason']}`." if ex["status"] == "discarded"
                                                     else ""),
               "", "Kept judgment:" if ex["status"] == "kept" else "Last answer:", "", *_fence(answer)]
@@ -332,11 +338,19 @@ def write_report(run_dir: str | Path) -> Path:
     return path
 
 
+def build_parser() -> CLIParser:
+    ap = make_parser("python -m dataset.report", __doc__)
+    ap.add_argument("--run", required=True, type=existing_run_dir, help="run directory to write report/ into")
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m dataset.report", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", required=True)
-    args = ap.parse_args(argv)
-    print(f"wrote {write_report(args.run)}")
+    args = build_parser().parse_args(argv)
+    try:
+        print(f"wrote {write_report(args.run)}")
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from scripted_teacher import ScriptedTeacher, llm_config, make_run, start
-from dataset.card import header
+from dataset.card import card_data
 from dataset.export import export
 from teacher.verify import VerifyConfig, verify
 
@@ -61,7 +61,12 @@ def _load_every_config(run, tmp_path, monkeypatch, caplog):
 
 
 def test_run_with_kept_pairs_loads_every_listed_config(runs, tmp_path, monkeypatch, caplog):
+    from huggingface_hub import DatasetCard
+
     listed, loaded, head = _load_every_config(runs["kept"], tmp_path, monkeypatch, caplog)
+    card = DatasetCard.load(runs["kept"] / "README.md")       # what the Hub's own reader makes of it
+    assert card.data.configs == head["configs"] and "surfprm" in card.data.tags
+    assert card.text.lstrip().startswith(f"# surfPRM process preferences: `{runs['kept'].name}`")
     assert {"preferences", "trl", "webprmbench"} <= set(listed)
     assert "discarded" not in listed                      # every pair was kept: an empty file
     assert loaded["preferences"]["train"] == 6
@@ -78,7 +83,7 @@ def test_run_with_no_kept_pairs_lists_only_non_empty_splits(runs, tmp_path, monk
 
 
 def test_header_leaves_out_empty_splits(runs):
-    h = header(runs["none"])
+    h = card_data(runs["none"])
     assert [c["config_name"] for c in h["configs"]] == ["discarded"]
     assert h["configs"][0]["default"] is True
 

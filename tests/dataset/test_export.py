@@ -27,10 +27,16 @@ def verified_run(tmp_path_factory):
     server = start(teacher)
     try:
         # a small AXTree budget keeps the prompts short enough for the tiny model below
-        verify(root, VerifyConfig(budget=800), llm_config(server, root / ".llm_cache"), progress=False)
+        verify(root, VerifyConfig(axtree_chars=800), llm_config(server, root / ".llm_cache"), progress=False)
     finally:
         server.shutdown()
     return root
+
+
+def table_rows(markdown: str) -> list[list[str]]:
+    """The cells of every Markdown table row in ``markdown`` (header rows too, not the rules)."""
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in markdown.splitlines()
+            if line.startswith("|") and not set(line.strip()) <= set("|:- ")]
 
 
 def test_split_by_task_is_seeded_and_disjoint():
@@ -89,9 +95,10 @@ def test_exports_card_and_report(verified_run, tmp_path):
     for name in ("distribution.png", "gmcp.png", "outcome_by_rule.png", "attempts.png"):
         png = root / "report" / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({name})" in report
-    assert "| 24.19%" in report.replace("WebArbiter's data (paper) ", "") and "74.60%" in report
-    assert "| calls per pair | 1.90 | 1.12 |" in report       # (2 + 5 + 5 + 7 * 1) calls for 10 pairs
-    assert "| first-attempt passes | 7 |" in report and "| discards | 2 |" in report
+    rows = table_rows(report)
+    assert ["WebArbiter's data (paper)", "24.19%", "", ""] in rows and ["surfPRM-data (paper)", "74.60%", "", ""] in rows
+    assert ["calls per pair", "1.90", "1.12"] in rows       # (2 + 5 + 5 + 7 * 1) calls for 10 pairs
+    assert ["first-attempt passes", "7", ""] in rows and ["discards", "2", "179"] in rows
     stats = json.loads((root / "stats.json").read_text())
     assert stats["data.export.trl"]["train"] + stats["data.export.trl"]["test"] == 8
 
@@ -100,6 +107,60 @@ def test_exports_card_and_report(verified_run, tmp_path):
                                            root / "report/gmcp.png"]}
     write_report(root), write_card(root), export(root, "trl", card=False)
     assert {p: p.read_bytes() for p in before} == before
+
+
+def test_preferences_are_read_with_the_teachers_pinned_schema(verified_run, tmp_path, capsys):
+    """A preferences.parquet its stage recorded, but of another schema than teacher.schema pins (an
+    older teacher, a hand edit): the export and the report name the file, every column that is off
+    and the command that rewrites it, in one line with exit code 2; no export is written."""
+    import shutil
+
+    import pyarrow as pa
+
+    from data.rundir import RunDirError, fingerprint
+    from dataset.export import main
+    from dataset.report import collect
+
+    run = tmp_path / "run"
+    shutil.copytree(verified_run, run, ignore=shutil.ignore_patterns("export", "report", "README.md"))
+    prefs = pq.read_table(run / "preferences.parquet")
+    step_idx = prefs.schema.get_field_index("step_idx")
+    prefs = prefs.drop_columns(["label"]).set_column(step_idx, "step_idx", prefs["step_idx"].cast(pa.int64()))
+    pq.write_table(prefs, run / "preferences.parquet")
+    stats = json.loads((run / "stats.json").read_text())     # as its stage wrote it: not a stale input
+    stats["teacher.verify"]["fingerprints"]["outputs"]["preferences.parquet"] = fingerprint(run / "preferences.parquet")
+    (run / "stats.json").write_text(json.dumps(stats))
+
+    assert main(["--run", str(run), "--format", "trl"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: cannot read {run / 'preferences.parquet'}: column step_idx is int64, not int32; no column label, " \
+           "against the schema teacher.verify pins (rewrite it with `python -m teacher.verify`)" in err
+    assert "Traceback" not in err and not (run / "export").exists()
+    with pytest.raises(RunDirError, match="no column label"):
+        collect(run)
+
+
+def test_data_export_shim_runs_dataset_export(verified_run, tmp_path):
+    """``python -m data.export`` (the old command) is ``python -m dataset.export`` with a deprecation
+    note on stderr: the same help, and the same files and lines from a real export."""
+    import shutil
+
+    from hostile.hostile_util import cli, no_traceback
+
+    old, new = cli("data.export", "--help"), cli("dataset.export", "--help")
+    assert old.returncode == new.returncode == 0 and old.stdout == new.stdout and "--format" in new.stdout
+    assert "python -m data.export is deprecated: use `python -m dataset.export`" in old.stderr and not new.stderr
+
+    done = {}
+    for module in ("data.export", "dataset.export"):
+        run = tmp_path / module
+        shutil.copytree(verified_run, run, ignore=shutil.ignore_patterns("export", "report", "README.md"))
+        proc = cli(module, "--run", str(run), "--format", "webprmbench", "--no-card")
+        no_traceback(proc)
+        assert proc.returncode == 0, proc.stderr
+        done[module] = (proc.stdout.replace(str(run), "RUN"), (run / "export/webprmbench.parquet").read_bytes())
+    assert done["data.export"] == done["dataset.export"] and "wrote RUN/export/webprmbench.parquet" in \
+        done["dataset.export"][0]
 
 
 def test_trl_export_trains_a_tiny_model_one_step(verified_run, tmp_path):
@@ -161,7 +222,8 @@ def test_card_snippet_trains_with_trl_and_keeps_every_row(verified_run, tmp_path
     config = _snippet_sft_config(card)
     assert set(config) == {"output_dir", "max_length"}          # no other TRL option is needed
     assert config["max_length"] == tokens["max_length"] >= tokens["total"]["max"]
-    assert f"| total | {tokens['total']['min']:,} |" in card
+    assert [f"{tokens['total'][k]:,}" for k in ("min", "median", "p95", "max")] == \
+        next(r[1:] for r in table_rows(card) if r[0] == "total")
 
     ds = datasets.load_dataset("parquet", data_files=str(root / "export/trl/train.parquet"),
                                cache_dir=str(tmp_path / "hf"))["train"]
@@ -199,7 +261,7 @@ def test_report_shows_an_example_timings_and_what_the_teacher_means(verified_run
     assert f"`{kept['pair_id']}` (kept; rule `{kept['rule']}`" in example and kept["intent"] in example
     assert kept["judgment"][:200] in example and "demonstrated (better)" in example
     seconds = json.loads((root / "stats.json").read_text())["teacher.verify"]["seconds"]
-    assert f"| `teacher.verify` | {seconds:.1f} |" in report.split("## Stage timings", 1)[1]
+    assert ["`teacher.verify`", f"{seconds:.1f}"] in table_rows(report.split("## Stage timings", 1)[1])
     assert "answered through an endpoint" in report.split("## What the teacher's figures mean", 1)[1]
 
 
@@ -223,7 +285,7 @@ def test_report_plots_run_to_k_and_show_the_sample_beside_the_pool(verified_run,
     r = collect(run)
     assert r["k"] == 2 and list(r["cost"]["passes_per_retry"]) == [2]
     attempts = render_markdown(r).split("## Attempts", 1)[1].split("##", 1)[0]
-    assert "| 2 |" in attempts and "| 3 |" not in attempts
+    assert [r[0] for r in table_rows(attempts)] == ["attempts", "1", "2"]
     r["dist"]["pool"]["rule"]["structurally_near"] = 500          # a pool of hundreds beside a sample of a few
     fig = distribution_figure(r)
     (pool_rule, pool_axis), (sample_rule, sample_axis) = fig.axes[:2], fig.axes[2:]
