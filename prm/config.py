@@ -1,18 +1,24 @@
-"""Typed configuration of comparative PRM training: TRL's ``SFTConfig`` plus the backbone, LoRA
-and data fields, loadable from YAML and overridable from flags (:mod:`data.config`).
+"""Typed configuration of comparative PRM training: TRL's ``SFTConfig`` and ``ModelConfig`` plus
+the data fields, loadable from YAML and overridable from flags (:mod:`data.config`).
 
-``PRMTrainConfig`` *is* an ``SFTConfig`` (a subclass): every TRL/transformers training field
-(``learning_rate``, ``lr_scheduler_type``, ``save_strategy``, ``deepspeed``, ...) keeps its TRL
-name, help and meaning, and only the defaults that differ from TRL's are declared again, with
-today's values (``learning_rate`` 1e-4, ``max_length`` 4096, ... see ``CARRIED_DEFAULTS``). A
-config file keeps three sections for the reader; their keys are this one class's fields::
+``PRMTrainConfig`` *is* an ``SFTConfig`` and a ``ModelConfig`` (a subclass of both): every
+TRL/transformers training field (``learning_rate``, ``lr_scheduler_type``, ``save_strategy``,
+``deepspeed``, ...) and every model/LoRA field (``model_name_or_path``, ``use_peft``, ``lora_r``,
+``use_rslora``, ``load_in_4bit``, ...) keeps its TRL name, help and meaning; the adapters are
+``trl.get_peft_config(cfg)`` and a quantized load ``trl.get_quantization_config(cfg)``. Only the
+defaults that differ from TRL's are declared again, with today's values (``learning_rate`` 1e-4,
+``max_length`` 4096, LoRA on all linear layers, ... see ``CARRIED_DEFAULTS``). A config file keeps
+three sections for the reader; their keys are this one class's fields::
 
-    model: {name_or_path: ..., lora: true, lora_r: 128, ...}      # MODEL_FIELDS
-    data:  {train_file: ..., eval_file: ..., max_length: 4096}     # DATA_FIELDS
+    model: {model_name_or_path: ..., use_peft: true, lora_r: 128, ...}   # ModelConfig's fields
+    data:  {train_file: ..., eval_file: ..., max_length: 4096}           # DATA_FIELDS
     train: {output_dir: ..., learning_rate: 1.0e-4, effective_batch_size: 256, ...}   # the rest
 
 Every field is also a flag named after it (``--learning-rate 5e-5``, ``--lora-r 16``,
-``--train-file PATH``, ``--no-lora``); flags override the file (``--config FILE``).
+``--train-file PATH``, ``--no-use-peft``); flags override the file (``--config FILE``). The names
+of earlier recipes still work with a warning (``name_or_path``/``--name-or-path`` is
+``model_name_or_path``, ``lora``/``--no-lora`` is ``use_peft``; a comma-separated
+``lora_target_modules`` string is the list of those modules).
 
 ``output_dir`` is where the merged model goes (checkpoints, when saved, go to
 ``output_dir/checkpoints``). Gradient accumulation follows from ``effective_batch_size`` unless
@@ -24,16 +30,16 @@ when a recipe for 8 GPUs is loaded or dry-run on a laptop.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from trl import SFTConfig
+from trl import ModelConfig, SFTConfig
 
-from data.config import Configurable, add_dataclass_args, check_keys
+from data.config import Configurable, add_dataclass_args, check_keys, flag_name, renamed
 
-MODEL_FIELDS = ("name_or_path", "dtype", "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
-                "attn_implementation")
+MODEL_FIELDS = tuple(f.name for f in fields(ModelConfig))
 DATA_FIELDS = ("train_file", "eval_file", "max_length", "max_train_samples")
 # Keys of earlier config files, now TRL's own fields.
 RENAMED = {"per_device_batch_size": "per_device_train_batch_size",
@@ -42,25 +48,22 @@ RENAMED = {"per_device_batch_size": "per_device_train_batch_size",
 
 
 @dataclass
-class PRMTrainConfig(Configurable, SFTConfig):
-    """Comparative PRM training: TRL's SFTConfig, the backbone and LoRA, the data files."""
+class PRMTrainConfig(Configurable, SFTConfig, ModelConfig):
+    """Comparative PRM training: TRL's SFTConfig and ModelConfig (backbone, LoRA), the data files."""
 
     FILE_FLAG = "config"
 
-    # -- model: the backbone and how it is adapted ---------------------------------------------
-    name_or_path: str = field(default="", metadata={
+    # -- model: ModelConfig fields whose defaults differ from TRL's -------------------------------
+    model_name_or_path: str = field(default="", metadata={
+        "deprecated": ("name_or_path",),
         "help": "transformers folder or hub id of the base model ('embedded': the bundled SmolLM2-135M-Instruct)"})
-    dtype: str = field(default="float32", metadata={
-        "choices": ("float32", "bfloat16", "float16"), "help": "weights dtype when loading"})
-    lora: bool = field(default=True, metadata={"help": "train LoRA adapters (merged into the saved model); "
-                                                       "--no-lora: a full fine-tune"})
-    lora_r: int = field(default=16, metadata={"min": 1, "help": "LoRA rank"})
-    lora_alpha: int = field(default=32, metadata={"min": 1, "help": "LoRA alpha (scale = alpha / r)"})
-    lora_dropout: float = field(default=0.05, metadata={"min": 0, "max": 1, "help": "LoRA dropout"})
-    lora_target_modules: str = field(default="all-linear", metadata={
-        "help": "modules that get adapters: 'all-linear' or a comma-separated list (q_proj,v_proj)"})
-    attn_implementation: str | None = field(default=None, metadata={
-        "help": "attention kernel (sdpa, flash_attention_2, eager); unset: transformers' choice"})
+    use_peft: bool = field(default=True, metadata={
+        "deprecated": ("lora",),
+        "help": "train LoRA adapters (trl.get_peft_config; merged into the saved model); --no-use-peft: a full "
+                "fine-tune (TRL: off)"})
+    lora_target_modules: list[str] | None = field(default_factory=lambda: ["all-linear"], metadata={
+        "help": "modules that get adapters: all-linear, or their names (q_proj v_proj) (TRL: unset = peft's "
+                "choice for the architecture)"})
 
     # -- data: conversational prompt/completion Parquet (dataset.export --format trl / trl-labels) --
     train_file: str = field(default="", metadata={"help": "training Parquet (prompt, completion columns)"})
@@ -111,8 +114,9 @@ class PRMTrainConfig(Configurable, SFTConfig):
 
     @classmethod
     def file_values(cls, data: dict, where: str) -> dict:
-        """The ``model``/``data``/``train`` sections, flattened; a key in the wrong section, an
-        unknown key or a renamed one is refused."""
+        """The ``model``/``data``/``train`` sections, flattened; a key in the wrong section or an
+        unknown key is refused, a key of TRL's renamed one too (an old name of ours is renamed,
+        with a warning)."""
         check_keys(data, ("model", "data", "train"), f"{where} (sections)")
         names = [f.name for f in fields(cls) if f.init]
         flat = {}
@@ -121,6 +125,7 @@ class PRMTrainConfig(Configurable, SFTConfig):
             for key in values:
                 if key in RENAMED:
                     raise ValueError(f"{where}: {section}.{key} is now {RENAMED[key]}")
+            values = renamed(cls, values, f"{where}: {section}")
             check_keys(values, [n for n in names if cls.section_of(n) == section], f"{where}: {section}")
             flat.update(values)
         return flat
@@ -128,7 +133,8 @@ class PRMTrainConfig(Configurable, SFTConfig):
     @classmethod
     def add_args(cls, parser, prefix: str = "", skip: tuple[str, ...] = ()) -> None:
         """``--config FILE`` and one flag per field, grouped by section in ``--help``."""
-        parser.add_argument(f"--{prefix}config", dest=f"{prefix.replace('-', '_')}config", metavar="FILE",
+        parser.__dict__.setdefault("configs", []).append((cls, prefix, skip))     # for tests/test_cli_config.py
+        parser.add_argument(flag_name(cls.FILE_FLAG, prefix), dest=f"{prefix.replace('-', '_')}config", metavar="FILE",
                             help="YAML file with model/data/train sections (flags override it)")
         names = [f.name for f in fields(cls) if f.init]
         for section in ("model", "data", "train"):
@@ -141,8 +147,17 @@ class PRMTrainConfig(Configurable, SFTConfig):
         # TrainingArguments is built; those checks run in trainer_args(), on the machine that trains.
         held = (self.bf16, self.deepspeed)
         self.bf16, self.deepspeed = False, None
-        super().__post_init__()
+        super().__post_init__()          # SFTConfig's chain; TrainingArguments does not go on to ModelConfig's
         self.bf16, self.deepspeed = held
+        if isinstance(self.lora_target_modules, str) and "," in self.lora_target_modules:
+            # earlier recipes wrote a comma-separated string; peft would read it as one regex
+            self.lora_target_modules = [t.strip() for t in self.lora_target_modules.split(",") if t.strip()]
+        targets = self.lora_target_modules
+        ModelConfig.__post_init__(self)  # refuses 8-bit with 4-bit; unwraps a one-item target list
+        # ... to a string, which peft matches as a regex against full module names: only
+        # "all-linear" means the same either way, so one module name (--lora-target-modules q_proj) stays a list
+        if isinstance(targets, list) and self.lora_target_modules != "all-linear":
+            self.lora_target_modules = targets
 
     def as_dict(self) -> dict:
         """Every field (enums as their values), by section."""
@@ -183,13 +198,13 @@ class PRMTrainConfig(Configurable, SFTConfig):
         ``check_paths``, the data files (present, with prompt and completion columns) and the model
         (a local folder with config.json, or a hub id, reported as unchecked offline)."""
         problems = []
-        if not self.name_or_path:
-            problems.append("model.name_or_path is empty")
+        if not self.model_name_or_path:
+            problems.append("model.model_name_or_path is empty")
         if not self.train_file:
             problems.append("data.train_file is empty")
         if not self.output_dir:
             problems.append("train.output_dir is empty")
-        if self.lora and (self.lora_r < 1 or self.lora_alpha < 1 or not 0 <= self.lora_dropout < 1):
+        if self.use_peft and (self.lora_r < 1 or self.lora_alpha < 1 or not 0 <= self.lora_dropout < 1):
             problems.append("LoRA needs lora_r >= 1, lora_alpha >= 1 and 0 <= lora_dropout < 1")
         if self.learning_rate <= 0 or self.per_device_train_batch_size < 1 or (self.max_length or 0) < 16:
             problems.append("learning_rate > 0, per_device_train_batch_size >= 1 and max_length >= 16 are required")
@@ -208,34 +223,37 @@ class PRMTrainConfig(Configurable, SFTConfig):
             problems.append(str(e))
         if self.bf16 and self.dtype == "float16":
             problems.append("bf16 training with float16 weights: use dtype bfloat16 or float32")
+        if (self.load_in_4bit or self.load_in_8bit) and importlib.util.find_spec("bitsandbytes") is None:
+            problems.append("load_in_4bit / load_in_8bit need bitsandbytes, which is not installed")
         if check_paths:
             for key in ("train_file", "eval_file"):
                 path = getattr(self, key)
                 if path:
                     problems += _check_data_file(key, Path(path))
-            if self.name_or_path and self.name_or_path != "embedded":
-                p = Path(self.name_or_path)
-                looks_local = p.exists() or self.name_or_path.startswith((".", "/", "~"))
+            if self.model_name_or_path and self.model_name_or_path != "embedded":
+                p = Path(self.model_name_or_path)
+                looks_local = p.exists() or self.model_name_or_path.startswith((".", "/", "~"))
                 if looks_local and not (p / "config.json").exists():
-                    problems.append(f"model.name_or_path {p} has no config.json")
+                    problems.append(f"model.model_name_or_path {p} has no config.json")
         return problems
 
     def summary(self) -> dict:
         """What a dry run reports: the resolved batch arithmetic and the model's location."""
         world = self.world_size()
         accum = self.accumulation() if not self.validate(check_paths=False) else None
-        local = self.name_or_path == "embedded" or (Path(self.name_or_path) / "config.json").exists()
-        return {"model": self.name_or_path,
+        local = self.model_name_or_path == "embedded" or (Path(self.model_name_or_path) / "config.json").exists()
+        return {"model": self.model_name_or_path,
                 "model_location": "local folder" if local else "hub id (not checked: offline)",
-                "mode": f"LoRA r={self.lora_r} alpha={self.lora_alpha}" if self.lora else "full fine-tune",
+                "mode": f"LoRA r={self.lora_r} alpha={self.lora_alpha}" if self.use_peft else "full fine-tune",
                 "processes": world, "per_device_train_batch_size": self.per_device_train_batch_size,
                 "gradient_accumulation_steps": accum,
                 "effective_batch_size": None if accum is None else accum * self.per_device_train_batch_size * world,
                 "bf16": self.bf16, "learning_rate": self.learning_rate, "max_length": self.max_length}
 
 
-# The SFTConfig defaults declared again above, with TRL's own value beside ours.
+# The SFTConfig and ModelConfig defaults declared again above, with TRL's own value beside ours.
 CARRIED_DEFAULTS = {
+    "model_name_or_path": (None, ""), "use_peft": (False, True), "lora_target_modules": (None, ["all-linear"]),
     "output_dir": (None, ""), "learning_rate": (2e-5, 1e-4), "num_train_epochs": (3.0, 1.0),
     "per_device_train_batch_size": (8, 1), "per_device_eval_batch_size": (8, 1),
     "gradient_accumulation_steps": (1, None), "lr_scheduler_type": ("linear", "cosine"),

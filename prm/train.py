@@ -9,12 +9,12 @@ The data are the conversational files of ``dataset.export`` (``prompt`` = [syste
 answer tag alone (``--format trl-labels``, an ablation without rationales). TRL tokenizes the
 prompt and the completion through the model's chat template and masks the prompt out of the
 loss (``completion_only_loss``), so the model learns ``f(s_t, a1, a2) -> (judgment, y)`` and
-nothing else. With ``model.lora`` the adapters (peft) are merged into the base weights before
-saving; either way ``output_dir`` ends up a plain transformers folder (safetensors, config,
+nothing else. With ``model.use_peft`` the LoRA adapters (``trl.get_peft_config``) are merged into
+the base weights before saving; either way ``output_dir`` ends up a plain transformers folder (safetensors, config,
 tokenizer, chat template) that ``from_pretrained`` and vLLM load unchanged. Checkpoints, when
 asked for (``save_strategy``), go to ``output_dir/checkpoints``; ``output_dir/train_log.json``
 keeps the config, the loss per step and the timing. The config (``prm.config.PRMTrainConfig``)
-is TRL's ``SFTConfig`` with the model, LoRA and data fields added; every field is a flag.
+is TRL's ``SFTConfig`` and ``ModelConfig`` with the data fields added; every field is a flag.
 """
 
 from __future__ import annotations
@@ -54,14 +54,20 @@ def resolve_model_path(name_or_path: str) -> str:
 
 
 def load_model_and_tokenizer(cfg: PRMTrainConfig):
+    """The base model and tokenizer as TRL's SFT script loads them from a ``ModelConfig``: its
+    revision, dtype, attention kernel and quantization (``trl.get_quantization_config``), and
+    ``model_init_kwargs`` on top."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import get_quantization_config
 
-    path = resolve_model_path(cfg.name_or_path)
-    kwargs = {"dtype": getattr(torch, cfg.dtype)}
-    if cfg.attn_implementation:
-        kwargs["attn_implementation"] = cfg.attn_implementation
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    path = resolve_model_path(cfg.model_name_or_path)
+    kwargs = {"revision": cfg.model_revision, "trust_remote_code": cfg.trust_remote_code,
+              "dtype": cfg.dtype if cfg.dtype in ("auto", None) else getattr(torch, cfg.dtype),
+              "attn_implementation": cfg.attn_implementation,
+              "quantization_config": get_quantization_config(cfg), **(cfg.model_init_kwargs or {})}
+    tokenizer = AutoTokenizer.from_pretrained(path, revision=cfg.model_revision,
+                                              trust_remote_code=cfg.trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     return model, tokenizer
 
@@ -77,21 +83,9 @@ def load_split(path: str, max_rows: int | None = None):
     return ds
 
 
-def peft_config(cfg: PRMTrainConfig):
-    """peft's ``LoraConfig`` for the config's LoRA fields (None for a full fine-tune)."""
-    if not cfg.lora:
-        return None
-    from peft import LoraConfig
-
-    targets = cfg.lora_target_modules if cfg.lora_target_modules == "all-linear" else \
-        [t.strip() for t in cfg.lora_target_modules.split(",") if t.strip()]
-    return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=targets, task_type="CAUSAL_LM")
-
-
 def build_trainer(cfg: PRMTrainConfig, model=None, tokenizer=None):
     """An ``SFTTrainer`` for ``cfg`` (a model and tokenizer may be passed in instead of loaded)."""
-    from trl import SFTTrainer
+    from trl import SFTTrainer, get_peft_config
 
     if model is None or tokenizer is None:
         model, tokenizer = load_model_and_tokenizer(cfg)
@@ -105,7 +99,7 @@ def build_trainer(cfg: PRMTrainConfig, model=None, tokenizer=None):
     if eval_ds is not None and len(eval_ds) == 0:
         eval_ds = None
     trainer = SFTTrainer(model=model, args=cfg.trainer_args(), train_dataset=train_ds, eval_dataset=eval_ds,
-                         processing_class=tokenizer, peft_config=peft_config(cfg))
+                         processing_class=tokenizer, peft_config=get_peft_config(cfg))
     # TRL truncates to max_length and silently drops rows whose completion was cut away entirely:
     # count them, and refuse to train on nothing.
     trainer.rows_loaded = len(train_ds)

@@ -47,6 +47,6 @@ def test_prm_train_keeps_trls_progress_bar():
     pytest.importorskip("trl")
     from prm.config import PRMTrainConfig
 
-    cfg = PRMTrainConfig(name_or_path="x", train_file="t.parquet", output_dir="o", use_cpu=True)
+    cfg = PRMTrainConfig(model_name_or_path="x", train_file="t.parquet", output_dir="o", use_cpu=True)
     assert cfg.disable_tqdm is False and cfg.trainer_args().disable_tqdm is False
-    assert PRMTrainConfig(name_or_path="x", train_file="t", output_dir="o", disable_tqdm=True).trainer_args().disable_tqdm
+    assert PRMTrainConfig(model_name_or_path="x", train_file="t", output_dir="o", disable_tqdm=True).trainer_args().disable_tqdm

@@ -34,7 +34,7 @@ def _tiny(paths):
 
 
 def _config(paths, out, **fields) -> PRMTrainConfig:
-    return PRMTrainConfig(**{"name_or_path": "tiny", "lora": False, "train_file": str(paths["train"]),
+    return PRMTrainConfig(**{"model_name_or_path": "tiny", "use_peft": False, "train_file": str(paths["train"]),
                              "max_length": 4096, "output_dir": str(out), "use_cpu": True, "learning_rate": 1e-2,
                              "lr_scheduler_type": "constant", "warmup_steps": 0.0, **fields})
 
@@ -90,7 +90,7 @@ def test_lora_merges_and_reloads_with_identical_logits(label_run, tmp_path):
     _, paths = label_run
     model, tok = _tiny(paths)
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    cfg = _config(paths, tmp_path / "lora", max_steps=3, per_device_train_batch_size=2, lora=True, lora_r=4,
+    cfg = _config(paths, tmp_path / "lora", max_steps=3, per_device_train_batch_size=2, use_peft=True, lora_r=4,
                   lora_alpha=8, lora_dropout=0.0)
     trainer = build_trainer(cfg, model, tok)
     assert isinstance(trainer.model, PeftModel)
@@ -127,11 +127,15 @@ def test_config_yaml_cli_overrides_and_dry_run(label_run, capsys):
     assert "not a multiple" in capsys.readouterr().out
     assert main(["--config", gpu, "--dry-run"]) == 2
     assert "does not exist" in capsys.readouterr().out
-    assert main(["--config", gpu, "--dry-run", *data, "--no-lora", "--num-processes", "4"]) == 0
+    assert main(["--config", gpu, "--dry-run", *data, "--no-use-peft", "--num-processes", "4"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["mode"] == "full fine-tune" and report["gradient_accumulation_steps"] == 16
+    assert main(["--config", gpu, "--dry-run", *data, "--no-lora", "--name-or-path", "Qwen/Qwen3-8B"]) == 0
+    out = capsys.readouterr()                                 # the flags of earlier recipes, with a warning
+    assert json.loads(out.out)["mode"] == "full fine-tune" and json.loads(out.out)["model"] == "Qwen/Qwen3-8B"
+    assert "--no-lora is deprecated" in out.err and "--name-or-path is deprecated" in out.err
     demo = PRMTrainConfig.from_yaml("configs/prm/cpu-demo.yaml")
-    assert demo.name_or_path == "embedded" and not demo.bf16 and not demo.validate(check_paths=False)
+    assert demo.model_name_or_path == "embedded" and not demo.bf16 and not demo.validate(check_paths=False)
     for bad in ("configs/prm/qwen-3b-full.yaml",):
         assert not PRMTrainConfig.from_yaml(bad).validate(check_paths=False)
 
@@ -150,15 +154,18 @@ def test_trainer_gets_a_plain_sft_config(tmp_path):
 
 
 def test_only_differing_sft_defaults_are_declared_again():
-    """PRMTrainConfig re-declares an SFTConfig field only to carry a default that differs from TRL's."""
+    """PRMTrainConfig re-declares an SFTConfig or ModelConfig field only to carry a default that
+    differs from TRL's."""
     from dataclasses import MISSING, fields
+
+    from trl import ModelConfig
 
     from prm.config import CARRIED_DEFAULTS
 
     def default(f):
         return f.default_factory() if f.default is MISSING else f.default
 
-    trl = {f.name: default(f) for f in fields(SFTConfig)}
+    trl = {f.name: default(f) for f in fields(SFTConfig) + fields(ModelConfig)}
     ours = {f.name: default(f) for f in fields(PRMTrainConfig)}
     redeclared = set(PRMTrainConfig.__annotations__) & set(trl)
     assert redeclared == set(CARRIED_DEFAULTS)
@@ -166,12 +173,37 @@ def test_only_differing_sft_defaults_are_declared_again():
         assert trl[name] == trl_default and ours[name] == our_default and trl_default != our_default, name
 
 
+def test_model_fields_are_trls_model_config(tmp_path, capsys):
+    """The model section is TRL's ModelConfig: trl.get_peft_config reads the recipe's LoRA, a full
+    fine-tune has none, and the keys of earlier recipes load with a warning."""
+    from peft import LoraConfig
+    from trl import ModelConfig, get_peft_config
+
+    cfg = PRMTrainConfig.from_yaml("configs/prm/qwen-7b-lora.yaml")
+    lora = get_peft_config(cfg)
+    assert isinstance(cfg, ModelConfig) and isinstance(lora, LoraConfig)
+    assert (lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules) == (128, 256, 0.05, "all-linear")
+    assert lora.task_type == "CAUSAL_LM" and not lora.use_rslora
+    assert get_peft_config(PRMTrainConfig.from_yaml("configs/prm/qwen-3b-full.yaml")) is None
+    assert get_peft_config(PRMTrainConfig(lora_target_modules=["q_proj"])).target_modules == {"q_proj"}   # no regex
+    old = tmp_path / "old.yaml"
+    old.write_text("model: {name_or_path: x, lora: false, lora_target_modules: 'q_proj, v_proj'}\n")
+    cfg = PRMTrainConfig.from_yaml(old)
+    assert (cfg.model_name_or_path, cfg.use_peft, cfg.lora_target_modules) == ("x", False, ["q_proj", "v_proj"])
+    assert "'name_or_path' is deprecated" in capsys.readouterr().err
+    old.write_text("model: {name_or_path: x, model_name_or_path: y}\n")
+    with pytest.raises(ValueError, match="give only 'model_name_or_path'"):
+        PRMTrainConfig.from_yaml(old)
+    with pytest.raises(ValueError, match="8 bit and 4 bit"):
+        PRMTrainConfig(load_in_8bit=True, load_in_4bit=True)
+
+
 def test_unknown_config_keys_are_refused(tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text("model: {name_or_path: x, lora_rank: 8}\n")
+    path.write_text("model: {model_name_or_path: x, lora_rank: 8}\n")
     with pytest.raises(ValueError, match="lora_rank"):
         PRMTrainConfig.from_yaml(path)
-    path.write_text("model: {name_or_path: x}\ndata: {learning_rate: 0.1}\n")      # a train key in data
+    path.write_text("model: {model_name_or_path: x}\ndata: {learning_rate: 0.1}\n")      # a train key in data
     with pytest.raises(ValueError, match="learning_rate"):
         PRMTrainConfig.from_yaml(path)
     path.write_text("train: {per_device_batch_size: 4}\n")                          # renamed to TRL's name
