@@ -62,7 +62,7 @@ def mined_run(shared: Path, sample: int) -> Path:
 
     server = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "scripted")
     try:
-        mine(RUN, MineConfig(budget=sample, seed=42),
+        mine(RUN, MineConfig(sample_size=sample, seed=42),
              LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(RUN.parent / "llm-cache")), workers=2)
     finally:
         server.shutdown()

@@ -136,7 +136,7 @@ def mine_run(run: Path, cache: Path) -> tuple[dict, list[dict]]:
 
     server = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "scripted")
     try:
-        stats = mine(run, MineConfig(budget=10000, seed=42),
+        stats = mine(run, MineConfig(sample_size=10000, seed=42),
                      LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(cache)), workers=2)
     finally:
         server.shutdown()

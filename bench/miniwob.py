@@ -139,7 +139,7 @@ def loop(out: Path) -> list[str]:
     edges = sum(pq.read_metadata(p).num_rows for p in (run / "graphs").glob("*/edges.parquet"))
     server = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "fixed")
     try:
-        mine(run, MineConfig(budget=200, seed=42), LLMConfig(base_url=server.base_url, model="fixed",
+        mine(run, MineConfig(sample_size=200, seed=42), LLMConfig(base_url=server.base_url, model="fixed",
                                                              cache_dir=str(run / "llm")), workers=1)
     finally:
         server.shutdown()

@@ -144,7 +144,7 @@ def mine_run(run: Path, budget: int, no_graph: bool = False) -> None:
 
     server = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "scripted")
     try:
-        mine(run, MineConfig(budget=budget, seed=42, no_graph=no_graph),
+        mine(run, MineConfig(sample_size=budget, seed=42, no_graph=no_graph),
              LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(run.parent / "llm-cache")), workers=1)
     finally:
         server.shutdown()
@@ -199,7 +199,7 @@ def prepare(cfg: BenchConfig, out: Path, timings: dict, runs: tuple[str, ...] = 
                 pq.write_table(pa.Table.from_pylist(chosen, schema=schema), bench)
             continue
         if not (run / "preferences.parquet").exists():
-            sh(cfg, "-m", "teacher.verify", "--run", str(run), "--k", "1", "--budget", str(cfg.prompt_budget),
+            sh(cfg, "-m", "teacher.verify", "--run", str(run), "--k", "1", "--axtree-chars", str(cfg.prompt_budget),
                "--quiet", *tmpl, timings=timings, key=f"verify_{name}")
         if not (run / "export" / "trl" / "train.parquet").exists():
             sh(cfg, "-m", "dataset.export", "--run", str(run), "--format", "trl", "--preset", "paper", "--no-card")

@@ -37,7 +37,7 @@ _MINE = """
 t = time.perf_counter()
 from proposals.mine import MineConfig, mine
 from llm import LLMConfig
-stats = mine(sys.argv[1], MineConfig(budget=10000, seed=42), LLMConfig(cache_dir=sys.argv[2]),
+stats = mine(sys.argv[1], MineConfig(sample_size=10000, seed=42), LLMConfig(cache_dir=sys.argv[2]),
              workers=int(sys.argv[3]) or None)
 dt = time.perf_counter() - t
 time.sleep(0.05)

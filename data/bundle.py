@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import shutil
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from data.config import make_parser
+from data.config import Configurable, make_parser
 from data.readers.agentlab import read_experiment
 from data.rundir import atomic_write_parquet
 from data.schema import ROW_GROUP_SIZE, StepRecord, for_storage, steps_to_table
@@ -55,12 +56,26 @@ def build(shared: Path, out: Path) -> Path:
     return target
 
 
+@dataclass
+class BundleCommand(Configurable):
+    """The flags of ``python -m data.bundle``."""
+
+    ARG_GROUP = "bundle"
+
+    shared: str = field(default="../shared/data", metadata={
+        "help": "folder of the shared traces (agentlab_workarena/, webprm_collection_samples/)"})
+    out: str = field(default="data/bundled", metadata={"help": "folder of the bundled sample to write"})
+
+
+def build_parser():
+    ap = make_parser("python -m data.bundle", __doc__)
+    BundleCommand.add_args(ap)
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m data.bundle")
-    ap.add_argument("--shared", type=Path, default=Path("../shared/data"))
-    ap.add_argument("--out", type=Path, default=Path("data/bundled"))
-    args = ap.parse_args(argv)
-    build(args.shared, args.out)
+    args = BundleCommand.from_args(build_parser().parse_args(argv))
+    build(Path(args.shared), Path(args.out))
     return 0
 
 

@@ -228,7 +228,7 @@ def add_dataclass_args(parser, cls, prefix: str = "", skip: tuple[str, ...] = ()
             continue
         tp, many = _unwrap(_hints(cls)[f.name])
         flag, dest, help_text = flag_name(f.name, prefix), dest_name(f.name, prefix), _help(f)
-        old_names = f.metadata.get("deprecated", ())
+        old_names = [n for n in f.metadata.get("deprecated", ()) if n not in skip]   # skip: an old name taken here
         if tp is bool:
             switches = [(flag_name(n, prefix), flag_name(n[3:] if n.startswith("no_") else "no_" + n, prefix))
                         for n in (f.name, *old_names)]

@@ -18,9 +18,10 @@ import argparse
 import math
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from data.config import make_parser
+from data.config import Configurable, make_parser
 from data.readers.agentlab import read_agentlab
 from data.readers.canonical import read_canonical
 from data.readers.safe_pickle import DEFAULT_MAX_DECOMPRESSED_MB
@@ -122,15 +123,27 @@ def _mb(text: str) -> float:
     return value
 
 
+@dataclass
+class IngestCommand(Configurable):
+    """The flags of ``python -m data.ingest``."""
+
+    ARG_GROUP = "ingest"
+
+    source: str = field(metadata={"choices": tuple(sorted(READERS)), "help": "the inputs' format"})
+    input: list[str] = field(metadata={"metavar": "PATH", "help": "files or folders to read"})
+    out: str = field(metadata={"help": "run directory to write (a used one: its later outputs are removed)"})
+    max_decompressed_mb: float = field(default=DEFAULT_MAX_DECOMPRESSED_MB, metadata={
+        "type": _mb, "metavar": "MB", "help": "agentlab: reject a step or goal pickle that decompresses to more than this"})
+
+
+def build_parser():
+    ap = make_parser("python -m data.ingest", __doc__)
+    IngestCommand.add_args(ap)
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m data.ingest", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--source", required=True, choices=sorted(READERS))
-    ap.add_argument("--input", required=True, nargs="+", help="files or folders to read")
-    ap.add_argument("--out", required=True, help="run directory to write (a used one: its later outputs are removed)")
-    ap.add_argument("--max-decompressed-mb", type=_mb, default=DEFAULT_MAX_DECOMPRESSED_MB,
-                    help="agentlab: reject a step or goal pickle that decompresses to more than this "
-                         f"(default {DEFAULT_MAX_DECOMPRESSED_MB})")
-    args = ap.parse_args(argv)
+    args = IngestCommand.from_args(build_parser().parse_args(argv))
     try:
         stats = ingest(args.source, args.input, args.out, args.max_decompressed_mb)
     except (FileNotFoundError, ValueError, RunDirError) as e:

@@ -18,13 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from data.config import make_parser
+from data.config import Configurable
 from data.rundir import Reject, RunDir
 import data
 import graph
@@ -114,16 +114,30 @@ def with_dask(address: str | None = None, local: bool = False, workers: int | No
     return build_graphs_flow.with_options(task_runner=runner)
 
 
+@dataclass
+class DaskOptions(Configurable):
+    """Where the per-site tasks run when not on threads."""
+
+    ARG_GROUP = "Dask"
+
+    dask_address: str | None = field(default=None, metadata={
+        "metavar": "ADDRESS", "help": "scheduler address of an existing Dask cluster (tcp://host:8786)"})
+    dask_local: bool = field(default=False, metadata={"help": "start a local Dask cluster"})
+
+
+def build_parser():
+    """``graph.build``'s own parser (``--run``, ``BuildConfig``) and ``DaskOptions``."""
+    ap = graph.build.build_parser("python -m flows.build_graphs", __doc__)
+    DaskOptions.add_args(ap)
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser("python -m flows.build_graphs", __doc__)
-    ap.add_argument("--run", required=True, help="run directory holding trajectories.parquet")
-    BuildConfig.add_args(ap)        # graph.build's flags: --identity, --max-depth, --max-nodes, --include-failed, ...
-    ap.add_argument("--dask-address", default=None, help="scheduler address of an existing Dask cluster")
-    ap.add_argument("--dask-local", action="store_true", help="start a local Dask cluster")
-    args = ap.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    dask = DaskOptions.from_args(args)
     config = BuildConfig.from_args(args)
-    if args.dask_address or args.dask_local:
-        fl = with_dask(args.dask_address, True, config.workers)
+    if dask.dask_address or dask.dask_local:
+        fl = with_dask(dask.dask_address, True, config.workers)
     else:
         fl = build_graphs_flow.with_options(task_runner=ThreadPoolTaskRunner(max_workers=config.workers or 4))
     state = fl(run=args.run, config=config, return_state=True)

@@ -37,9 +37,9 @@ def deployments():
     """Every deployment this project serves (name 'default' each)."""
     flows = [
         (build_graphs_flow, {"run": "runs/demo"}),
-        (propose_negatives_flow, {"run": "runs/demo", "config": {"budget": 200}}),
+        (propose_negatives_flow, {"run": "runs/demo", "config": {"sample_size": 200}}),
         (verify_pairs_flow, {"run": "runs/demo"}),
-        (synthesize_flow, {"run": "runs/demo", "budget": 8, "k": 2}),
+        (synthesize_flow, {"run": "runs/demo", "mine": {"sample_size": 8}, "verify": {"k": 2}}),
         (train_prm_flow, {"config": "configs/prm/cpu-demo.yaml"}),
         (evaluate_prm_flow, {"bench": "runs/demo/export/trl/test.parquet", "out": "runs/demo/prm/eval-trained.json",
                              "model": "runs/demo/prm/cpu-demo", "max_tokens": 24}),
@@ -60,10 +60,15 @@ def deployments():
     return [f.to_deployment(name="default", entrypoint_type=MODULE, parameters=params) for f, params in flows]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser():
+    """One flag, written by hand."""
     ap = make_parser("python -m flows.serve", __doc__)
     ap.add_argument("--list", action="store_true", help="print the deployments and their default parameters, then exit")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.list:
         for d in deployments():
             print(f"{d.flow_name}/{d.name}  {d.entrypoint}  {d.parameters}")

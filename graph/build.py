@@ -316,11 +316,16 @@ def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int
     return finalize(run, results, plan_rejects, len(rows), include_failed, config)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m graph.build", description=__doc__.split("\n\n")[0])
+def build_parser(prog: str = "python -m graph.build", doc: str = __doc__):
+    """``--run`` (the one flag written by hand) and ``BuildConfig``'s flags."""
+    ap = make_parser(prog, doc)
     ap.add_argument("--run", required=True, help="run directory holding trajectories.parquet")
     BuildConfig.add_args(ap)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         config = BuildConfig.from_args(args)
         stats = build_graphs(args.run, config=config)

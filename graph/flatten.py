@@ -30,11 +30,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from data.config import make_parser
+from data.config import Configurable, make_parser
 from graph.axtree import parse_axtree, parse_props
 
 
@@ -108,18 +109,31 @@ def flatten_run(trajectories: Path, out: Path) -> int:
     return n
 
 
+@dataclass
+class FlattenCommand(Configurable):
+    """The flags of ``python -m graph.flatten``."""
+
+    ARG_GROUP = "flatten"
+
+    input: str = field(metadata={"help": "a canonical trajectories.parquet, or a run directory holding one"})
+    out: str = field(metadata={"help": "JSONL file to write"})
+
+
+def build_parser():
+    ap = make_parser("python -m graph.flatten", __doc__)
+    FlattenCommand.add_args(ap)
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m graph.flatten", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--input", required=True, type=Path,
-                    help="a canonical trajectories.parquet, or a run directory holding one")
-    ap.add_argument("--out", required=True, type=Path, help="JSONL file to write")
-    args = ap.parse_args(argv)
-    src = args.input / "trajectories.parquet" if args.input.is_dir() else args.input
+    args = FlattenCommand.from_args(build_parser().parse_args(argv))
+    src, out = Path(args.input), Path(args.out)
+    src = src / "trajectories.parquet" if src.is_dir() else src
     if not src.exists():
         print(f"error: {src} not found", file=sys.stderr)
         return 2
-    n = flatten_run(src, args.out)
-    print(f"{n} WebPRM rows -> {args.out}")
+    n = flatten_run(src, out)
+    print(f"{n} WebPRM rows -> {out}")
     return 0 if n else 1
 
 

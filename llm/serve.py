@@ -41,16 +41,16 @@ import http.client
 import inspect
 import json
 import logging
-import math
 import select
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from data.config import make_parser
+from data.config import Configurable, make_parser
 from llm.local import Cancelled, check_request
 
 log = logging.getLogger(__name__)
@@ -559,42 +559,49 @@ def model_server(model, host: str = "127.0.0.1", port: int = 0, *, max_tokens_ca
                       max_connections=max_connections, request_time_limit_s=request_time_limit_s)
 
 
+@dataclass
+class ServeConfig(Configurable):
+    """The flags of ``python -m llm.serve``: the model, the address and the server's limits."""
+
+    ARG_GROUP = "serve"
+
+    model: str | None = field(default=None, metadata={
+        "metavar": "FOLDER", "help": "transformers model folder (default: the default embedded model)"})
+    host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
+    port: int = field(default=8011, metadata={"min": 0, "max": 65535, "help": "port to listen on (0: any free one)"})
+    max_tokens_cap: int = field(default=DEFAULT_MAX_TOKENS_CAP, metadata={"min": 1, "help":
+        "largest max_tokens a request may ask for (400 above; what the project's endpoint callers send: "
+        "~75 s for SmolLM2-135M at ~13 tokens/s on one core)"})
+    max_active: int = field(default=DEFAULT_MAX_ACTIVE, metadata={"min": 1, "help":
+        "generations that take turns on the model step by step"})
+    max_queue: int = field(default=DEFAULT_MAX_QUEUE, metadata={"min": 0, "help":
+        "requests that may wait beyond those (429 with Retry-After above)"})
+    time_limit_s: float = field(default=DEFAULT_TIME_LIMIT_S, metadata={"min": 0, "help":
+        "a generation still running this many seconds after its request arrived ends with 503 (0: no limit)"})
+    max_body_bytes: int = field(default=MAX_BODY_BYTES, metadata={"min": 1, "help":
+        "larger request bodies get 413 before they are read"})
+    max_connections: int = field(default=DEFAULT_MAX_CONNECTIONS, metadata={"min": 1, "help":
+        "open connections (a thread each); more are answered 503 at accept"})
+    request_time_limit_s: float = field(default=DEFAULT_REQUEST_TIME_LIMIT_S, metadata={"gt": 0, "help":
+        "a request's line, headers and body must all arrive within this many seconds of its first byte, else 408"})
+    threads: int = field(default=DEFAULT_THREADS, metadata={"min": 1, "help":
+        "torch CPU threads (on 2 shared cores one thread decodes fastest)"})
+
+
+def build_parser():
+    ap = make_parser("python -m llm.serve", __doc__)
+    ServeConfig.add_args(ap)
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m llm.serve", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", help="transformers model folder (default: the default embedded model)")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8011)
-    ap.add_argument("--max-tokens-cap", type=int, default=DEFAULT_MAX_TOKENS_CAP,
-                    help="largest max_tokens a request may ask for (400 above; default %(default)s, what the "
-                         "project's endpoint callers send: ~75 s for SmolLM2-135M at ~13 tokens/s on one core)")
-    ap.add_argument("--max-active", type=int, default=DEFAULT_MAX_ACTIVE,
-                    help="generations that take turns on the model step by step (default %(default)s)")
-    ap.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
-                    help="requests that may wait beyond those (429 with Retry-After above; default %(default)s)")
-    ap.add_argument("--time-limit-s", type=float, default=DEFAULT_TIME_LIMIT_S,
-                    help="a generation still running this many seconds after its request arrived ends with 503 "
-                         "(default %(default)s; 0: no limit)")
-    ap.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
-                    help="larger request bodies get 413 before they are read (default %(default)s)")
-    ap.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
-                    help="open connections (a thread each); more are answered 503 at accept (default %(default)s)")
-    ap.add_argument("--request-time-limit-s", type=float, default=DEFAULT_REQUEST_TIME_LIMIT_S,
-                    help="a request's line, headers and body must all arrive within this many seconds of its "
-                         "first byte, else 408 (default %(default)s)")
-    ap.add_argument("--threads", type=int, default=DEFAULT_THREADS,
-                    help="torch CPU threads (default %(default)s: on 2 shared cores one thread decodes fastest)")
-    args = ap.parse_args(argv)
-    if min(args.max_tokens_cap, args.max_active, args.max_body_bytes, args.max_connections) < 1 or args.max_queue < 0:
-        ap.error("--max-tokens-cap, --max-active, --max-body-bytes and --max-connections must be >= 1, --max-queue >= 0")
-    if not (math.isfinite(args.request_time_limit_s) and args.request_time_limit_s > 0 and
-            math.isfinite(args.time_limit_s) and args.time_limit_s >= 0):
-        ap.error("--request-time-limit-s must be a finite number > 0, --time-limit-s finite and >= 0")
+    args = ServeConfig.from_args(build_parser().parse_args(argv))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     import torch
 
     from llm.local import load_local_model
 
-    torch.set_num_threads(max(1, args.threads))
+    torch.set_num_threads(args.threads)
     model = load_local_model(args.model)   # load before listening: the first request is not slow
     server = model_server(model, args.host, args.port, max_tokens_cap=args.max_tokens_cap,
                           max_active=args.max_active, max_queue=args.max_queue,

@@ -39,11 +39,12 @@ import hashlib
 import json
 import sys
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from data.config import make_parser
+from data.config import Configurable, make_parser
 from data.actions import ELEMENT_OPS, Action, ActionParseError, parse_action
 from data.rundir import RunDir, RunDirError, atomic_write_text
 from graph.axtree import AXTree, AXTreeParseError, parse_axtree
@@ -302,12 +303,25 @@ def format_audit(audit: dict) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class AuditCommand(Configurable):
+    """The flags of ``python -m proposals.audit``."""
+
+    ARG_GROUP = "audit"
+
+    run: str = field(metadata={"help": "run directory holding the table and the graphs"})
+    table: str = field(default="candidates", metadata={"choices": TABLES, "help": "the table audited"})
+    json: bool = field(default=False, metadata={"help": "print the audit as one JSON object"})
+
+
+def build_parser():
+    ap = make_parser("python -m proposals.audit", __doc__)
+    AuditCommand.add_args(ap)
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m proposals.audit", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", required=True)
-    ap.add_argument("--table", choices=TABLES, default="candidates")
-    ap.add_argument("--json", action="store_true", help="print the audit as one JSON object")
-    args = ap.parse_args(argv)
+    args = AuditCommand.from_args(build_parser().parse_args(argv))
     try:
         audit = write_audit(args.run, args.table)
     except (FileNotFoundError, RunDirError) as e:

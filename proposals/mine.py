@@ -1,6 +1,6 @@
 """Propose grounded, minimally contrastive negatives for every demonstrated step.
 
-    python -m proposals.mine --run RUN [--budget 10000 --seed 42 --axes spatial,temporal,spatiotemporal --no-graph
+    python -m proposals.mine --run RUN [--sample-size 10000 --seed 42 --axes spatial,temporal,spatiotemporal --no-graph
                                         --max-per-rule 3 --prefer-same-op]
 
 Reads ``RUN/trajectories.parquet`` and the graphs of ``graph.build`` (with the step-to-node
@@ -9,7 +9,7 @@ candidates are grounded first (the element resolves to exactly one enabled bid o
 from the positive and from what an earlier rule proposed at this step, it has a value), and the first
 ``--max-per-rule`` grounded ones are kept (0: all); what grounding removes is counted per rule and reason
 (``rules`` in stats.json). Writes the full pool to
-``RUN/candidates.parquet`` with ``sampled`` marking the seeded sample of ``--budget`` rows the
+``RUN/candidates.parquet`` with ``sampled`` marking the seeded sample of ``--sample-size`` rows the
 teacher will verify, then audits that file with ``proposals.audit`` (re-derived from the files:
 ``RUN/audit/candidates.json``, copied into the ``proposals.mine`` entry of ``stats.json`` with
 the drops by reason) and writes the dropped proposals to ``rejects.jsonl``. ``--no-graph`` mines from the local observation and trajectory
@@ -72,7 +72,8 @@ class MineConfig(Configurable):
 
     ARG_GROUP = "mining"
 
-    budget: int = field(default=10000, metadata={"min": 0, "help": "rows of the seeded sample the teacher verifies"})
+    sample_size: int = field(default=10000, metadata={
+        "min": 0, "deprecated": ("budget",), "help": "rows of the seeded sample the teacher verifies"})
     seed: int = field(default=42, metadata={"help": "seeds the sample and the values picked"})
     axes: tuple[str, ...] = field(default=AXES, metadata={
         "help": "comma-separated subset of spatial,temporal,spatiotemporal", "type": parse_axes, "metavar": "AXES"})
@@ -546,7 +547,7 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
             "mode": "no_graph" if config.no_graph else "graph"})
     cands.sort(key=lambda c: c["pair_id"])
     rng = random.Random(config.seed)
-    for i in rng.sample(range(len(cands)), min(config.budget, len(cands))):
+    for i in rng.sample(range(len(cands)), min(config.sample_size, len(cands))):
         cands[i]["sampled"] = True
     atomic_write_parquet(run.candidates, pinned_table(cands, CANDIDATE_SCHEMA))
 
@@ -558,7 +559,7 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
         rules[rule] = {"in": miner.rule_in[rule], "out": out_by_rule[rule], "rejected": dropped}
         assert rules[rule]["in"] == rules[rule]["out"] + sum(dropped.values()), (rule, rules[rule])
     stats.extra = {
-        "config": {"budget": config.budget, "seed": config.seed, "axes": list(config.axes),
+        "config": {"sample_size": config.sample_size, "seed": config.seed, "axes": list(config.axes),
                    "no_graph": config.no_graph, "max_per_rule": config.max_per_rule,
                    "params": {k: getattr(config.params, k) for k in config.params.__slots__}},
         # Per rule: candidates looked at (in), candidates written (out), and what grounding and
@@ -596,29 +597,49 @@ def format_audit(stats: StageStats) -> str:
 def done_summary(stats: StageStats, run_dir: str | Path) -> str:
     """The command's last line: the pool, the sample, the time, the file written."""
     e = stats.extra
-    sampled = min(e["config"]["budget"], stats.n_out)
+    sampled = min(e["config"]["sample_size"], stats.n_out)
     return done_line(STAGE, f"{stats.n_out} candidates ({sampled} sampled for the teacher) from "
                             f"{e['steps']['out']} steps", e["seconds"], f"wrote {RunDir(run_dir).candidates}")
+
+
+@dataclass
+class MineCommand(Configurable):
+    """What ``python -m proposals.mine`` (and the ``propose-negatives`` flow) runs on and how it
+    shows progress; the mining itself is :class:`MineConfig`."""
+
+    ARG_GROUP = "command"
+
+    run: str = field(metadata={"help": "run directory holding trajectories.parquet and the graphs"})
+    workers: int | None = field(default=None, metadata={"min": 1, "help": "processes (default: one per core)"})
+    quiet: bool = field(default=False, metadata={"help": "no progress bars"})
+
+
+def build_parser(prog: str = "python -m proposals.mine", doc: str = __doc__):
+    """The command's flags (``data.config``): ``MineCommand``, ``MineConfig`` with the rules'
+    ``Params`` (``--sample-size``, ``--seed``, ``--axes``, ``--near-hops``, ...) and the fill
+    model's ``LLMConfig`` under ``--fill-``."""
+    from llm import LLMConfig
+
+    ap = make_parser(prog, doc)
+    MineCommand.add_args(ap)
+    MineConfig.add_args(ap)
+    LLMConfig.add_args(ap, prefix="fill-")   # the model that completes fill values
+    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     from llm import LLMConfig
 
-    ap = make_parser(prog="python -m proposals.mine", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", required=True)
-    ap.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
-    ap.add_argument("--quiet", action=argparse.BooleanOptionalAction, default=False, help="no progress bars")
-    MineConfig.add_args(ap)                  # --budget, --seed, --axes, --no-graph, --near-hops, --prefer-same-op, ...
-    LLMConfig.add_args(ap, prefix="fill-")   # the model that completes fill values
-    args = ap.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    cmd = MineCommand.from_args(args)
     try:
-        stats = mine(args.run, MineConfig.from_args(args), LLMConfig.from_args(args, prefix="fill-"),
-                     workers=args.workers, show_progress=not args.quiet)
+        stats = mine(cmd.run, MineConfig.from_args(args), LLMConfig.from_args(args, prefix="fill-"),
+                     workers=cmd.workers, show_progress=not cmd.quiet)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_audit(stats))
-    print(done_summary(stats, args.run))
+    print(done_summary(stats, cmd.run))
     return 0 if stats.n_out else 1
 
 

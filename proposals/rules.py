@@ -33,14 +33,19 @@ from proposals.graphindex import INF, GraphIndex
 
 @dataclass(slots=True)
 class Params:
-    near_hops: int = field(default=4, metadata={"min": 0})      # structurally_near: containment hops on the page
-    text_ratio: float = field(default=0.75, metadata={"min": 0, "max": 1})   # textually_near: character-level
-                                    # similarity must exceed this
-    far_hops: int = field(default=4, metadata={"min": 0})       # textually_near: graph distance must exceed
-                                    # this (or be unreachable)
-    window: int = field(default=3, metadata={"min": 0})         # repeat_past / act_too_early: k <= window steps away
-    prefer_same_op: bool = False    # rank candidates taking the positive's op first, and give an
-                                    # element the positive's op when it was demonstrated on it
+    """The rules' parameters; each is a flag of ``proposals.mine`` (``--near-hops``, ...)."""
+
+    near_hops: int = field(default=4, metadata={
+        "min": 0, "help": "structurally_near: containment hops from the positive on the page"})
+    text_ratio: float = field(default=0.75, metadata={
+        "min": 0, "max": 1, "help": "textually_near: character-level similarity must exceed this"})
+    far_hops: int = field(default=4, metadata={
+        "min": 0, "help": "textually_near: graph distance must exceed this (or be unreachable)"})
+    window: int = field(default=3, metadata={
+        "min": 0, "help": "repeat_past / act_too_early: at most this many steps away"})
+    prefer_same_op: bool = field(default=False, metadata={
+        "help": "rank candidates taking the positive's op first, and give an element the positive's op "
+                "when it was demonstrated on it"})
 
 
 @dataclass(slots=True)

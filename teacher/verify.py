@@ -45,7 +45,6 @@ discards in ``rejects.jsonl``. Exit code 3 while pairs are pending.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import time
@@ -81,7 +80,8 @@ class VerifyConfig(Configurable):
     temperature: float = field(default=0.2, metadata={"min": 0, "help": "the teacher's sampling temperature (paper: 0.2)"})
     max_tokens: int = field(default=1024, metadata={"min": 1,
         "help": "completion tokens per attempt: room for a full judgment with its four sections (paper: ~472 out)"})
-    budget: int = field(default=DEFAULT_BUDGET, metadata={"min": 1, "help": "AXTree characters in the prompt"})
+    axtree_chars: int = field(default=DEFAULT_BUDGET, metadata={"min": 1, "deprecated": ("budget", "prompt_budget"),
+                                                                "help": "AXTree characters in the prompt"})
     untrusted: str = field(default="escape", metadata={
         "choices": UNTRUSTED_MODES, "help": "escape markers and tags in dataset text (the benchmark's format), "
                                             "or also fence every field"})
@@ -100,7 +100,7 @@ class VerifyConfig(Configurable):
 
     @property
     def format(self) -> JudgmentFormat:
-        return JudgmentFormat.from_options(self.prompt_template, self.untrusted, self.budget)
+        return JudgmentFormat.from_options(self.prompt_template, self.untrusted, self.axtree_chars)
 
     def mode_for(self, is_local: bool) -> str:
         """The verdict mode used with a local (True) or endpoint (False) teacher."""
@@ -359,15 +359,34 @@ def done_summary(stats: StageStats, run_dir: str | Path) -> str:
                      f"wrote {root / 'preferences.parquet'} and {root / 'discarded.parquet'}")
 
 
+@dataclass
+class VerifyCommand(Configurable):
+    """What ``python -m teacher.verify`` runs on and how it shows progress."""
+
+    ARG_GROUP = "command"
+
+    run: str = field(metadata={"help": "run directory holding candidates.parquet"})
+    quiet: bool = field(default=False, metadata={"help": "no progress lines"})
+
+
+def build_parser(prog: str = "python -m teacher.verify", doc: str = __doc__):
+    """The command's flags (``data.config``): ``VerifyCommand``, ``VerifyConfig`` and the
+    teacher's ``LLMConfig`` (whose seed, temperature and max_tokens come from ``VerifyConfig``)."""
+    from llm import LLMConfig
+
+    ap = make_parser(prog, doc)
+    VerifyCommand.add_args(ap)
+    VerifyConfig.add_args(ap)     # --k, --seed, --temperature, --max-tokens, --axtree-chars, --untrusted, ...
+    LLMConfig.add_args(ap, skip=("seed", "temperature", "max_tokens"))   # the teacher; those three come from above
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
     from llm import LLMConfig
 
-    ap = make_parser(prog="python -m teacher.verify", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run", required=True)
-    ap.add_argument("--quiet", action=argparse.BooleanOptionalAction, default=False, help="no progress lines")
-    VerifyConfig.add_args(ap)     # --k, --seed, --temperature, --max-tokens, --budget, --untrusted, ...
-    LLMConfig.add_args(ap, skip=("seed", "temperature", "max_tokens"))   # the teacher; those three come from above
+    ap = build_parser()
     args = ap.parse_args(argv)
+    cmd = VerifyCommand.from_args(args)
     config = VerifyConfig.from_args(args)
     if config.k < 1:
         ap.error("--k must be >= 1")
@@ -376,12 +395,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     try:
-        stats = verify(args.run, config, LLMConfig.from_args(args), progress=not args.quiet)
+        stats = verify(cmd.run, config, LLMConfig.from_args(args), progress=not cmd.quiet)
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_summary(stats))
-    print(done_summary(stats, args.run))
+    print(done_summary(stats, cmd.run))
     return 3 if stats.extra["pending"] else 0
 
 

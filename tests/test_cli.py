@@ -13,22 +13,11 @@ import pytest
 
 from conftest import ROOT
 from data.config import make_parser
-
-PACKAGES = ("data", "llm", "graph", "proposals", "teacher", "prm", "search", "flows")
-
-
-def _entry_points() -> list[str]:
-    """Every ``python -m`` module of the packages (a module with an ``if __name__ == "__main__"`` block)."""
-    mods = []
-    for pkg in PACKAGES:
-        for path in sorted((ROOT / pkg).rglob("*.py")):
-            if '__name__ == "__main__"' in path.read_text(encoding="utf-8"):
-                mods.append(".".join(path.relative_to(ROOT).with_suffix("").parts))
-    return mods
+from test_cli_config import PACKAGES, entry_points
 
 
 def test_every_entry_point_answers_help_without_torch():
-    mods = _entry_points()
+    mods = entry_points()
     assert {"prm.train", "prm.evaluate", "flows.serve", "flows.search", "teacher.verify", "search.mag"} <= set(mods)
     code = (
         "import contextlib, io, runpy, sys\n"

@@ -73,18 +73,18 @@ def test_prefixes_keep_two_configs_apart_and_lists_repeat():
 
 # Every flag the README, the Makefile and DESIGN.md use, per command.
 DOCUMENTED = {
-    "proposals.mine": ["--run", "--budget", "--seed", "--axes", "--no-graph", "--prefer-same-op", "--workers",
+    "proposals.mine": ["--run", "--sample-size", "--seed", "--axes", "--no-graph", "--prefer-same-op", "--workers",
                        "--near-hops", "--text-ratio", "--far-hops", "--window", "--max-per-rule", "--fill-base-url",
                        "--fill-model", "--fill-api-key-env", "--fill-llm-config"],
     "teacher.verify": ["--run", "--k", "--backend", "--base-url", "--model", "--api-key-env", "--llm-config",
-                       "--seed", "--budget", "--max-tokens", "--temperature", "--prompt-template", "--untrusted",
+                       "--seed", "--axtree-chars", "--max-tokens", "--temperature", "--prompt-template", "--untrusted",
                        "--quiet", "--no-cache"],
     "dataset.export": ["--run", "--format", "--seed", "--test-fraction", "--split", "--prompt-budget", "--preset",
                     "--prompt-template", "--untrusted", "--no-card"],
     "prm.evaluate": ["--model", "--base-url", "--bench", "--out", "--both-orders", "--include-sources", "--compare",
                      "--name", "--max-tokens", "--llm-config", "--prompt-template"],
     "prm.train": ["--config", "--dry-run", "--learning-rate", "--lora-r", "--train-file", "--output-dir",
-                  "--max-steps", "--name-or-path", "--deepspeed", "--no-lora", "--eval-file"],
+                  "--max-steps", "--model-name-or-path", "--deepspeed", "--no-use-peft", "--eval-file"],
     "llm.client": ["--prompt", "--base-url", "--model", "--backend", "--api-key-env", "--llm-config", "--temperature",
                    "--seed", "--max-tokens", "--n", "--max-retries", "--timeout-s", "--concurrency", "--cache-dir",
                    "--no-cache", "--price-in", "--price-out"],
@@ -108,3 +108,55 @@ def test_mine_checks_its_axes_when_parsing(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--run", "nowhere", "--axes", "spatial,sideways"])
     assert done.value.code == 2 and "sideways" in capsys.readouterr().err
+
+
+@dataclass
+class Renamed(Configurable):
+    FILE_FLAG = "renamed-config"
+
+    sample_size: int = field(default=10, metadata={"min": 0, "deprecated": ("budget",), "help": "pairs sampled"})
+    quiet: bool = field(default=False, metadata={"deprecated": ("silent",), "help": "no progress"})
+
+
+def test_a_renamed_field_keeps_its_old_flag_and_yaml_key_with_a_warning_naming_the_new_one(tmp_path, capsys):
+    ap = argparse.ArgumentParser()
+    Renamed.add_args(ap, prefix="mine-")
+    cfg = Renamed.from_args(ap.parse_args(["--mine-budget", "3", "--mine-no-silent"]), "mine-")
+    assert cfg == Renamed(sample_size=3, quiet=False)
+    err = capsys.readouterr().err
+    assert "--mine-budget is deprecated" in err and "use --mine-sample-size" in err
+    assert "--mine-no-silent is deprecated" in err and "use --mine-no-quiet" in err
+    assert "budget" not in ap.format_help() and "--mine-sample-size" in ap.format_help()     # the old name is hidden
+    assert Renamed.from_args(ap.parse_args(["--mine-sample-size", "4"]), "mine-").sample_size == 4
+    assert capsys.readouterr().err == ""                                                   # the new name: no warning
+    with pytest.raises(SystemExit):
+        ap.parse_args(["--mine-budget", "-1"])                                             # ranges hold for the old name
+    assert "--mine-budget: must be >= 0" in capsys.readouterr().err
+
+    path = tmp_path / "old.yaml"
+    path.write_text("budget: 5\n")
+    assert Renamed.from_yaml(path).sample_size == 5
+    assert "'budget' is deprecated" in capsys.readouterr().err
+    assert Renamed.from_args(ap.parse_args(["--mine-renamed-config", str(path), "--mine-budget", "6"]),
+                             "mine-").sample_size == 6                                     # the flag over the file
+    path.write_text("budget: 5\nsample_size: 6\n")
+    with pytest.raises(ValueError, match="old name of 'sample_size'"):
+        Renamed.from_yaml(path)
+
+
+def test_the_stage_commands_take_the_old_budget_flags(capsys):
+    """``--budget`` was the sample size of proposals.mine and the AXTree characters of
+    teacher.verify (and DESIGN.md documents it); the synthesize flow's ``--budget`` was the sample
+    size and its ``--prompt-budget`` the AXTree characters. Each still works, and says what to use."""
+    from flows.synthesize import build_parser as synthesize_parser
+    from proposals.mine import MineConfig, build_parser as mine_parser
+    from teacher.verify import VerifyConfig, build_parser as verify_parser
+
+    assert MineConfig.from_args(mine_parser().parse_args(["--run", "r", "--budget", "8"])).sample_size == 8
+    assert "use --sample-size" in capsys.readouterr().err
+    assert VerifyConfig.from_args(verify_parser().parse_args(["--run", "r", "--budget", "900"])).axtree_chars == 900
+    assert "use --axtree-chars" in capsys.readouterr().err
+    args = synthesize_parser().parse_args(["--run", "r", "--budget", "8", "--prompt-budget", "900"])
+    assert (MineConfig.from_args(args).sample_size, VerifyConfig.from_args(args).axtree_chars) == (8, 900)
+    err = capsys.readouterr().err
+    assert "--budget is deprecated" in err and "use --sample-size" in err and "use --axtree-chars" in err

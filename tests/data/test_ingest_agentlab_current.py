@@ -66,7 +66,7 @@ def test_generic_agent_runs_build_a_miniwob_graph_and_mine(generic_run, tmp_path
     assert {n["url"] for n in nodes} == {"/click-dialog"}        # no one's home directory in the identity
     close = [n for n in nodes if n["role"] == "button" and n["name"] == "Close"]
     assert len(close) == 1 and close[0]["n_traj"] == 2          # both runs' Close button: one node
-    mine(run, MineConfig(budget=10, seed=1), LLMConfig(base_url="http://127.0.0.1:9/v1", model="none",
+    mine(run, MineConfig(sample_size=10, seed=1), LLMConfig(base_url="http://127.0.0.1:9/v1", model="none",
                                                        cache_dir=str(tmp_path / "llm")), workers=1)
     s = json.loads((run / "stats.json").read_text())["proposals.mine"]
     assert s["steps"]["in"] == 2 and s["steps"]["in"] == s["steps"]["out"] + sum(s["steps"]["rejected"].values())

@@ -87,7 +87,7 @@ def test_propose_negatives_flow(prefect_harness, sample_run):
     from proposals.mine import MineConfig
 
     build_graphs_flow(run=str(sample_run))
-    stats = propose_negatives_flow(run=str(sample_run), config=MineConfig(budget=30, axes=("temporal",)))
+    stats = propose_negatives_flow(run=str(sample_run), config=MineConfig(sample_size=30, axes=("temporal",)))
     assert stats["out"] > 0 and stats["in"] == stats["out"] + sum(stats["rejected"].values())
     rows = pq.read_table(sample_run / "candidates.parquet").to_pylist()
     assert sum(r["sampled"] for r in rows) == min(30, len(rows))

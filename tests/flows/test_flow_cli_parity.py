@@ -75,8 +75,8 @@ def test_build_graphs_flow_writes_what_the_cli_writes(prefect_harness, run_with_
     from flows.propose_negatives import main as mine_flow_main
     from proposals.mine import main as mine_main
 
-    assert mine_main(["--run", str(cli), "--budget", "8", "--workers", "1", "--quiet"]) == 0
-    assert mine_flow_main(["--run", str(fl), "--budget", "8"]) == 0
+    assert mine_main(["--run", str(cli), "--sample-size", "8", "--workers", "1", "--quiet"]) == 0
+    assert mine_flow_main(["--run", str(fl), "--sample-size", "8"]) == 0
 
     def without_times(stats):
         mined = {k: v for k, v in stats["proposals.mine"].items() if k not in ("seconds", "llm")}
@@ -118,7 +118,7 @@ def test_flows_take_the_stages_settings(prefect_harness, run_with_rejects, tmp_p
     assert _stats(fl) == _stats(cli)
     assert (fl / "rejects.jsonl").read_bytes() == (cli / "rejects.jsonl").read_bytes()
 
-    mine = ["--budget", "8", "--near-hops", "1", "--max-per-rule", "1", "--prefer-same-op"]
+    mine = ["--sample-size", "8", "--near-hops", "1", "--max-per-rule", "1", "--prefer-same-op"]
     assert mine_main(["--run", str(cli), "--workers", "1", "--quiet", *mine]) == 0
     assert mine_flow_main(["--run", str(fl), "--workers", "1", "--quiet", *mine]) == 0
     mined = {k: v for k, v in _stats(fl)["proposals.mine"].items() if k not in ("seconds", "llm")}

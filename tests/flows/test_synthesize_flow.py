@@ -17,6 +17,7 @@ from scripted_teacher import ScriptedTeacher, make_run, start
 def test_verify_pairs_flow_writes_the_dataset(prefect_harness, tmp_path):
     from dataset.export import main as export_main
     from flows.synthesize import verify_pairs_flow
+    from llm import LLMConfig
     from teacher.verify import main as verify_main
 
     pairs = make_run(tmp_path, n_pairs=4)
@@ -26,8 +27,8 @@ def test_verify_pairs_flow_writes_the_dataset(prefect_harness, tmp_path):
     teacher.script = {pairs[0]["pair_id"]: ["disagree"] * 5}
     server = start(teacher)
     try:
-        llm = {"base_url": server.base_url, "model": "scripted-teacher", "cache_dir": str(tmp_path / "cache"),
-               "max_retries": 0, "api_key_env": "SURFPRM_TEST_KEY_UNSET"}
+        llm = LLMConfig(base_url=server.base_url, model="scripted-teacher", cache_dir=str(tmp_path / "cache"),
+                        max_retries=0, api_key_env="SURFPRM_TEST_KEY_UNSET")
         stats = verify_pairs_flow(run=str(tmp_path), llm=llm)
         assert verify_main(["--run", str(cli), "--base-url", server.base_url, "--model", "scripted-teacher",
                             "--cache-dir", str(cli / "cache"), "--max-retries", "0",

@@ -33,7 +33,8 @@ def refused(main, argv, capsys) -> str:
     (["--timeout-s", "-1"], "--timeout-s: must be > 0"),
     (["--timeout-s", "inf"], "--timeout-s: must be a finite number"),
     (["--k", "0"], "--k: must be >= 1"),
-    (["--budget", "-1"], "--budget: must be >= 1"),
+    (["--axtree-chars", "-1"], "--axtree-chars: must be >= 1"),
+    (["--budget", "-1"], "--budget: must be >= 1"),                 # the old name, checked the same
     (["--max-tokens", "0"], "--max-tokens: must be >= 1"),
     (["--concurrency", "0"], "--concurrency: must be >= 1"),
     (["--price-in", "nan"], "--price-in: must be a finite number"),
@@ -46,7 +47,8 @@ def test_teacher_verify_refuses_bad_values_at_parse_time(tmp_path, capsys, flags
 
 
 @pytest.mark.parametrize("flags, says", [
-    (["--budget", "-1"], "--budget: must be >= 0"),
+    (["--sample-size", "-1"], "--sample-size: must be >= 0"),
+    (["--budget", "-1"], "--budget: must be >= 0"),                 # the old name, checked the same
     (["--fill-max-tokens", "0"], "--fill-max-tokens: must be >= 1"),
     (["--near-hops", "-1"], "--near-hops: must be >= 0"),
     (["--text-ratio", "nan"], "--text-ratio: must be a finite number"),

@@ -46,7 +46,7 @@ def full_run(tmp_path_factory, fill_llm):
     run = tmp_path_factory.mktemp("full_run")
     ingest("canonical", [SAMPLE], run)
     build_graphs(run, workers=1)
-    mine(run, MineConfig(budget=4, seed=42), fill_llm, workers=1)
+    mine(run, MineConfig(sample_size=4, seed=42), fill_llm, workers=1)
     sampled = [c for c in pq.read_table(run / "candidates.parquet").to_pylist() if c["sampled"]]
     teacher = ScriptedTeacher(sampled)
     server = start(teacher)
@@ -111,7 +111,7 @@ def test_rerun_of_the_pipeline_after_reingest_works(full_run, tmp_path, fill_llm
     before = (run / "preferences.parquet").read_bytes()
     ingest("canonical", [SAMPLE], run)
     build_graphs(run, workers=1)
-    mine(run, MineConfig(budget=4, seed=42), fill_llm, workers=1)
+    mine(run, MineConfig(sample_size=4, seed=42), fill_llm, workers=1)
     verify(run, VerifyConfig(k=2), full_run[1], progress=False)      # the teacher's cache serves it
     export(run, "trl", card=False)
     assert (run / "preferences.parquet").read_bytes() == before
@@ -128,7 +128,7 @@ def test_stage_refuses_inputs_from_another_upstream_run(full_run, tmp_path, fill
     assert proc.returncode == 2 and "rerun `python -m proposals.mine`" in proc.stderr
     # Mining again (another sample) makes the kept preferences stale for the export; an identical
     # pool would not (the fingerprints are of the bytes).
-    mine(run, MineConfig(budget=4, seed=7), fill_llm, workers=1)
+    mine(run, MineConfig(sample_size=4, seed=7), fill_llm, workers=1)
     with pytest.raises(StaleInputError, match="preferences.parquet was written by teacher.verify"):
         export(run, "trl")
     proc = cli("dataset.export", "--run", str(run), "--format", "webprmbench")
@@ -277,7 +277,7 @@ def test_two_concurrent_builds_do_not_mix_outputs(tmp_path):
         again = cli("data.ingest", "--source", "canonical", "--input", str(SAMPLE), "--out", str(run))
         no_traceback(again)
         assert again.returncode == 2 and "in use by another stage" in again.stderr
-        miner = cli("proposals.mine", "--run", str(run), "--budget", "1")      # reads the graphs
+        miner = cli("proposals.mine", "--run", str(run), "--sample-size", "1")      # reads the graphs
         assert miner.returncode == 2 and "graphs is in use by another stage" in miner.stderr
     finally:
         go.write_text("go")
@@ -300,7 +300,7 @@ def test_an_output_without_a_recorded_producer_is_refused(full_run, tmp_path):
     (run / "stats.json").write_text(json.dumps(stats))
     with pytest.raises(StaleInputError, match="graphs has no recorded producer"):
         RunDir(run).check_inputs("proposals.mine", run / "trajectories.parquet", run / "graphs")
-    proc = cli("proposals.mine", "--run", str(run), "--budget", "1")
+    proc = cli("proposals.mine", "--run", str(run), "--sample-size", "1")
     no_traceback(proc)
     assert proc.returncode == 2 and "no recorded producer" in proc.stderr and "python -m graph.build" in proc.stderr
     # proposals.audit stays a reader: it never refuses a file as stale.

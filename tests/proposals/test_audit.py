@@ -110,7 +110,7 @@ def test_a_mined_file_with_a_planted_row(tmp_path):
     _trajectories(tmp_path, [(OBS, "fill('3', '1')"), (OBS, "click('4')"), (OBS, "click('5')"), (OBS, None)])
     build_graphs(tmp_path, workers=1)
     dead = LLMConfig(base_url="http://127.0.0.1:9/v1", model="none", max_retries=0, connect_timeout_s=0.2)
-    stats = mine(tmp_path, MineConfig(budget=50), dead, workers=1)
+    stats = mine(tmp_path, MineConfig(sample_size=50), dead, workers=1)
     assert stats.extra["audit"]["hallucinated_targets"] == 0 and stats.extra["audit"]["other"] == 0
     assert collect(tmp_path)["gmcp"]["pool"][2] == "audit"
     rows = pq.read_table(tmp_path / "candidates.parquet").to_pylist()

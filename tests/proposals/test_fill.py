@@ -61,9 +61,9 @@ def test_fill_value_completed_through_the_real_client(form_run, tmp_path):
     server = _server(['{"value": "Grace"}'])
     try:
         cfg = LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(tmp_path / "cache"))
-        stats = mine(form_run, MineConfig(budget=10), cfg)
+        stats = mine(form_run, MineConfig(sample_size=10), cfg)
         first_calls = len(server.seen)
-        mine(form_run, MineConfig(budget=10), cfg)     # a rerun is served from the cache
+        mine(form_run, MineConfig(sample_size=10), cfg)     # a rerun is served from the cache
     finally:
         server.shutdown()
     fills = {(c["step_idx"], c["action_neg"], c["value_source"]) for c in _cands(form_run) if c["op_neg"] == "fill"}
@@ -90,7 +90,7 @@ def test_invalid_answers_are_retried_with_another_seed(form_run, tmp_path):
     server = _server({42: "Grace", 43: '{"value": "lovelace"}', 44: '{"value": "Grace"}'})
     try:
         cfg = LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(tmp_path / "cache"))
-        stats = mine(form_run, MineConfig(budget=10, seed=42), cfg)
+        stats = mine(form_run, MineConfig(sample_size=10, seed=42), cfg)
     finally:
         server.shutdown()
     assert {r["seed"] for r in server.seen} == {42, 43, 44}
@@ -105,7 +105,7 @@ def test_unusable_answers_are_rejected_with_a_reason(form_run, tmp_path):
     server = _server({42: '{"value": ""}', 43: '```json\n{"value": "Grace"}\n```', 44: '{"value": "Grace", "bid": "6"}'})
     try:
         cfg = LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(tmp_path / "cache"))
-        stats = mine(form_run, MineConfig(budget=10, seed=42), cfg)
+        stats = mine(form_run, MineConfig(sample_size=10, seed=42), cfg)
     finally:
         server.shutdown()
     assert stats.rejected["fill_invalid_keys"] == 2      # 'Last name' at steps 0 and 1
@@ -119,7 +119,7 @@ def test_unusable_answers_are_rejected_with_a_reason(form_run, tmp_path):
 def test_outage_is_counted_as_unavailable(form_run, tmp_path):
     cfg = LLMConfig(base_url="http://127.0.0.1:9/v1", model="scripted", cache_dir=str(tmp_path / "cache"),
                     max_retries=1, backoff_s=0.01, connect_timeout_s=0.2, timeout_s=0.2)
-    stats = mine(form_run, MineConfig(budget=10), cfg)
+    stats = mine(form_run, MineConfig(sample_size=10), cfg)
     assert stats.rejected["fill_value_unavailable"] == 2
     assert stats.n_in == stats.n_out + sum(stats.rejected.values())
 
@@ -135,7 +135,7 @@ def test_grounding_drops_absent_and_virtual_targets(tmp_path):
     ]
     atomic_write_parquet(tmp_path / "trajectories.parquet", steps_to_table(steps))
     build_graphs(tmp_path, workers=1)
-    stats = mine(tmp_path, MineConfig(budget=10, axes=("temporal",)))
+    stats = mine(tmp_path, MineConfig(sample_size=10, axes=("temporal",)))
     # Two 'Go' buttons are told apart by their ordinal, so the replay at step 0 targets the
     # first one, never ambiguously (identities collide only if positions fail too).
     assert "click('3')" in {c["action_neg"] for c in _cands(tmp_path) if c["step_idx"] == 0}
@@ -195,7 +195,7 @@ def test_webprm_rejected_actions_are_audited(tmp_path):
 
     samples = BUNDLED / "webprm"      # the shared WebPRM Collection samples, copied unchanged
     ingest("webprm", [samples], tmp_path)
-    stats = mine(tmp_path, MineConfig(budget=10, no_graph=True))
+    stats = mine(tmp_path, MineConfig(sample_size=10, no_graph=True))
     audit = stats.extra["webprm_rejected_audit"]
     # 1.json: go_back() vs click('1220'); 4.json: go_back() vs click('4295') (virtual positives
     # against page elements); 10.json: go_back() vs scroll(0, 1000) (a virtual negative: 'other').

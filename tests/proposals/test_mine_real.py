@@ -41,9 +41,9 @@ def bundled_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mined(bundled_run, scripted_llm):
-    stats = mine(bundled_run, MineConfig(budget=200, seed=42), scripted_llm, workers=1)
+    stats = mine(bundled_run, MineConfig(sample_size=200, seed=42), scripted_llm, workers=1)
     digest = hashlib.sha256((bundled_run / "candidates.parquet").read_bytes()).hexdigest()
-    again = mine(bundled_run, MineConfig(budget=200, seed=42), scripted_llm, workers=1)
+    again = mine(bundled_run, MineConfig(sample_size=200, seed=42), scripted_llm, workers=1)
     digest2 = hashlib.sha256((bundled_run / "candidates.parquet").read_bytes()).hexdigest()
     rows = pq.read_table(bundled_run / "candidates.parquet").to_pylist()
     return stats, again, rows, digest, digest2
@@ -141,7 +141,7 @@ def test_temporal_rules_replay_demonstrated_actions(mined, bundled_run, scripted
     run.mkdir()
     shutil.copy(bundled_run / "trajectories.parquet", run / "trajectories.parquet")
     build_graphs(run, config=BuildConfig(identity="ours", workers=1))
-    mine(run, MineConfig(budget=200, seed=42), scripted_llm, workers=1)
+    mine(run, MineConfig(sample_size=200, seed=42), scripted_llm, workers=1)
     ours = [c for c in pq.read_table(run / "candidates.parquet").to_pylist()
             if c["traj_id"] == TRAJ and c["step_idx"] == 7 and c["rule"] == "repeat_past"]
     assert fill in {c["action_neg"] for c in ours} and all(c["value_source"] == "action" for c in ours)
@@ -199,13 +199,13 @@ def test_no_graph_ablation(bundled_run, tmp_path, scripted_llm):
     run = tmp_path / "run"
     run.mkdir()
     shutil.copy(bundled_run / "trajectories.parquet", run / "trajectories.parquet")   # no graphs at all
-    stats = mine(run, MineConfig(budget=50, seed=1, no_graph=True), scripted_llm)
+    stats = mine(run, MineConfig(sample_size=50, seed=1, no_graph=True), scripted_llm)
     rows = pq.read_table(run / "candidates.parquet").to_pylist()
     assert rows and {c["mode"] for c in rows} == {"no_graph"}
     assert stats.extra["audit"]["hallucinated_targets"] == 0
     assert all(json.loads(c["evidence"]).get("distance", "page") == "page" for c in rows)
     with pytest.raises(FileNotFoundError, match="graph.build"):
-        mine(run, MineConfig(budget=5))
+        mine(run, MineConfig(sample_size=5))
 
 
 def test_single_axis_variant(bundled_run, tmp_path, mined, scripted_llm):
@@ -213,7 +213,7 @@ def test_single_axis_variant(bundled_run, tmp_path, mined, scripted_llm):
 
     run = tmp_path / "run"
     shutil.copytree(bundled_run, run)
-    mine(run, MineConfig(budget=50, axes=("temporal",)), scripted_llm)
+    mine(run, MineConfig(sample_size=50, axes=("temporal",)), scripted_llm)
     rules = {c["rule"] for c in pq.read_table(run / "candidates.parquet").to_pylist()}
     assert rules == {"repeat_past", "act_too_early"}
 
@@ -222,7 +222,7 @@ def test_all_six_rules_fire_on_the_shared_traces(agentlab_run, scripted_llm):
     """All 53 shared AgentLab runs (skipped without ../shared): every rule fires, and the audit
     re-derives every pair as grounded."""
     build_graphs(agentlab_run, workers=2)
-    stats = mine(agentlab_run, MineConfig(budget=300, seed=42), scripted_llm)
+    stats = mine(agentlab_run, MineConfig(sample_size=300, seed=42), scripted_llm)
     audit = stats.extra["audit"]
     assert all(audit["by_rule"][r]["pairs"] > 0 for r in RULES)
     assert audit["hallucinated_targets"] == 0 and audit["other"] == 0
@@ -238,7 +238,7 @@ def test_grounding_comes_before_the_cap(mined, bundled_run, scripted_llm, tmp_pa
     assert stats.extra["config"]["max_per_rule"] == 3
     run = tmp_path / "run"
     shutil.copytree(bundled_run, run)
-    uncapped = mine(run, MineConfig(budget=200, seed=42, max_per_rule=0), scripted_llm, workers=1)
+    uncapped = mine(run, MineConfig(sample_size=200, seed=42, max_per_rule=0), scripted_llm, workers=1)
     assert uncapped.extra["config"]["max_per_rule"] == 0
     everything = pq.read_table(run / "candidates.parquet").to_pylist()
     capped = Counter((c["traj_id"], c["step_idx"], c["rule"]) for c in rows)

@@ -42,7 +42,7 @@ def shop_run(tmp_path):
 
 
 def _mine(run, axes=("spatial", "temporal", "spatiotemporal"), max_per_rule=3, **params):
-    stats = mine(run, MineConfig(budget=50, axes=axes, max_per_rule=max_per_rule, params=Params(**params)), NO_LLM,
+    stats = mine(run, MineConfig(sample_size=50, axes=axes, max_per_rule=max_per_rule, params=Params(**params)), NO_LLM,
                  workers=1)
     return stats, pq.read_table(run / "candidates.parquet").to_pylist()
 

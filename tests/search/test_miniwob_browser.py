@@ -155,7 +155,7 @@ def test_episodes_ingest_back_and_grow_graphs_and_negatives(right_run, tmp_path)
     assert pages == {"/click-button", "/enter-text"}            # the task page, not the wheel's install path
     server = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "scripted")
     try:
-        mine(run, MineConfig(budget=50, seed=42), LLMConfig(base_url=server.base_url, model="scripted",
+        mine(run, MineConfig(sample_size=50, seed=42), LLMConfig(base_url=server.base_url, model="scripted",
                                                             cache_dir=str(tmp_path / "llm")), workers=1)
     finally:
         server.shutdown()
