@@ -10,9 +10,11 @@ RUN ?= runs/demo
 # 'score-both' locally: two forward passes per pair, always parses, no position bias; the kept
 # judgment is the bare answer tag): a small sample, short prompts.
 # A real teacher generates full judgments:
-#   make run BUDGET=200 VERIFY_ARGS="--k 5" TEACHER="--base-url http://host:8000/v1 --model M"
+#   make run SAMPLE_SIZE=200 VERIFY_ARGS="--k 5" TEACHER="--base-url http://host:8000/v1 --model M"
+# SAMPLE_SIZE: pairs sampled for the teacher (proposals.mine --sample-size); BUDGET= is its old name.
 BUDGET ?= 8
-VERIFY_ARGS ?= --k 2 --budget 2000 --max-tokens 128
+SAMPLE_SIZE ?= $(BUDGET)
+VERIFY_ARGS ?= --k 2 --axtree-chars 2000 --max-tokens 128
 TEACHER ?=
 # The default embedded model (llm.embedded.DEFAULT_MODEL) and the smallest, which the tests pin.
 EMBEDDED := smollm2-135m
@@ -54,7 +56,7 @@ $(CHROMIUM):
 run: setup
 	$(PY) -m data.ingest --source canonical --input data/bundled/agentlab_workarena.parquet --out $(RUN)
 	$(PY) -m graph.build --run $(RUN)
-	$(PY) -m proposals.mine --run $(RUN) --budget $(BUDGET)
+	$(PY) -m proposals.mine --run $(RUN) --sample-size $(SAMPLE_SIZE)
 	$(PY) -m teacher.verify --run $(RUN) $(VERIFY_ARGS) $(TEACHER)
 	$(PY) -m proposals.audit --run $(RUN) --table preferences
 	$(PY) -m dataset.export --run $(RUN) --format trl --format webprmbench
