@@ -21,7 +21,7 @@ from huggingface_hub import DatasetCard, DatasetCardData
 from data.config import CLIParser, Configurable, make_parser
 from data.rundir import RunDir, atomic_write_text
 from dataset.report import markdown_table
-from dataset.tables import existing_run_dir
+from dataset.tables import require_run_dir
 
 # (config name, split -> path relative to the run directory)
 CONFIGS = [
@@ -221,14 +221,16 @@ class CardOptions(Configurable):
 
 def build_parser() -> CLIParser:
     ap = make_parser("python -m dataset.card", __doc__)
-    ap.add_argument("--run", required=True, type=existing_run_dir, help="run directory to write README.md into")
+    ap.add_argument("--run", required=True, help="run directory to write README.md into")
     CardOptions.add_args(ap)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    args = ap.parse_args(argv)
     opts = CardOptions.from_args(args)
+    require_run_dir(ap, args.run)
     try:
         print(f"wrote {write_card(args.run, opts.license)}")
     except (FileNotFoundError, ValueError) as e:

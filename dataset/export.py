@@ -62,7 +62,7 @@ from data.config import CLIParser, Configurable, make_parser
 from data.judgment import UNTRUSTED_MODES, JudgmentFormat, answer_text, render_pair
 from data.pairs import load_pairs
 from data.rundir import RunDir, StageStats, atomic_write_parquet
-from dataset.tables import existing_run_dir, read_pinned
+from dataset.tables import read_pinned, require_run_dir
 
 MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False),
                      pa.field("content", pa.string(), nullable=False)])
@@ -376,7 +376,7 @@ class ExportOptions(Configurable):
 
 def build_parser() -> CLIParser:
     ap = make_parser("python -m dataset.export", __doc__)
-    ap.add_argument("--run", required=True, type=existing_run_dir, help="run directory holding preferences.parquet")
+    ap.add_argument("--run", required=True, help="run directory holding preferences.parquet")
     ExportOptions.add_args(ap)
     return ap
 
@@ -387,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = ExportOptions.from_args(args)
     if not opts.format:
         ap.error("--format is required")
+    require_run_dir(ap, args.run)
     judgment_format = None
     if opts.prompt_template or opts.untrusted:
         try:

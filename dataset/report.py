@@ -27,7 +27,7 @@ from pathlib import Path
 from data.config import CLIParser, make_parser
 from data.rundir import RunDir, atomic_write_bytes, atomic_write_text
 from data.schema import AXES, AXIS_OF, RULES
-from dataset.tables import existing_run_dir, read_pinned
+from dataset.tables import read_pinned, require_run_dir
 
 GMCP_WEBARBITER, GMCP_PAPER = 0.2419, 0.7460
 # Table 4 of the paper (surfPRM-data verification).
@@ -340,12 +340,14 @@ def write_report(run_dir: str | Path) -> Path:
 
 def build_parser() -> CLIParser:
     ap = make_parser("python -m dataset.report", __doc__)
-    ap.add_argument("--run", required=True, type=existing_run_dir, help="run directory to write report/ into")
+    ap.add_argument("--run", required=True, help="run directory to write report/ into")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    require_run_dir(ap, args.run)
     try:
         print(f"wrote {write_report(args.run)}")
     except (FileNotFoundError, ValueError) as e:

@@ -55,9 +55,8 @@ def read_pinned(path: str | Path, columns: list[str]) -> list[dict]:
         return pq.read_table(path, columns=columns).to_pylist()
 
 
-def existing_run_dir(text: str) -> str:
-    """``--run``: a run directory that exists (the commands of this package read one; they do
-    not make one where a typo points)."""
-    if not Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is not a run directory")
-    return text
+def require_run_dir(parser: argparse.ArgumentParser, run: str) -> None:
+    """Stop a command of this package (exit 2, after the flags' own checks) when ``--run`` is not
+    a directory: they read a run directory, they do not make one where a typo points."""
+    if not Path(run).is_dir():
+        parser.error(f"--run {run}: no such run directory")

@@ -140,6 +140,18 @@ def test_preferences_are_read_with_the_teachers_pinned_schema(verified_run, tmp_
         collect(run)
 
 
+@pytest.mark.parametrize("module, flags", [("dataset.export", ["--format", "trl"]), ("dataset.card", []),
+                                           ("dataset.report", [])])
+def test_commands_do_not_make_a_run_directory_where_a_typo_points(module, flags, tmp_path, capsys):
+    import importlib
+
+    typo = tmp_path / "rnu"
+    with pytest.raises(SystemExit) as done:
+        importlib.import_module(module).main(["--run", str(typo), *flags])
+    assert done.value.code == 2 and f"--run {typo}: no such run directory" in capsys.readouterr().err
+    assert not typo.exists()
+
+
 def test_data_export_shim_runs_dataset_export(verified_run, tmp_path):
     """``python -m data.export`` (the old command) is ``python -m dataset.export`` with a deprecation
     note on stderr: the same help, and the same files and lines from a real export."""
