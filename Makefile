@@ -31,7 +31,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export DO_NOT_TRACK := 1
 
-.PHONY: setup run prm-demo mag-demo test test-fast bench clean
+.PHONY: setup run prm-demo mag-demo test test-fast golden bench clean
 
 setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(CHROMIUM)
 
@@ -86,6 +86,11 @@ test: setup
 test-fast: setup
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -m "not slow"
+
+# Rewrite the golden files (tests/golden/: the pipeline's outputs on the bundled sample and the
+# search runs' outputs) from today's code; review `git diff tests/golden` before committing.
+golden: setup
+	SURFPRM_UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/golden tests/search/test_golden_runs.py
 
 # Every benchmark under bench/; figures are recorded by hand in bench/RESULTS.md.
 bench: setup
