@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard, DatasetCardData
@@ -22,6 +23,9 @@ from data.config import CLIParser, Configurable, make_parser
 from data.rundir import RunDir, atomic_write_text
 from dataset.report import markdown_table
 from dataset.tables import require_run_dir
+
+if TYPE_CHECKING:
+    import datasets
 
 # (config name, split -> path relative to the run directory)
 CONFIGS = [
@@ -49,7 +53,7 @@ def _num_bytes(path: Path) -> int:
     return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
 
 
-def _info(root: Path, files: dict[str, str]):
+def _info(root: Path, files: dict[str, str]) -> datasets.DatasetInfo:
     """A config's ``datasets.DatasetInfo``: the features of its first file's Parquet schema (what
     ``load_dataset`` gives) and every split's ``name``, ``num_bytes`` and ``num_examples``
     (without all three ``datasets`` ignores the splits with a warning)."""
@@ -59,7 +63,8 @@ def _info(root: Path, files: dict[str, str]):
     for split, rel in files.items():
         splits.add(datasets.SplitInfo(name=split, num_bytes=_num_bytes(root / rel), num_examples=_rows(root / rel)))
     features = datasets.Features.from_arrow_schema(pq.read_schema(root / next(iter(files.values()))))
-    return datasets.DatasetInfo(features=features, splits=splits, dataset_size=sum(s.num_bytes for s in splits.values()))
+    return datasets.DatasetInfo(features=features, splits=splits,
+                                dataset_size=sum(s.num_bytes for s in splits.values()))
 
 
 def card_data(run_dir: str | Path, license: str = "apache-2.0") -> DatasetCardData:
@@ -115,8 +120,8 @@ def trl_usage(name: str, tokens: dict | None) -> str:
                f"`max_length={max_length}` (the longest row rounded up to a multiple of 64) keeps every row whole.")
     else:
         max_length = None
-        why = ("Token lengths were not measured (no tokenizer at hand: `python -m dataset.export --run RUN --format trl "
-               "--tokenizer NAME` counts them); `max_length=None` truncates nothing.")
+        why = ("Token lengths were not measured (no tokenizer at hand: `python -m dataset.export --run RUN "
+               "--format trl --tokenizer NAME` counts them); `max_length=None` truncates nothing.")
     return f"""## Use
 
 ```python

@@ -96,7 +96,8 @@ def test_exports_card_and_report(verified_run, tmp_path):
         png = root / "report" / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"({name})" in report
     rows = table_rows(report)
-    assert ["WebArbiter's data (paper)", "24.19%", "", ""] in rows and ["surfPRM-data (paper)", "74.60%", "", ""] in rows
+    assert ["WebArbiter's data (paper)", "24.19%", "", ""] in rows
+    assert ["surfPRM-data (paper)", "74.60%", "", ""] in rows
     assert ["calls per pair", "1.90", "1.12"] in rows       # (2 + 5 + 5 + 7 * 1) calls for 10 pairs
     assert ["first-attempt passes", "7", ""] in rows and ["discards", "2", "179"] in rows
     stats = json.loads((root / "stats.json").read_text())
