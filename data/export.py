@@ -4,8 +4,9 @@ The export moved to the ``dataset`` package, above ``teacher`` in the layering; 
 by name through ``runpy``, so that ``data`` imports nothing from a layer above it."""
 
 import runpy
-import sys
+
+from data.config import deprecation
 
 if __name__ == "__main__":
-    print("python -m data.export is deprecated: use `python -m dataset.export` (same flags)", file=sys.stderr)
+    deprecation("python -m data.export", "python -m dataset.export (same flags)")
     runpy.run_module("dataset.export", run_name="__main__", alter_sys=True)

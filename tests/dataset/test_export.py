@@ -162,7 +162,8 @@ def test_data_export_shim_runs_dataset_export(verified_run, tmp_path):
 
     old, new = cli("data.export", "--help"), cli("dataset.export", "--help")
     assert old.returncode == new.returncode == 0 and old.stdout == new.stdout and "--format" in new.stdout
-    assert "python -m data.export is deprecated: use `python -m dataset.export`" in old.stderr and not new.stderr
+    assert old.stderr == "warning: python -m data.export is deprecated and will be removed; use python -m dataset.export "\
+        "(same flags)\n" and not new.stderr
 
     done = {}
     for module in ("data.export", "dataset.export"):
