@@ -41,18 +41,10 @@ def _judge_answer(payload: dict) -> dict:
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
 
 
-def _export_main():
-    """The export CLI, wherever it lives (``dataset.export``; before the move, ``data.export``)."""
-    try:
-        from dataset.export import main
-    except ImportError:
-        from data.export import main
-    return main
-
-
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory) -> Path:
     from data.ingest import ingest
+    from dataset.export import main as export_main
     from graph.build import build_graphs
     from llm import LLMConfig
     from llm.serve import fixed_answer, serve_in_thread
@@ -83,8 +75,8 @@ def pipeline(tmp_path_factory) -> Path:
         server.shutdown()
     write_audit(run, "preferences")
 
-    assert _export_main()(["--run", str(run), "--format", "trl", "--format", "webprmbench", "--split", "all",
-                           "--no-card"]) == 0
+    assert export_main(["--run", str(run), "--format", "trl", "--format", "webprmbench", "--split", "all",
+                       "--no-card"]) == 0
 
     judge = serve_in_thread(_judge_answer, "scripted-judge")
     try:
