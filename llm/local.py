@@ -10,7 +10,8 @@ sampling with ``top_p`` and no top-k (transformers would otherwise apply top_k=5
 seeds torch's generator for that request only, so the same request gives the same answer, and a
 request without one is seeded from OS randomness (a fresh sample every call); either way the
 process's global RNG is left as it was. ``n`` returns that many choices; ``max_tokens`` bounds
-each choice. ``check_request`` validates a request body (``ValueError`` for a bad one).
+each choice. ``check_request`` validates a request body with the pydantic model ``ChatRequest``
+(``ValueError`` with a one-line message naming the field, an HTTP 400, for a bad one).
 
 A request must fit the model's context (prompt tokens + ``max_tokens`` <= ``context``, as vLLM
 checks; without ``max_tokens`` the default shrinks to what is left) and the batch budget
@@ -24,7 +25,6 @@ request is not stuck behind a long one; further requests wait for a turn in arri
 
 from __future__ import annotations
 
-import math
 import secrets
 import threading
 import time
@@ -32,6 +32,9 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 DEFAULT_MAX_TOKENS = 256
 MAX_N = 128                  # OpenAI's limit on choices per request
@@ -63,54 +66,79 @@ def _text_of(content) -> str:
     raise ValueError(f"unsupported message content of type {type(content).__name__}")
 
 
-def _check_messages(messages) -> list[dict]:
-    if not isinstance(messages, list) or not messages:
-        raise ValueError("'messages' must be a non-empty list")
-    out = []
-    for m in messages:
-        if not isinstance(m, dict) or "role" not in m or "content" not in m:
-            raise ValueError("each message needs 'role' and 'content'")
-        if not isinstance(m["role"], str):
-            raise ValueError("a message's 'role' must be a string")
-        out.append({"role": m["role"], "content": _text_of(m["content"])})
-    return out
+class _Message(BaseModel):
+    """One chat message; its content (a string or OpenAI content parts) is kept as text."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    role: str
+    content: Any
+
+    @field_validator("content", mode="after")
+    @classmethod
+    def _as_text(cls, content) -> str:
+        return _text_of(content)
 
 
-def _number(payload: dict, name: str, default, kind=float, low=None, high=None):
-    """``payload[name]`` (``default`` when absent or null) checked for type and range."""
-    value = payload.get(name)
-    if value is None:
-        return default
-    ok_type = isinstance(value, int) if kind is int else isinstance(value, (int, float))
-    if not ok_type or isinstance(value, bool):
-        raise ValueError(f"'{name}' must be {'an integer' if kind is int else 'a number'}, not {value!r:.40}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"'{name}' must be a finite number, not {value!r}")
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise ValueError(f"'{name}' must be in [{low}, {'inf' if high is None else high}], not {value!r}")
-    return kind(value)
+class ChatRequest(BaseModel):
+    """The sampling fields of a ``/v1/chat/completions`` body (others, like ``model`` or ``stop``,
+    are ignored). Strict types: ``"2"`` is not an integer nor ``true`` a number; floats must be
+    finite; ranges as OpenAI's. ``max_tokens`` is checked against ``max_tokens_cap`` given as
+    validation context."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+    messages: list[_Message] = Field(min_length=1)
+    stream: bool | None = None
+    n: int | None = Field(None, ge=1, le=MAX_N)
+    temperature: float | None = Field(None, ge=0.0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    seed: int | None = Field(None, ge=-2**63, le=2**64 - 1)
+
+    @model_validator(mode="after")
+    def _served(self, info: ValidationInfo) -> "ChatRequest":
+        if self.stream:
+            raise ValueError("streaming is not supported by this server")
+        cap = (info.context or {}).get("max_tokens_cap")
+        key = "max_tokens" if self.max_tokens is not None else "max_completion_tokens"
+        value = getattr(self, key)
+        if cap is not None and value is not None and value > cap:
+            raise ValueError(f"'{key}' must be in [1, {cap}], not {value!r}")
+        return self
+
+
+def _one_line(error: ValidationError) -> str:
+    """The first problem of a refused request as one line naming the field (the 400's message)."""
+    first = error.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"])
+    text = first["msg"].removeprefix("Value error, ")
+    if not where:
+        return text
+    shown = "" if first["type"] == "missing" else f" (got {first['input']!r:.40})"
+    return f"'{where}': {text}{shown}"
 
 
 def check_request(payload, max_tokens_cap: int | None = None) -> dict:
-    """The sampling request in a chat-completions body, validated: ``messages`` (content as
-    text), ``n``, ``temperature``, ``top_p``, ``max_tokens`` (at most ``max_tokens_cap`` when
-    given), ``seed``. Raises ``ValueError`` (an HTTP 400) for any field of the wrong type, out
-    of range or not finite."""
+    """The sampling request in a chat-completions body, validated (:class:`ChatRequest`):
+    ``messages`` (content as text), ``n``, ``temperature``, ``top_p``, ``max_tokens`` (at most
+    ``max_tokens_cap`` when given), ``seed``. Raises ``ValueError`` (an HTTP 400) for any field of
+    the wrong type, out of range or not finite."""
     if not isinstance(payload, dict):
         raise ValueError("request body must be a JSON object")
-    if not isinstance(payload.get("stream", False), (bool, type(None))):
-        raise ValueError("'stream' must be a boolean")
-    if payload.get("stream"):
-        raise ValueError("streaming is not supported by this server")
-    max_tokens = payload.get("max_tokens")
-    key = "max_tokens" if max_tokens is not None else "max_completion_tokens"
+    try:
+        request = ChatRequest.model_validate(payload, context={"max_tokens_cap": max_tokens_cap})
+    except ValidationError as e:
+        raise ValueError(_one_line(e)) from None
+    max_tokens = request.max_tokens if request.max_tokens is not None else request.max_completion_tokens
     default_max_tokens = DEFAULT_MAX_TOKENS if max_tokens_cap is None else min(DEFAULT_MAX_TOKENS, max_tokens_cap)
-    return {"messages": _check_messages(payload.get("messages")),
-            "n": _number(payload, "n", 1, int, 1, MAX_N),
-            "temperature": _number(payload, "temperature", 1.0, float, 0.0),   # OpenAI's default
-            "top_p": _number(payload, "top_p", 1.0, float, 0.0, 1.0) or 1.0,
-            "max_tokens": _number(payload, key, default_max_tokens, int, 1, max_tokens_cap),
-            "seed": _number(payload, "seed", None, int, -2**63, 2**64 - 1)}
+    return {"messages": [{"role": m.role, "content": m.content} for m in request.messages],
+            "n": 1 if request.n is None else request.n,
+            "temperature": 1.0 if request.temperature is None else request.temperature,    # OpenAI's default
+            "top_p": request.top_p or 1.0,
+            "max_tokens": default_max_tokens if max_tokens is None else max_tokens,
+            "seed": request.seed}
 
 
 class Cancelled(Exception):
@@ -238,8 +266,8 @@ class LocalModel:
 
     def count_tokens(self, messages: list[dict]) -> int:
         """Prompt tokens of ``messages`` after the chat template (what ``usage`` reports)."""
-        ids = self.tokenizer.apply_chat_template(_check_messages(messages), add_generation_prompt=True,
-                                                 return_dict=True)["input_ids"]
+        messages = check_request({"messages": messages})["messages"]
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)["input_ids"]
         return len(ids)
 
     def _prepare(self, payload: dict, max_tokens_cap: int | None = None) -> tuple[dict, dict]:

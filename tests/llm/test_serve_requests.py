@@ -69,6 +69,17 @@ def test_check_request_refuses_wrong_types_and_ranges(body):
         check_request(body)
 
 
+@pytest.mark.parametrize("body", BAD_REQUESTS.values(), ids=BAD_REQUESTS.keys())
+def test_a_refusal_is_one_line_naming_the_field(body):
+    """The pydantic model's report (several lines, with URLs) becomes the 400's one line."""
+    with pytest.raises(ValueError) as refused:
+        check_request(body)
+    message = str(refused.value)
+    field = next((k for k in body if k != "messages"), "messages")
+    assert "\n" not in message and "https://" not in message
+    assert field in message or "streaming" in message, message
+
+
 def test_check_request_caps_max_tokens():
     assert check_request({"messages": MSG, "max_tokens": 100}, max_tokens_cap=100)["max_tokens"] == 100
     assert check_request({"messages": MSG}, max_tokens_cap=50)["max_tokens"] == 50, "the default obeys the cap"
