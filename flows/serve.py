@@ -33,9 +33,11 @@ from flows.synthesize import synthesize_flow, verify_pairs_flow
 MODULE = EntrypointType.MODULE_PATH
 
 
-def deployments():
-    """Every deployment this project serves (name 'default' each)."""
-    flows = [
+def default_parameters() -> list:
+    """(flow, its default deployment's parameters) for every flow this project serves; a stage
+    config is given as a dict of its fields (``{"sample_size": 8}``), which Prefect validates into
+    the flow's dataclass."""
+    return [
         (build_graphs_flow, {"run": "runs/demo"}),
         (propose_negatives_flow, {"run": "runs/demo", "config": {"sample_size": 200}}),
         (verify_pairs_flow, {"run": "runs/demo"}),
@@ -57,7 +59,12 @@ def deployments():
                                       "out": "runs/mag-demo/flow", "policy_llm": {"max_tokens": 80},
                                       "prm_llm": {"max_tokens": 48}}}),
     ]
-    return [f.to_deployment(name="default", entrypoint_type=MODULE, parameters=params) for f, params in flows]
+
+
+def deployments():
+    """Every deployment this project serves (name 'default' each)."""
+    return [f.to_deployment(name="default", entrypoint_type=MODULE, parameters=params)
+            for f, params in default_parameters()]
 
 
 def build_parser():

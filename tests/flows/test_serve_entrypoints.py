@@ -6,6 +6,8 @@ served ``search-mag`` run failed with "'prm' is not a package")."""
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -26,3 +28,24 @@ def test_every_deployment_entrypoint_loads_without_shadowing_packages():
             assert p.returncode != 0 and "is not a package" in p.stderr
         else:
             assert p.returncode == 0, (ep, p.stderr[-2000:])
+
+
+
+def test_every_deployment_parameter_validates_against_its_flow():
+    """A deployment's parameters validate against its flow: a stage config given as a dict
+    (``{"mine": {"sample_size": 8}}``) becomes that dataclass, and a misspelt or renamed key
+    (``budget``) fails here rather than in the served run."""
+    from dataclasses import is_dataclass
+
+    from prefect.exceptions import ParameterTypeError
+
+    from flows.propose_negatives import propose_negatives_flow
+    from flows.serve import default_parameters
+
+    validated = {f.name: f.validate_parameters(params) for f, params in default_parameters()}
+    assert len(validated) == len(default_parameters())
+    assert is_dataclass(validated["synthesize"]["mine"]) and validated["synthesize"]["mine"].sample_size == 8
+    assert validated["synthesize"]["verify"].k == 2
+    assert validated["propose-negatives"]["config"].sample_size == 200
+    with pytest.raises(ParameterTypeError, match="budget"):
+        propose_negatives_flow.validate_parameters({"run": "runs/demo", "config": {"budget": 200}})
