@@ -1,14 +1,14 @@
 """The embedded candidates as judges on the shared traces' mined pairs: generate vs score.
 
     .venv/bin/python bench/embedded_models.py [--models smollm2-135m,qwen2.5-coder-0.5b]
-        [--pairs 40] [--gen-pairs 10] [--budget 2000] [--max-tokens 192] [--out FILE.json]
+        [--pairs 40] [--gen-pairs 10] [--axtree-chars 2000] [--max-tokens 192] [--out FILE.json]
 
 Ingests ``../shared/data/agentlab_workarena``, builds the graphs and mines grounded negatives
 with fill values from a scripted OpenAI-protocol server (as ``bench/flat_axtree.py``: the rules
 are measured there, not the model's wording); the run is kept in
 ``.cache/bench/embedded_models/run`` and reused. The sampled pairs are rendered exactly as
 ``teacher.verify`` renders them (the benchmark's prompt, Action-Only, a coin per pair puts the
-demonstrated action at ``label``; AXTree budget ``--budget`` characters, ``make run``'s 2000 by
+demonstrated action at ``label``; AXTree budget ``--axtree-chars`` characters, ``make run``'s 2000 by
 default) and ``--pairs`` of them (spread over the rules, seeded) are judged by each model
 (``llm.embedded.MODELS``, prepared with ``python -m llm.embedded prepare --model NAME``):
 
@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="score,generate")
     ap.add_argument("--pairs", type=int, default=40, help="pairs judged by scoring (both orders)")
     ap.add_argument("--gen-pairs", type=int, default=10, help="pairs judged by generation (both orders)")
-    ap.add_argument("--budget", type=int, default=2000, help="AXTree characters in the prompt (make run: 2000)")
+    ap.add_argument("--axtree-chars", "--budget", dest="axtree_chars", type=int, default=2000,
+                    help="AXTree characters in the prompt (make run: 2000; --budget is its old name)")
     ap.add_argument("--max-tokens", type=int, default=192, help="generation length for 'generate'")
     ap.add_argument("--sample", type=int, default=120, help="pairs the miner samples")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON")
@@ -144,11 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     torch_threads = os.cpu_count()
 
     run = mined_run(args.shared, args.sample)
-    pairs = pick(load_pairs(RunDir(run), 0, JudgmentFormat(budget=args.budget)), args.pairs)
+    pairs = pick(load_pairs(RunDir(run), 0, JudgmentFormat(budget=args.axtree_chars)), args.pairs)
     mined = pq.read_metadata(run / "candidates.parquet").num_rows
     print(f"run {run}: {mined} candidates; judging {len(pairs)} pairs "
-          f"(labels: {sum(p.label == 1 for p in pairs)} at position 1), AXTree budget {args.budget}", flush=True)
-    results = {"pairs": len(pairs), "gen_pairs": min(args.gen_pairs, len(pairs)), "budget": args.budget,
+          f"(labels: {sum(p.label == 1 for p in pairs)} at position 1), AXTree budget {args.axtree_chars}", flush=True)
+    results = {"pairs": len(pairs), "gen_pairs": min(args.gen_pairs, len(pairs)), "budget": args.axtree_chars,
                "max_tokens": args.max_tokens, "cpus": torch_threads, "rows": []}
     for name in args.models.split(","):
         path = model_dir(name)
