@@ -22,7 +22,7 @@ import sys
 
 from prefect import flow, task
 
-from data.config import make_parser
+from data.config import CLIParser, make_parser
 from flows.common import (PENDING, StageError, cli_flow, exit_code, post_markdown, retry_unless_refused, stage_task,
                           unwrap)
 from llm import LLMConfig
@@ -56,15 +56,10 @@ def train_task(config: str, overrides: dict) -> dict:
 def evaluate_task(options: EvaluateOptions, llm: LLMConfig, max_tokens_given: bool) -> dict:
     """``prm.evaluate.run`` with every option of its CLI; a judge that generates (an endpoint, or a
     local judge in ``generate`` mode) gets a full judgment's tokens unless ``max_tokens_given``."""
-    from data.judgment import JudgmentFormat
     from prm.evaluate import markdown, run
     from prm.judge import generate_max_tokens
 
-    config = generate_max_tokens(llm, options.judge_mode, given=max_tokens_given)
-    fmt = JudgmentFormat.from_options(options.prompt_template) if options.prompt_template else None
-    result = run(config, options.bench, options.out, options.both_orders, options.batch_size, options.candidates,
-                 options.limit_states, options.name, options.include_sources, fmt, options.judge_mode,
-                 options.device, options.dtype)
+    result = run(generate_max_tokens(llm, options.judge_mode, given=max_tokens_given), options)
     post_markdown("evaluate-prm-table", markdown(result), f"prm.evaluate of {result['model']} on {options.bench}")
     if result["infra_errors"]:
         raise StageError(f"{result['infra_errors']} judgments failed (outage); a retry resumes from the cache",
@@ -106,16 +101,20 @@ def evaluate_prm_flow(options: EvaluateOptions | None = None, llm: LLMConfig | N
     return result
 
 
+def build_parser(prog: str = "python -m flows.prm", doc: str = __doc__) -> CLIParser:
+    """``train --config FILE`` and ``evaluate`` with prm.evaluate's own flags and defaults."""
+    ap = make_parser(prog, doc)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("train").add_argument("--config", required=True, help="a prm.train YAML recipe")
+    e = sub.add_parser("evaluate", description="prm.evaluate's flags, as a flow run")
+    EvaluateOptions.add_args(e)
+    LLMConfig.add_args(e)
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = make_parser("python -m flows.prm", __doc__)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("train")
-    t.add_argument("--config", required=True)
-    e = sub.add_parser("evaluate", description="prm.evaluate's flags, as a flow run")
-    EvaluateOptions.add_args(e)         # prm.evaluate's own flags and defaults
-    LLMConfig.add_args(e)
-    args = ap.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.cmd == "train":
         return exit_code(train_prm_flow(config=args.config, return_state=True))
     options = EvaluateOptions.from_args(args)

@@ -60,7 +60,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from data.config import Configurable, make_parser
+from data.config import CLIParser, Configurable, make_parser
 from data.actions import ELEMENT_OPS, Action, extract_action
 from data.judgment import JudgmentFormat, parse_prompt, rerender_prompt
 from prm.judge import (DEVICES, DTYPES, GENERATE_MAX_TOKENS, JUDGE_MODES, generate_max_tokens, judge_expected,
@@ -276,29 +276,41 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.2f}"
 
 
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table (``DataFrame.to_markdown``, through tabulate): the first column left-aligned,
+    the figures right-aligned and written as given (no number parsing: "50.00" stays "50.00")."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=header).to_markdown(
+        index=False, colalign=("left",) + ("right",) * (len(header) - 1), disable_numparse=True)
+
+
+def _group_label(section: str, name: str, in_macro: bool = True) -> str:
+    if section == "by_source":
+        return name if in_macro else f"{name} (not in macro)"
+    if section == "gmcp_partition":
+        return f"pooled {'GMCP' if name == 'gmcp' else 'non-GMCP'} pairs"
+    return f"{section[3:]}: {name}"
+
+
 def markdown(result: dict) -> str:
     """One model's results as a Markdown table (percentages)."""
-    lines = [f"### {result.get('name') or result.get('model')} on `{result.get('bench', '')}`", "",
-             "| group | pairwise % | best-of-N % | pairs | states | unparsed | truncated |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-
     def row(label, g):
-        lines.append(f"| {label} | {_pct(g['pairwise'])} | {_pct(g['bon'])} | {g['pairs']} | {g['states']} | "
-                     f"{g['unparsed']} | {g.get('truncated', 0)} |")
+        return [label, _pct(g["pairwise"]), _pct(g["bon"]), str(g["pairs"]), str(g["states"]), str(g["unparsed"]),
+                str(g.get("truncated", 0))]
 
-    for name, g in result["by_source"].items():
-        row(name if g.get("in_macro", True) else f"{name} (not in macro)", g)
+    rows = [row(_group_label("by_source", name, g.get("in_macro", True)), g) for name, g in result["by_source"].items()]
     for k in ("by_rule", "by_axis", "by_gmcp"):
-        for name, g in result.get(k, {}).items():
-            row(f"{k[3:]}: {name}", g)
+        rows += [row(_group_label(k, name), g) for name, g in result.get(k, {}).items()]
     part = result.get("gmcp_partition")
     if part:
-        for k in ("gmcp", "non_gmcp"):
-            row(f"pooled {'GMCP' if k == 'gmcp' else 'non-GMCP'} pairs", part[k])
+        rows += [row(_group_label("gmcp_partition", k), part[k]) for k in ("gmcp", "non_gmcp")]
     o = result["overall"]
-    lines.append(f"| **macro (over sources)** | **{_pct(result['macro']['pairwise'])}** | "
-                 f"**{_pct(result['macro']['bon'])}** | {o['pairs']} | {o['states']} | {o['unparsed']} | "
-                 f"{o.get('truncated', 0)} |")
+    rows.append(["**macro (over sources)**", f"**{_pct(result['macro']['pairwise'])}**",
+                 f"**{_pct(result['macro']['bon'])}**"] + [str(o[k]) for k in ("pairs", "states", "unparsed")]
+                + [str(o.get("truncated", 0))])
+    lines = [f"### {result.get('name') or result.get('model')} on `{result.get('bench', '')}`", "",
+             _table(["group", "pairwise %", "best-of-N %", "pairs", "states", "unparsed", "truncated"], rows)]
     if result.get("excluded_sources"):
         lines += ["", "Not in the macro (in-distribution for the SFT data, paper §5.1; `--include-sources` "
                   "brings them back): " + ", ".join(f"`{s}`" for s in result["excluded_sources"]) + "."]
@@ -319,8 +331,7 @@ def markdown(result: dict) -> str:
 def compare(results: list[dict]) -> str:
     """Several models' results in one Markdown table: a pairwise and a best-of-N column each."""
     names = [r.get("name") or r.get("model") for r in results]
-    head = "| group | " + " | ".join(f"{n} pairwise % | {n} best-of-N %" for n in names) + " |"
-    lines = [head, "| --- |" + " ---: | ---: |" * len(results)]
+    header = ["group"] + [f"{n} {m}" for n in names for m in ("pairwise %", "best-of-N %")]
     keys = []
     for section in ("by_source", "by_rule", "by_axis", "by_gmcp", "gmcp_partition"):
         for r in results:
@@ -329,22 +340,16 @@ def compare(results: list[dict]) -> str:
                     continue
                 if (section, name) not in keys:
                     keys.append((section, name))
+    rows = []
     for section, name in keys:
-        if section == "by_source":
-            left_out = any(not r.get("by_source", {}).get(name, {}).get("in_macro", True) for r in results)
-            label = f"{name} (not in macro)" if left_out else name
-        elif section == "gmcp_partition":
-            label = f"pooled {'GMCP' if name == 'gmcp' else 'non-GMCP'} pairs"
-        else:
-            label = f"{section[3:]}: {name}"
+        in_macro = all(r.get("by_source", {}).get(name, {}).get("in_macro", True) for r in results)
         cells = []
         for r in results:
             g = r.get(section, {}).get(name)
             cells += [_pct(g["pairwise"]), _pct(g["bon"])] if g else ["-", "-"]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    cells = [c for r in results for c in (_pct(r["macro"]["pairwise"]), _pct(r["macro"]["bon"]))]
-    lines.append("| **macro** | " + " | ".join(f"**{c}**" for c in cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append([_group_label(section, name, in_macro)] + cells)
+    rows.append(["**macro**"] + [f"**{_pct(r['macro'][m])}**" for r in results for m in ("pairwise", "bon")])
+    return _table(header, rows) + "\n"
 
 
 def judge_config(args: argparse.Namespace, prefix: str = "", config: LLMConfig | None = None,
@@ -369,45 +374,11 @@ def rerender(rows: list[dict], fmt: JudgmentFormat) -> int:
     return kept
 
 
-def run(config: LLMConfig, bench: str, out: str | Path, both_orders: bool = False, batch_size: int = 8,
-        candidates: str | None = None, limit_states: int | None = None, name: str | None = None,
-        include_sources: list[str] | None = None, fmt: JudgmentFormat | None = None,
-        judge_mode: str = "generate", device: str = "auto", dtype: str = "auto") -> dict:
-    """Evaluate one model on one benchmark file and write ``out`` (JSON), its ``.md`` and ``.pairs.jsonl``.
-    ``fmt`` re-renders the benchmark's prompts (``--prompt-template``); ``judge_mode``, ``device``
-    and ``dtype`` are a local judge's (``prm.judge.JUDGE_MODES``, ``placement``; an endpoint always
-    generates)."""
-    rows = load_bench(bench, candidates, limit_states)
-    if not rows:
-        raise ValueError(f"{bench} has no pairs")
-    not_rerendered = rerender(rows, fmt) if fmt is not None else 0
-    judge_ = make_judge(config, batch_size, mode=judge_mode, device=device, dtype=dtype)
-    metrics, records = evaluate(judge_, rows, both_orders, include_sources)
-    result = {"name": name or Path(config.model or "embedded").name, "model": config.model or "embedded",
-              "endpoint": config.endpoint, "bench": str(bench),
-              "protocol": {"both_orders": both_orders, "judge_mode": judge_mode if config.is_local else "generate",
-                           "max_tokens": config.max_tokens,
-                           "device": getattr(judge_, "device", None), "dtype": getattr(judge_, "dtype", None),
-                           "temperature": config.temperature, "unparsed_counts_as": "wrong",
-                           "truncated_counts_as": "wrong", "states": "(source_name, state_idx)",
-                           "excluded_by_default": EXCLUDED_BY_DEFAULT, "include_sources": include_sources,
-                           "prompt_format": fmt.describe() if fmt is not None else "as given",
-                           "prompts_not_rerendered": not_rerendered},
-              **metrics}
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown(result))
-    with open(out.with_suffix(".pairs.jsonl"), "w") as f:
-        for rec in records:
-            f.write(json.dumps(rec) + "\n")
-    return result
-
-
 @dataclass
 class EvaluateOptions(Configurable):
-    """What ``python -m prm.evaluate`` judges and writes; every field is a flag (``data.config``);
-    the judge itself is an ``LLMConfig`` (``--model``, ``--base-url``, ``--max-tokens``, ...)."""
+    """What ``prm.evaluate`` judges and writes (``run``'s settings, which the evaluate-prm flow
+    passes whole); every field is a flag (``data.config``); the judge itself is an ``LLMConfig``
+    (``--model``, ``--base-url``, ``--max-tokens``, ...)."""
 
     ARG_GROUP = "evaluation"
 
@@ -441,16 +412,54 @@ class EvaluateOptions(Configurable):
         "choices": DTYPES, "help": "a local judge's weights (auto: bfloat16 on a GPU, float32 on the CPU)"})
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="python -m prm.evaluate", description=__doc__.split("\n\n")[0])
+def run(config: LLMConfig, options: EvaluateOptions) -> dict:
+    """Evaluate one model (the judge ``config``) on ``options.bench`` and write ``options.out``
+    (JSON), its ``.md`` and ``.pairs.jsonl``. ``options.prompt_template`` re-renders the
+    benchmark's prompts; ``judge_mode``, ``device`` and ``dtype`` are a local judge's
+    (``prm.judge.JUDGE_MODES``, ``placement``; an endpoint always generates)."""
+    if not options.bench or not options.out:
+        raise ValueError("--bench and --out are required")
+    fmt = JudgmentFormat.from_options(options.prompt_template) if options.prompt_template else None
+    rows = load_bench(options.bench, options.candidates, options.limit_states)
+    if not rows:
+        raise ValueError(f"{options.bench} has no pairs")
+    not_rerendered = rerender(rows, fmt) if fmt is not None else 0
+    judge_ = make_judge(config, options.batch_size, mode=options.judge_mode, device=options.device, dtype=options.dtype)
+    metrics, records = evaluate(judge_, rows, options.both_orders, options.include_sources)
+    result = {"name": options.name or Path(config.model or "embedded").name, "model": config.model or "embedded",
+              "endpoint": config.endpoint, "bench": str(options.bench),
+              "protocol": {"both_orders": options.both_orders,
+                           "judge_mode": options.judge_mode if config.is_local else "generate",
+                           "max_tokens": config.max_tokens,
+                           "device": getattr(judge_, "device", None), "dtype": getattr(judge_, "dtype", None),
+                           "temperature": config.temperature, "unparsed_counts_as": "wrong",
+                           "truncated_counts_as": "wrong", "states": "(source_name, state_idx)",
+                           "excluded_by_default": EXCLUDED_BY_DEFAULT, "include_sources": options.include_sources,
+                           "prompt_format": fmt.describe() if fmt is not None else "as given",
+                           "prompts_not_rerendered": not_rerendered},
+              **metrics}
+    out = Path(options.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    out.with_suffix(".md").write_text(markdown(result))
+    with open(out.with_suffix(".pairs.jsonl"), "w") as f:
+        for rec in records:
+            f.write(json.dumps(rec) + "\n")
+    return result
+
+
+def build_parser(prog: str = "python -m prm.evaluate", doc: str = __doc__) -> CLIParser:
+    """The command's parser: ``EvaluateOptions`` and the judge's ``LLMConfig``, nothing by hand."""
+    ap = make_parser(prog, doc)
     EvaluateOptions.add_args(ap)
     LLMConfig.add_args(ap)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     opts = EvaluateOptions.from_args(args)
-    try:
-        fmt = JudgmentFormat.from_options(opts.prompt_template) if opts.prompt_template else None
-    except ValueError as e:
-        ap.error(str(e))
     if opts.compare:
         table = compare([json.loads(Path(p).read_text()) for p in opts.compare])
         if opts.out:
@@ -460,9 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     if not opts.bench or not opts.out:
         ap.error("--bench and --out are required (or --compare)")
     try:
-        result = run(judge_config(args, judge_mode=opts.judge_mode), opts.bench, opts.out, opts.both_orders,
-                     opts.batch_size, opts.candidates, opts.limit_states, opts.name, opts.include_sources, fmt,
-                     opts.judge_mode, opts.device, opts.dtype)
+        result = run(judge_config(args, judge_mode=opts.judge_mode), opts)
     except (FileNotFoundError, ValueError) as e:      # a missing or unreadable benchmark: one line, as every stage
         print(f"error: {e}", file=sys.stderr)
         return 2

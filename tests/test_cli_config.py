@@ -8,12 +8,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
-from dataclasses import fields
-
 import pytest
 
 from conftest import ROOT
-from data.config import _help, _hints, _is_nested, _unwrap, dest_name, flag_name
+from data.config import dest_name, field_help, flag_fields, flag_name
 
 PACKAGES = ("data", "dataset", "graph", "proposals", "teacher", "prm", "search", "flows", "llm")
 
@@ -22,7 +20,6 @@ PACKAGES = ("data", "dataset", "graph", "proposals", "teacher", "prm", "search",
 # and a module that passes while still listed fails the suite, so the list cannot go stale.
 NOT_CONVERTED = {
     "data.export",                                                          # dataset engineer (the runpy shim)
-    "prm.evaluate", "flows.prm",                                            # prm engineer
     "search.mag", "search.miniwob", "search.webarena", "flows.search",      # search engineer
 }
 
@@ -53,20 +50,6 @@ def parsers(parser: argparse.ArgumentParser, name: str):
                 yield from parsers(sub, f"{name} {sub_name}")
 
 
-def field_flags(cls, prefix: str, skip: tuple[str, ...]):
-    """(field, flag, dest) of every field ``add_args`` turns into a flag (nested dataclasses too)."""
-    for f in fields(cls):
-        if not f.init or f.name in skip or f.name.startswith("_"):
-            continue
-        if _is_nested(cls, f):
-            yield from field_flags(_hints(cls)[f.name], prefix, skip)
-            continue
-        tp, _ = _unwrap(_hints(cls)[f.name])
-        if tp is dict or getattr(tp, "__origin__", None) is dict:
-            continue                                              # YAML only
-        yield f, flag_name(f.name, prefix), dest_name(f.name, prefix)
-
-
 def problems(parser: argparse.ArgumentParser, name: str) -> list[str]:
     """What in one (sub)command breaks the convention."""
     out = []
@@ -76,7 +59,8 @@ def problems(parser: argparse.ArgumentParser, name: str) -> list[str]:
     for cls, prefix, skip in configs:
         if cls.FILE_FLAG:
             owned.add(dest_name(cls.FILE_FLAG.replace("-", "_"), prefix))
-        for f, flag, dest in field_flags(cls, prefix, skip):
+        for f, _, _ in flag_fields(cls, skip):
+            flag, dest = flag_name(f.name, prefix), dest_name(f.name, prefix)
             owned.add(dest)
             action = by_flag.get(flag)
             where = f"{name}: {cls.__name__}.{f.name}"
@@ -87,7 +71,7 @@ def problems(parser: argparse.ArgumentParser, name: str) -> list[str]:
                 out.append(f"{where}: {flag} has a default of its own ({action.default!r}), not the field's")
             if not f.metadata.get("help"):
                 out.append(f"{where} has no help text")
-            elif action.help != _help(f):
+            elif action.help != field_help(f):
                 out.append(f"{where}: {flag}'s help is not the field's help and default: {action.help!r}")
     hand = [a.option_strings or [a.dest] for a in parser._actions
             if a.dest not in owned and not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]

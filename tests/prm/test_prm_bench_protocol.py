@@ -20,6 +20,11 @@ AXTREE = ("[1] RootWebArea 'Shop'\n\t[12] button 'Order'\n\t[40] link 'Home'\n\t
           "\t[7] link 'Deal'\n\t[7] link 'Deal'")
 
 
+def squeezed(table: str) -> str:
+    """A Markdown table with its column padding (``DataFrame.to_markdown``) squeezed to one space."""
+    return re.sub(r" {2,}", " ", table)
+
+
 def webarbiter_prompt(hint: str, r1: str, r2: str) -> str:
     """A prompt as WebPRMBench writes it: one string, responses with a thought before ACTION:."""
     return (f"#### Intent ####\nOrder an iPad {hint}\n\n#### AXTREE ####\nNote: [bid] is the element id.\n{AXTREE}\n\n"
@@ -144,7 +149,10 @@ def test_truncated_judgments_are_their_own_counted_outcome(rows):
     assert m["overall"]["truncated"] == 1 and m["overall"]["unparsed"] == 0
     trunc = [r for r in records if r["truncated"]]
     assert len(trunc) == 1 and trunc[0]["source_name"] == "WorkArena" and trunc[0]["correct"] is False
-    assert "| WorkArena | 66.67 | 50.00 | 3 | 2 | 0 | 1 |" in markdown({"name": "x", **m})
+    table = markdown({"name": "x", **m})
+    assert "| WorkArena | 66.67 | 50.00 | 3 | 2 | 0 | 1 |" in squeezed(table)
+    sep = next(line for line in table.splitlines() if line.startswith("|:"))     # group left, figures right
+    assert [c[0] + c[-1] for c in sep.strip("|").split("|")] == [":-"] + ["-:"] * 6
 
 
 def test_gmcp_partition_of_benchmark_pairs(rows):
@@ -216,7 +224,7 @@ def test_cli_endpoint_default_length_truncation_and_json_keys(tmp_path, capsys):
     assert "Not in the macro" in (tmp_path / "a.md").read_text()
     b = json.loads((tmp_path / "b.json").read_text())
     assert b["excluded_sources"] == [] and b["protocol"]["include_sources"] == []
-    table = compare([a, b])
+    table = squeezed(compare([a, b]))
     assert "| Mind2Web_test_task (not in macro) | 0.00 | 0.00 | 0.00 | 0.00 |" in table
     assert "| pooled GMCP pairs | 100.00 | 100.00 | 60.00 |" in table
 

@@ -4,6 +4,7 @@ hand-made fixtures, and end to end against a scripted OpenAI-protocol server."""
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -15,6 +16,12 @@ from prm.judge import EndpointJudge, Judgment, LocalJudge, PairOutcome, judge, j
 from llm import LLMConfig
 from data.judgment import State, parse_prompt, render_pair
 from llm.serve import serve_in_thread
+
+
+def squeezed(table: str) -> str:
+    """A Markdown table with its column padding (``DataFrame.to_markdown``) squeezed to one space."""
+    return re.sub(r" {2,}", " ", table)
+
 
 STATE = State(intent="Order an iPad", axtree="[1] RootWebArea 'Shop'\n\t[12] button 'Order'\n\t[40] link 'Home'",
               url="http://shop/ipad")
@@ -155,13 +162,13 @@ def test_evaluate_cli_against_a_scripted_endpoint(tmp_path, capsys):
     assert a["by_source"]["gitlab"]["pairwise"] == 0.5 and a["by_source"]["gitlab"]["bon"] == 0.5
     assert (a["macro"]["pairwise"], a["macro"]["bon"]) == (0.75, 0.75) and a["unparsed"] == 1
     assert a["overall"]["pairs"] == 4 and a["truncated"] == 0 and a["excluded_sources"] == []
-    assert "| **macro (over sources)** | **75.00** | **75.00** |" in (tmp_path / "a.md").read_text()
+    assert "| **macro (over sources)** | **75.00** | **75.00** |" in squeezed((tmp_path / "a.md").read_text())
     assert len((tmp_path / "a.pairs.jsonl").read_text().splitlines()) == 4
     b = json.loads((tmp_path / "b.json").read_text())
     assert b["position"]["judged_both_orders"] == 4 and b["position"]["position_biased"] == 0
     capsys.readouterr()
     assert main(["--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
-    table = capsys.readouterr().out
+    table = squeezed(capsys.readouterr().out)
     assert "| group | A pairwise % | A best-of-N % | B pairwise % | B best-of-N % |" in table
     # both orders: the swapped (0, 0) puts click('40') first, where the judge answers no tag: wrong
     assert "| shopping | 100.00 | 100.00 | 50.00 | 0.00 |" in table and b["unparsed"] == 2
@@ -176,7 +183,7 @@ def test_trl_split_is_grouped_by_state_and_joined_to_candidates(tmp_path):
     rows = load_bench(paths["train"]) + load_bench(paths["test"])
     assert len(rows) == 6 and all(r["gmcp"] == "gmcp" and r["rule"] and r["expected"] in (1, 2) for r in rows)
     assert {r["source_name"] for r in rows} == {"surfprm/servicenow"}
-    assert compare([{"name": "x", "by_source": {}, "macro": {"pairwise": None, "bon": None}}]).count("| - |") == 0
+    assert squeezed(compare([{"name": "x", "by_source": {}, "macro": {"pairwise": None, "bon": None}}])).count("| - |") == 0
 
 
 def test_placement_auto_is_bfloat16_on_a_gpu_and_float32_on_the_cpu(monkeypatch):
