@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import atexit
 import gzip
+import os
 import pickle
+import shutil
 import sys
+import tempfile
 import types
 from pathlib import Path
 
 import pytest
+
+# Each pytest process (each xdist worker) gets its own Prefect home before anything imports
+# Prefect: flow results, caches and an ephemeral server's SQLite database are then neither shared
+# between workers running at once nor left from an earlier session (the Makefile's .cache/prefect
+# is for `make run`).
+_PREFECT_HOME = tempfile.mkdtemp(prefix="surfprm-prefect-")
+os.environ["PREFECT_HOME"] = _PREFECT_HOME
+atexit.register(shutil.rmtree, _PREFECT_HOME, ignore_errors=True)
 
 # Fixtures from helper modules in tests/ (not `from ... import fixture` in each test module).
 pytest_plugins = ["fake_openai"]
@@ -57,11 +69,8 @@ def write_step_pickle(path: Path, state: dict, module: str = "browsergym.experim
 
 
 @pytest.fixture(scope="session")
-def prefect_harness(tmp_path_factory):
+def prefect_harness():
     """One temporary Prefect API for the whole session (starting one costs 5-25 s here)."""
-    import os
-
-    os.environ.setdefault("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect_home")))
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     os.environ["DO_NOT_TRACK"] = "1"
     from prefect.testing.utilities import prefect_test_harness
