@@ -160,7 +160,8 @@ def _default(f):
     return None
 
 
-def _help(f) -> str:
+def field_help(f) -> str:
+    """A field's flag help: its ``metadata["help"]`` and its default."""
     # argparse formats help with %: escape each lone % (TRL's texts already double some: "~20%% slower")
     text = re.sub(r"%(?!\()", "%%", f.metadata.get("help", "").replace("%%", "%"))
     default = _default(f)
@@ -218,16 +219,25 @@ def check_ranges(obj, where: str = "config") -> None:
                 raise ValueError(f"{where}: {f.name} {problem}")
 
 
-def add_dataclass_args(parser, cls, prefix: str = "", skip: tuple[str, ...] = ()) -> None:
-    """One flag per field of ``cls`` (see the module doc); nested dataclass fields recurse."""
+def flag_fields(cls, skip: tuple[str, ...] = ()):
+    """(field, the type its flag parses to, whether it takes several values) of every field of
+    ``cls`` that is a flag: nested dataclasses' fields included, ``skip``, private and ``dict``
+    (YAML only) fields left out."""
     for f in fields(cls):
         if not f.init or f.name in skip or f.name.startswith("_"):
             continue
         if _is_nested(cls, f):
-            add_dataclass_args(parser, _hints(cls)[f.name], prefix, skip)
+            yield from flag_fields(_hints(cls)[f.name], skip)
             continue
         tp, many = _unwrap(_hints(cls)[f.name])
-        flag, dest, help_text = flag_name(f.name, prefix), dest_name(f.name, prefix), _help(f)
+        if not (tp is dict or typing.get_origin(tp) is dict):
+            yield f, tp, many
+
+
+def add_dataclass_args(parser, cls, prefix: str = "", skip: tuple[str, ...] = ()) -> None:
+    """One flag per field of ``cls`` (see the module doc); nested dataclass fields recurse."""
+    for f, tp, many in flag_fields(cls, skip):
+        flag, dest, help_text = flag_name(f.name, prefix), dest_name(f.name, prefix), field_help(f)
         old_names = [n for n in f.metadata.get("deprecated", ()) if n not in skip]   # skip: an old name taken here
         if tp is bool:
             switches = [(flag_name(n, prefix), flag_name(n[3:] if n.startswith("no_") else "no_" + n, prefix))
@@ -237,8 +247,6 @@ def add_dataclass_args(parser, cls, prefix: str = "", skip: tuple[str, ...] = ()
                 parser.add_argument(on, off, action=action, off=off, dest=dest, default=None,
                                     help=help_text if i == 0 else argparse.SUPPRESS)
             continue
-        if tp is dict or typing.get_origin(tp) is dict:
-            continue                                   # YAML only
         kwargs: dict[str, Any] = {"dest": dest, "default": None, "help": help_text,
                                   "metavar": f.metadata.get("metavar", f.name.upper())}
         if "type" in f.metadata:
