@@ -116,23 +116,25 @@ def verify_pairs_flow(run: str, config: VerifyConfig | None = None, llm: LLMConf
 @cli_flow
 def synthesize_flow(run: str = "runs/demo", inputs: list[str] | None = None, source: str = SynthesizeCommand.source,
                     mine: MineConfig | None = None, verify: VerifyConfig | None = None,
-                    llm: LLMConfig | None = None) -> dict:
+                    llm: LLMConfig | None = None, fill_llm: LLMConfig | None = None) -> dict:
     """Trajectories to a preference dataset: ingest (``source``, ``inputs``; default the bundled
-    AgentLab sample), graphs, negatives (``mine``), verification (``verify``, teacher ``llm``),
-    exports."""
+    AgentLab sample), graphs, negatives (``mine``, fill values by ``fill_llm``), verification
+    (``verify``, teacher ``llm``), exports; both models default to the embedded one."""
     unwrap(ingest_task(source, inputs or [BUNDLED], run, return_state=True))
     unwrap(build_graphs_flow(run=run, return_state=True))
-    unwrap(propose_negatives_flow(run=run, config=mine, return_state=True))
+    unwrap(propose_negatives_flow(run=run, config=mine, fill_llm=fill_llm, return_state=True))
     return unwrap(verify_pairs_flow(run=run, config=verify, llm=llm, return_state=True))
 
 
 def build_parser():
     """``SynthesizeCommand``, then the stages' flags: ``MineConfig`` (its seed stays the miner's own:
-    ``--seed`` is the teacher's), ``VerifyConfig`` (``--prompt-budget`` is an old name of
-    ``--axtree-chars`` here, ``--budget`` of ``--sample-size``) and the teacher's ``LLMConfig``."""
+    ``--seed`` is the teacher's) with the fill model under ``--fill-``, ``VerifyConfig``
+    (``--prompt-budget`` is an old name of ``--axtree-chars`` here, ``--budget`` of
+    ``--sample-size``) and the teacher's ``LLMConfig``."""
     ap = make_parser("python -m flows.synthesize", __doc__)
     SynthesizeCommand.add_args(ap)
     MineConfig.add_args(ap, skip=("seed",))
+    LLMConfig.add_args(ap, prefix="fill-")                 # the model that completes fill values
     VerifyConfig.add_args(ap, skip=("budget",))          # --budget is the sample size here, as it always was
     LLMConfig.add_args(ap, skip=("seed", "temperature", "max_tokens"))   # those three come from VerifyConfig
     return ap
@@ -145,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         state = verify_pairs_flow(run=cmd.run, config=verify_config, llm=llm, return_state=True)
     else:
         state = synthesize_flow(run=cmd.run, inputs=cmd.input, source=cmd.source, mine=MineConfig.from_args(args),
-                                verify=verify_config, llm=llm, return_state=True)
+                                verify=verify_config, llm=llm, fill_llm=LLMConfig.from_args(args, prefix="fill-"),
+                                return_state=True)
     return exit_code(state)
 
 

@@ -1,7 +1,8 @@
 """A flow's command takes its stage's flags, from the stage's own config dataclass: every flag of
-``graph.build``, ``proposals.mine`` and ``prm.evaluate`` (each field of ``BuildConfig``,
-``MineConfig`` with its rule ``Params``, the fill model's ``LLMConfig``, ``EvaluateOptions`` and the
-judge's ``LLMConfig``) is a flag of the flow's command, with the same default."""
+``graph.build``, ``proposals.mine``, ``teacher.verify`` and ``prm.evaluate`` (each field of
+``BuildConfig``, ``MineConfig`` with its rule ``Params``, the fill model's ``LLMConfig``,
+``VerifyConfig`` and the teacher's ``LLMConfig``, ``EvaluateOptions`` and the judge's
+``LLMConfig``) is a flag of the flow's command, with the same default."""
 
 from __future__ import annotations
 
@@ -11,22 +12,9 @@ import typing
 import pytest
 
 
-class _Parsed(Exception):
-    pass
-
-
-def _parser_of(main, argv, monkeypatch, sub: str | None = None) -> argparse.ArgumentParser:
-    """The parser ``main`` builds (caught as it parses); ``sub``: that subcommand's parser."""
-    seen = []
-
-    def catch(self, args=None, namespace=None):
-        seen.append(self)
-        raise _Parsed
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", catch)
-    with pytest.raises(_Parsed):
-        main(argv)
-    monkeypatch.undo()
-    parser = seen[0]
+def _parser_of(module, sub: str | None = None) -> argparse.ArgumentParser:
+    """The parser a command builds (``build_parser``); ``sub``: that subcommand's parser."""
+    parser = module.build_parser()
     if sub:
         parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[sub]
     return parser
@@ -41,26 +29,32 @@ def _stage_flags():
     import flows.build_graphs
     import flows.prm
     import flows.propose_negatives
+    import flows.synthesize
     import graph.build
     import prm.evaluate
     import proposals.mine
+    import teacher.verify
 
-    return [(graph.build.main, flows.build_graphs.main, None),
-            (proposals.mine.main, flows.propose_negatives.main, None),
-            (prm.evaluate.main, flows.prm.main, "evaluate")]
+    return [(graph.build, flows.build_graphs, None, ()),
+            (proposals.mine, flows.propose_negatives, None, ()),
+            (prm.evaluate, flows.prm, "evaluate", ()),
+            # synthesize: --seed is the teacher's (the miner keeps its own), --budget the sample size
+            (proposals.mine, flows.synthesize, None, ("--seed", "--workers", "--quiet", "--no-quiet")),
+            (teacher.verify, flows.synthesize, None, ("--budget", "--quiet", "--no-quiet"))]
 
 
-@pytest.mark.parametrize("i", range(3), ids=["build-graphs", "propose-negatives", "evaluate-prm"])
-def test_every_stage_flag_is_a_flow_flag_with_its_default(i, monkeypatch):
-    stage_main, flow_main, sub = _stage_flags()[i]
-    stage = _flags(_parser_of(stage_main, [], monkeypatch))
-    flow = _flags(_parser_of(flow_main, [], monkeypatch, sub))
+@pytest.mark.parametrize("i", range(5), ids=["build-graphs", "propose-negatives", "evaluate-prm", "synthesize-mine",
+                                             "synthesize-verify"])
+def test_every_stage_flag_is_a_flow_flag_with_its_default(i):
+    stage_module, flow_module, sub, apart = _stage_flags()[i]
+    stage = {f: d for f, d in _flags(_parser_of(stage_module)).items() if f not in apart}
+    flow = _flags(_parser_of(flow_module, sub))
     missing = sorted(set(stage) - set(flow))
     assert not missing, f"the flow's command lacks {missing}"
     assert {f: flow[f] for f in stage} == stage
 
 
-def test_every_config_field_is_a_flag(monkeypatch):
+def test_every_config_field_is_a_flag():
     """The stage configs' fields themselves (nested ones flattened as data.config does), so a field
     added to a config shows up in the flow's command or fails here."""
     from dataclasses import fields, is_dataclass
@@ -89,11 +83,11 @@ def test_every_config_field_is_a_flag(monkeypatch):
             else:
                 yield flag_name(f.name, prefix)
 
-    cases = [(flows.build_graphs.main, None, [(BuildConfig, "")]),
-             (flows.propose_negatives.main, None, [(MineConfig, ""), (LLMConfig, "fill-")]),
-             (flows.prm.main, "evaluate", [(EvaluateOptions, ""), (LLMConfig, "")])]
-    for main, sub, configs in cases:
-        flags = _flags(_parser_of(main, [], monkeypatch, sub))
+    cases = [(flows.build_graphs, None, [(BuildConfig, "")]),
+             (flows.propose_negatives, None, [(MineConfig, ""), (LLMConfig, "fill-")]),
+             (flows.prm, "evaluate", [(EvaluateOptions, ""), (LLMConfig, "")])]
+    for module, sub, configs in cases:
+        flags = _flags(_parser_of(module, sub))
         for cls, prefix in configs:
             missing = [n for n in names(cls, prefix) if n not in flags]
-            assert not missing, f"{main.__module__} lacks {cls.__name__}'s {missing}"
+            assert not missing, f"{module.__name__} lacks {cls.__name__}'s {missing}"
