@@ -355,8 +355,9 @@ class Configurable:
 
     @classmethod
     def add_args(cls, parser: argparse.ArgumentParser, prefix: str = "", skip: tuple[str, ...] = ()) -> None:
-        """``--{prefix}{field}`` for every field (``skip``: fields another group already owns),
-        and ``--{prefix}{FILE_FLAG} FILE`` when the class has one."""
+        """``--{prefix}{field}`` for every field (``skip``: fields, or old names of renamed
+        fields, that another group already owns), and ``--{prefix}{FILE_FLAG} FILE`` when the
+        class has one."""
         parser.__dict__.setdefault("configs", []).append((cls, prefix, skip))     # for tests/test_cli_config.py
         title = cls.ARG_GROUP or cls.__name__
         group = parser.add_argument_group(f"{prefix}{title}" if prefix else title)
