@@ -137,6 +137,14 @@ def test_an_immutable_output_fails_the_writability_pre_check(tmp_path):
     ("dataset.export", ["--run", "x", "--prompt-budget", "0"], "--prompt-budget: must be >= 1"),
     ("prm.evaluate", ["--batch-size", "0"], "--batch-size: must be >= 1"),
     ("prm.evaluate", ["--limit-states", "-3"], "--limit-states: must be >= 1"),
+    # llm.serve's limits are ServeConfig fields: refused where parsed, before torch or a model loads
+    ("llm.serve", ["--max-queue", "-1"], "--max-queue: must be >= 0"),
+    ("llm.serve", ["--max-connections", "0"], "--max-connections: must be >= 1"),
+    ("llm.serve", ["--request-time-limit-s", "0"], "--request-time-limit-s: must be > 0"),
+    ("llm.serve", ["--time-limit-s", "inf"], "--time-limit-s: must be a finite number"),
+    ("llm.serve", ["--port", "70000"], "--port: must be <= 65535"),
+    ("data.ingest", ["--source", "agentlab", "--input", "x", "--out", "y", "--max-decompressed-mb", "0"],
+     "--max-decompressed-mb: must be positive"),
 ])
 def test_other_stages_get_the_same_checks(capsys, module, flags, says):
     import importlib
