@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/mag.py [--repeats 10] [--steps 4] [--n 5] [--max-tokens 80]
 
-Part 1 times ``search.som.observe`` (marks collected by JavaScript in the page, the menu, the
+Part 1 times ``search.mag.som.observe`` (marks collected by JavaScript in the page, the menu, the
 boxes drawn on the 1440x900 screenshot and PNG-encoded) on pages with 11, 200 and 2,000
 interactive elements, split into the collection (``collect_elements``) and the drawing
 (``draw_marks``); BrowserGym's own observation (AXTree, DOM snapshot, screenshot) is the
@@ -29,9 +29,9 @@ from shop_scripts import mag_output  # noqa: E402
 from data.config import make_parser  # noqa: E402
 from search.demo_site import Shop, make_task  # noqa: E402
 from prm.judge import LocalJudge  # noqa: E402
-from search import som  # noqa: E402
+from search.mag import som  # noqa: E402
 from search.env import BrowserHarness, host_of  # noqa: E402
-from search.mag_agent import MagPolicy, run_mag_episode  # noqa: E402
+from search.mag.agent import MagPolicy, run_mag_episode  # noqa: E402
 from search.tournament import prm_pair_judge, prm_state  # noqa: E402
 from llm.embedded import default_model_dir  # noqa: E402
 from llm import LLMConfig  # noqa: E402

@@ -26,9 +26,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 from data.config import make_parser  # noqa: E402
 from search.demo_site import Shop, make_task  # noqa: E402
 from prm.judge import LocalJudge, judge_pairs  # noqa: E402
-from search.agent import Policy  # noqa: E402
+from search.agent import Policy, run_axtree_episode  # noqa: E402
 from search.env import BrowserHarness, host_of  # noqa: E402
-from search.loop import run_episode  # noqa: E402
 from search.tournament import prm_pair_judge, prm_state  # noqa: E402
 from llm.embedded import default_model_dir  # noqa: E402
 from llm import LLMConfig  # noqa: E402
@@ -60,7 +59,7 @@ def main(argv=None) -> int:
             link = next(x.bid for x in parse_axtree(obs.axtree).nodes if x.role == "link" and x.bid)
             return policy.propose(obs, history, feedback, n, step) + ["scroll(0, 200)", f"click('{link}')"]
 
-        result = run_episode(h, propose, judge_for, n=args.n, max_steps=args.steps, seed=0)
+        result = run_axtree_episode(h, propose, judge_for, n=args.n, max_steps=args.steps, seed=0)
         axtree = h._observe(h.env._get_obs()).axtree
     steps = result.steps
     split = {k: statistics.mean(getattr(s, k) for s in steps) for k in ("policy_s", "judge_s", "browser_s")}

@@ -31,15 +31,16 @@ from pathlib import Path
 from prefect import flow, task
 
 from flows.common import StageError, cli_flow, exit_code, post_markdown, retry_unless_refused, stage_task, unwrap
-from search.mag import Mag, MagSearch
-from search.miniwob import MiniWoB, MiniWoBSearch
-from search.runner import Benchmark, SearchConfig, SetupError, nothing_ran, parse_config, run_search
-from search.webarena import WebArenaLite, WebArenaSearch
+from search.mag import MAG, MagSearch
+from search.miniwob import MINIWOB, MiniWoBSearch
+from search.runner import Benchmark, SearchConfig, SetupError, build_parser as search_parser, nothing_ran, \
+    parse_config, run_search
+from search.webarena import WEBARENA_LITE, WebArenaSearch
 
 
 @task(name="search-run", retries=1, retry_condition_fn=retry_unless_refused)
 @stage_task
-def search_task(benchmark: type[Benchmark], config: SearchConfig) -> dict:
+def search_task(benchmark: Benchmark, config: SearchConfig) -> dict:
     """``search.runner.run_search``; its summary. Fails with the setup error's message, or when
     no task could run (a ``Failed`` state with the line, as the CLI prints it)."""
     try:
@@ -61,8 +62,8 @@ def search_task(benchmark: type[Benchmark], config: SearchConfig) -> dict:
 def search_webarena_flow(config: WebArenaSearch) -> dict:
     """Run PRM-guided (or ``prm='none'``: unguided) search on WebArena-Lite (``demo``: on the
     built-in demo shop); returns the summary."""
-    summary = unwrap(search_task(WebArenaLite, config, return_state=True))
-    print(f"macro success {summary['macro_success']} over {summary['tasks']} tasks -> {config.out}")
+    summary = unwrap(search_task(WEBARENA_LITE, config, return_state=True))
+    print(f"macro success {summary['macro']['success_rate']} over {summary['tasks']} tasks -> {config.out}")
     return summary
 
 
@@ -71,7 +72,7 @@ def search_webarena_flow(config: WebArenaSearch) -> dict:
 def search_miniwob_flow(config: MiniWoBSearch) -> dict:
     """Run PRM-guided (or ``prm='none'``: unguided) search on MiniWoB++ from the installed wheel;
     returns the summary (``per_task``, ``macro.success_rate``)."""
-    summary = unwrap(search_task(MiniWoB, config, return_state=True))
+    summary = unwrap(search_task(MINIWOB, config, return_state=True))
     print(f"success rate {summary['macro']['success_rate']} over {summary['tasks']} episodes -> {config.out}")
     return summary
 
@@ -81,23 +82,31 @@ def search_miniwob_flow(config: MiniWoBSearch) -> dict:
 def search_mag_flow(config: MagSearch) -> dict:
     """Run PRM-guided (or ``prm='none'``: unguided) search on MAG (``demo``: on the built-in demo
     shop); returns the Table-1 summary."""
-    summary = unwrap(search_task(Mag, config, return_state=True))
+    summary = unwrap(search_task(MAG, config, return_state=True))
     print(f"SR {summary['SR']}, OFCR {summary['OFCR']}, GGS {summary.get('GGS')} over {summary['tasks']} tasks "
           f"-> {config.out}")
     return summary
 
 
+PROG = "python -m flows.search"
+# subcommand -> (benchmark, flow); no subcommand: WebArena-Lite
+FLOWS = {"miniwob": (MINIWOB, search_miniwob_flow), "mag": (MAG, search_mag_flow)}
+
+
+def build_parser():
+    """The WebArena-Lite flow's flags (the search CLIs' own, ``search.runner.build_parser``);
+    ``miniwob`` and ``mag`` as the first argument take those of ``search.miniwob`` and ``search.mag``."""
+    return search_parser(WEBARENA_LITE, prog=f"{PROG} [miniwob|mag]", doc=__doc__)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    prog = "python -m flows.search"
-    if argv[:1] == ["mag"]:     # bad flags fail here, before a flow run starts
-        state = search_mag_flow(parse_config(Mag, argv[1:], prog=f"{prog} mag"), return_state=True)
-    elif argv[:1] == ["miniwob"]:
-        state = search_miniwob_flow(parse_config(MiniWoB, argv[1:], prog=f"{prog} miniwob"), return_state=True)
+    if argv[:1] and argv[0] in FLOWS:      # bad flags fail here, before a flow run starts
+        benchmark, run = FLOWS[argv[0]]
+        config = parse_config(benchmark, argv[1:], prog=f"{PROG} {argv[0]}", doc=__doc__)
     else:
-        state = search_webarena_flow(parse_config(WebArenaLite, argv, prog=f"{prog} [miniwob|mag]"),
-                                     return_state=True)
-    return exit_code(state)
+        run, config = search_webarena_flow, parse_config(WEBARENA_LITE, argv, prog=f"{PROG} [miniwob|mag]", doc=__doc__)
+    return exit_code(run(config, return_state=True))
 
 
 if __name__ == "__main__":

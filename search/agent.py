@@ -1,10 +1,12 @@
-"""The BrowserGym-action agent: an LLM policy that proposes N candidate BrowserGym actions on the
-AXTree, feedback on its last action, and how the episode loop screens and executes them.
+"""The BrowserGym-action agent: knockout best-of-N search over an LLM policy's N candidate
+BrowserGym actions on the AXTree, with feedback on its last action.
 
-    from search.agent import AXTreeAgent, Policy
+    from search.agent import AXTreeAgent, Policy, execute
     policy = Policy(LLMConfig(base_url="http://gpu:8000/v1", model="gpt-4o", temperature=1.0))
     raws = policy.propose(obs, history=["click('12')"], feedback="navigated to /results", n=5)
-    result = search.loop.run_episode(harness, policy.propose, judge_for, agent=AXTreeAgent())
+    agent = AXTreeAgent(policy.propose, judge_for, n=5, seed=0)
+    action, step = agent.get_action(obs)                   # BrowserGym's agent contract
+    result = search.loop.run_episode(harness, agent, execute)
 
 The prompt shows the goal, the URL, the AXTree (cut to ``budget`` characters by
 ``data.judgment.budget_axtree``; the CLIs' ``--policy-axtree-chars``, default 12,000), the actions
@@ -13,20 +15,20 @@ the browser state before and after an action and say what happened (``describe_o
 from what was asked, scroll did not move, element not found), so the policy sees failed actions
 that BrowserGym reports as success. N samples are one request with the endpoint's ``n`` at
 temperature 1.0 (``--prm none`` asks for one greedy sample). Building the prompt and reading the
-actions out of the answers are pure functions; only ``Policy.propose`` calls the model.
+actions out of the answers are pure functions; only ``Policy.propose`` calls the model. Each
+answer's action is ``data.actions.extract_action``'s (``candidate_text``).
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
-from data.actions import ActionParseError, parse_action, split_agent_output
+from data.actions import ActionParseError, extract_action, parse_action, split_agent_output
 from data.judgment import budget_axtree
 from llm import LLMClient, LLMConfig
-from search.loop import EpisodeResult, Memory, PolicyError
-from search.runner import POLICY_AXTREE_CHARS
-from search.tournament import read_actions, screen
+from search.loop import AgentKind, PolicyError, run_episode
+from search.tournament import pick, read_actions, screen
 
 SYSTEM = """You are a web agent operating a browser through BrowserGym actions. Each turn you see the \
 goal, the current URL, the page's accessibility tree (elements carry ids in brackets, e.g. [12]), \
@@ -40,7 +42,7 @@ hover(bid), check(bid), uncheck(bid), scroll(dx, dy), go_back(), go_forward(), g
 new_tab(), tab_close(), tab_focus(index), send_msg_to_user(text) to give the final answer \
 (or to say the task is done), report_infeasible(reason)."""
 
-AXTREE_BUDGET = POLICY_AXTREE_CHARS       # the policy's AXTree characters unless --policy-axtree-chars
+AXTREE_BUDGET = 12_000      # the policy's AXTree characters (~3k tokens), as the PRM's; --policy-axtree-chars
 
 
 def build_messages(goal: str, axtree: str, url: str, history: list[str], feedback: str = "",
@@ -54,24 +56,17 @@ def build_messages(goal: str, axtree: str, url: str, history: list[str], feedbac
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
-_CALL = re.compile(r"\b[a-z_]+\(.*\)", re.S)
-
-
-def extract_action(text: str) -> str:
-    """The action text of one answer: the last fenced block, else the last line that looks like a
-    call; the raw text when neither (the tournament then drops it as unparseable)."""
+def candidate_text(text: str) -> str:
+    """The action text of one answer (``data.actions.extract_action``); when it holds no single
+    action, its last fenced block, else the raw text (the tournament then drops it as unparseable,
+    with that text shown)."""
+    action = extract_action(text)
+    if action is not None:
+        return action.to_string()
     try:
         return split_agent_output(text)[1]
     except ActionParseError:
-        pass
-    for line in reversed((text or "").strip().splitlines()):
-        m = _CALL.search(line.strip())
-        if m:
-            try:
-                return parse_action(m.group(0)).to_string()
-            except ActionParseError:
-                continue
-    return (text or "").strip()
+        return (text or "").strip()
 
 
 class Policy:
@@ -84,7 +79,7 @@ class Policy:
     def propose(self, obs, history: list[str], feedback: str, n: int, step: int = 0) -> list[str]:
         """``n`` raw action texts (one greedy answer when ``n == 1`` and temperature is 0)."""
         messages = build_messages(obs.goal, obs.axtree, obs.url, history, feedback, self.budget)
-        return [extract_action(t) for t in sample_texts(self.client, messages, n, step, "search.policy")]
+        return [candidate_text(t) for t in sample_texts(self.client, messages, n, step, "search.policy")]
 
 
 def sample_texts(client: LLMClient, messages: list[dict], n: int, step: int, stage: str) -> list[str]:
@@ -160,51 +155,95 @@ class AXTreeStep:
     judge_truncated: int = 0           # judgments cut at the length limit before an answer
 
 
-@dataclass(slots=True)
-class AXTreeMemory(Memory):
-    feedback: str = ""                 # what the last step did, for the policy
-
-
 ANSWER_OPS = ("send_msg_to_user", "report_infeasible")
 
 
 class AXTreeAgent:
-    """BrowserGym actions on the AXTree (``search.loop.Agent``): the policy sees the goal, URL,
-    AXTree, the actions so far and feedback on the last one (``propose(obs, history, feedback,
-    n, step)``); candidates are screened against the AXTree's bids; a ``goto`` outside the
-    harness's hosts is refused (recorded, not run); ``send_msg_to_user``/``report_infeasible``
-    answer."""
+    """Knockout best-of-N search over BrowserGym actions on the AXTree (``search.loop.Agent``):
+    the policy (``propose(obs, history, feedback, n, step)``) sees the goal, URL, AXTree, the
+    actions so far and feedback on the last one; candidates are screened against the AXTree's
+    bids and knocked out by ``judge_for`` (None: one greedy sample, executed if valid). ``info``
+    is the step's ``AXTreeStep``."""
 
-    Result = EpisodeResult
+    def __init__(self, propose, judge_for=None, n: int = 5, seed: int = 0, both_orders: bool = False):
+        self.propose, self.judge_for, self.n, self.seed, self.both_orders = propose, judge_for, n, seed, both_orders
+        self.history: list[str] = []        # actions executed (or refused), for the policy and the judge
+        self.steps: list[AXTreeStep] = []
 
-    def reset(self, harness, seed: int):
-        return harness.reset(seed=seed)
+    def feedback(self) -> str:
+        """What the last step did, for the policy: ``execute``'s note on its record, or why
+        nothing ran."""
+        if not self.steps:
+            return ""
+        last = self.steps[-1]
+        if last.chosen is None:
+            return f"none of your proposed actions was valid ({last.error[:300]})"
+        return last.feedback
 
-    def memory(self) -> AXTreeMemory:
-        return AXTreeMemory()
-
-    def new_step(self, t: int, obs) -> AXTreeStep:
-        return AXTreeStep(t, obs.url, [], None, None)
-
-    def propose(self, policy, obs, memory: AXTreeMemory, n: int, t: int) -> list[str]:
-        return policy(obs, memory.history, memory.feedback, n, t)
-
-    def screen(self, step: AXTreeStep, outputs: list[str], obs, memory: AXTreeMemory):
+    def get_action(self, obs) -> tuple[str | None, AXTreeStep]:
+        t = len(self.steps)
+        step = AXTreeStep(t, obs.url, [], None, None)
+        feedback = self.feedback()
+        self.steps.append(step)
+        clock = time.perf_counter()
+        try:
+            outputs = list(self.propose(obs, self.history, feedback, self.n if self.judge_for else 1, t))
+        except PolicyError as e:
+            step.error, e.step = f"policy: {e}", step
+            raise
+        if not self.judge_for:      # the unguided baseline executes its one (greedy) sample
+            outputs = outputs[:1]
+        step.policy_s = time.perf_counter() - clock
         step.candidates = outputs
-        return screen(outputs, read_actions(outputs, obs.axtree))
-
-    def no_winner(self, step: AXTreeStep, candidates, memory: AXTreeMemory) -> None:
-        step.error = "no valid candidate: " + "; ".join(c.dropped or "" for c in candidates)
-        memory.feedback = f"none of your proposed actions was valid ({step.error[:300]})"
-
-    def execute(self, harness, step: AXTreeStep, winner, obs, memory: AXTreeMemory):
+        candidates = screen(outputs, read_actions(outputs, obs.axtree))
+        winner = pick(step, candidates, self.judge_for, obs, self.history, self.seed * 100_003 + t, self.both_orders)
+        if winner is None:
+            step.error = "no valid candidate: " + "; ".join(c.dropped or "" for c in candidates)
+            return None, step
         step.chosen = winner.action
-        action = parse_action(winner.action)
-        refusal = harness.refused(action)
-        memory.history.append(winner.action)
-        if refusal:
-            step.error = memory.feedback = step.feedback = refusal
-            return obs, None
-        after = harness.step(winner.action)
-        step.feedback = memory.feedback = describe_outcome(winner.action, obs, after)
-        return after, (str(action.value) if action.op in ANSWER_OPS else None)
+        self.history.append(winner.action)
+        return winner.action, step
+
+
+def execute(harness, action: str, obs, step: AXTreeStep):
+    """Run a BrowserGym action (``search.loop``'s page side): a ``goto`` outside the harness's
+    hosts is refused (recorded, not run); the step records what the action did
+    (``describe_outcome``); ``send_msg_to_user``/``report_infeasible`` answer."""
+    parsed = parse_action(action)
+    if refusal := harness.refused(parsed):
+        step.error = step.feedback = refusal
+        return obs, None
+    after = harness.step(action)
+    step.feedback = describe_outcome(action, obs, after)
+    return after, (str(parsed.value) if parsed.op in ANSWER_OPS else None)
+
+
+def run_axtree_episode(harness, propose, judge_for=None, n: int = 5, max_steps: int = 30, seed: int = 0,
+                       max_format_errors: int | None = 3, both_orders: bool = False, on_step=None):
+    """One BrowserGym-action episode on ``harness`` (``search.loop.run_episode`` with an
+    ``AXTreeAgent``)."""
+    agent = AXTreeAgent(propose, judge_for, n=n, seed=seed, both_orders=both_orders)
+    return run_episode(harness, agent, execute, max_steps=max_steps, seed=seed,
+                       max_format_errors=max_format_errors, on_step=on_step)
+
+
+def axtree_policy(config, llm: LLMConfig):
+    """A search config's AXTree policy (``--policy-axtree-chars``): its ``propose``."""
+    return Policy(llm, budget=config.policy_axtree_chars).propose
+
+
+def axtree_agent(config, propose, judge_for, seed: int) -> AXTreeAgent:
+    """A search config's agent for one episode."""
+    return AXTreeAgent(propose, judge_for, n=config.n, seed=seed, both_orders=config.both_orders)
+
+
+@dataclass
+class PolicyLLMConfig(LLMConfig):
+    """The policy's ``LLMConfig`` (``--policy-*`` flags): ``max_tokens`` is per policy output."""
+
+    max_tokens: int = field(default=LLMConfig.max_tokens, metadata={
+        "min": 1, "help": "maximum completion tokens per policy output"})
+
+
+AXTREE = AgentKind(policy=axtree_policy, agent=axtree_agent, execute=execute,       # WebArena-Lite, MiniWoB
+                   policy_llm=PolicyLLMConfig)

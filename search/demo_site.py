@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 ITEMS = {"kettle-blue": "Blue Kettle", "kettle-red": "Red Kettle", "mug-blue": "Blue Mug"}
 GOAL = "Order 2 Blue Kettles for Ada, then tell me the order number."
 TASK_ID = "demo-shop"
-# The steps a person takes, as MAG gold guides (search.mag_metrics format, by task id).
+# The steps a person takes, as MAG gold guides (search.mag.metrics format, by task id).
 GOLD_GUIDES = {TASK_ID: ["Type kettle into the search box.", "Press Enter to search.", "Open the Blue Kettle.",
                          "Click Order this item.", "Enter Ada as the name.", "Choose 2 as the quantity.",
                          "Place the order.", "Read the order number."]}

@@ -1,31 +1,26 @@
-"""The one episode loop of knockout best-of-N search: propose N, screen, knock out, execute the
-winner, repeat. Every benchmark runs it; an agent says how its policy's outputs act on the page.
+"""The one episode loop of knockout best-of-N search: the agent picks an action, the page runs it,
+repeat. Every benchmark runs it; the agent is the search strategy, BrowserGym's agent contract.
 
-    from search.loop import run_episode
-    result = run_episode(harness, propose, judge_for, n=5, max_steps=30, seed=0)    # BrowserGym actions
-    result = run_episode(harness, propose, judge_for, agent=MagAgent("som"), max_steps=25,
-                         max_format_errors=None)                                   # MAG (search.mag_agent)
+    from search.agent import AXTreeAgent, execute
+    agent = AXTreeAgent(propose, judge_for, n=5, seed=0)
+    result = run_episode(harness, agent, execute, max_steps=30, seed=0)      # BrowserGym actions
     result.termination, result.reward, result.steps
 
-``propose`` is the policy (``search.agent.Policy.propose``, ``search.mag_agent.MagPolicy.propose``,
-or a script in tests); the agent calls it with what the policy sees. ``judge_for(obs, history) ->
-pair judge`` gives the tournament's judge for this state (``search.tournament.prm_pair_judge``
-over ``prm.judge``; ``search.runner.judge_factory``), or ``judge_for=None`` for the unguided
-baseline (one greedy sample, executed if valid).
+An agent has one method, ``get_action(obs) -> (action, info)``, as BrowserGym's agents:
+``action`` is what to run on the page (None: no valid candidate this step) and ``info`` the step's
+record (a dataclass with the fields of ``STEP_RECORD``: the candidates, the knockout bracket, the
+screening and judgment counts, timings; a line of ``tasks/<id>.jsonl``). The agents are
+``search.agent.AXTreeAgent`` (BrowserGym actions on the AXTree) and ``search.mag.agent.MagAgent``
+(MAG's JSON steps on the Set-of-Mark page); each builds its candidates with its policy's
+``propose`` and picks one with the tournament (``search.tournament.pick``) over ``judge_for(obs,
+history) -> pair judge`` (``search.runner.judge_factory``), or for the unguided baseline
+(``judge_for=None``) takes its one greedy sample.
 
-An agent (``Agent``; default ``search.agent.AXTreeAgent``: BrowserGym actions on the AXTree):
-
-    reset(harness, seed) -> obs          start the task; the first observation
-    memory() -> Memory                   what the episode carries across steps (``history``: the
-                                         actions executed so far, which the judge sees)
-    new_step(t, obs) -> step record      a dataclass with the fields of ``STEP_RECORD``
-    propose(policy, obs, memory, n, t)   the policy's raw outputs for this state
-    screen(step, outputs, obs, memory)   tournament candidates (``search.tournament.screen``)
-    no_winner(step, candidates, memory)  note a step without a valid candidate
-    execute(harness, step, winner, obs, memory) -> (obs, answer)
-                                         run the winning candidate; ``answer`` is not None when
-                                         the agent answered (the episode ends)
-    Result                               the episode's result class (``EpisodeResult``)
+The page side is two functions beside each agent: ``reset(harness, seed) -> obs`` (default
+``harness.reset``) and ``execute(harness, action, obs, info) -> (obs, answer)``, which runs the
+action, writes what it did on the step's record (feedback, the browser's error: the agent reads it
+back at its next step, as a BrowserGym agent reads ``last_action_error``) and returns the answer
+when the action answered (the episode ends).
 
 Every episode ends with a termination reason, so an environment failure is never counted as an
 agent failure:
@@ -37,7 +32,8 @@ agent failure:
   limit; MAG's invalid steps just use budget);
 - ``env_error``: the browser or the task raised;
 - ``site_unreachable``: the start page did not load;
-- ``policy_error``: the policy model gave no answer (an outage).
+- ``policy_error``: the policy model gave no answer (an outage: ``PolicyError``, which carries
+  the step's record).
 The task's validator runs once, at the end, for the first four (``evaluated=True``); the others
 have ``reward=None``.
 
@@ -49,53 +45,29 @@ limit); ``EpisodeResult.totals`` sums them over the episode (``STEP_COUNTS``).
 
 from __future__ import annotations
 
-import time
 import traceback
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 from search.env import SiteUnreachable
-from search.tournament import knockout
+from search.tournament import STEP_COUNTS
 
 AGENT_ENDINGS = ("answered", "task_done", "step_budget", "format_errors")     # evaluated
-STEP_COUNTS = ("proposed", "screened_invalid", "screened_duplicate", "judge_calls", "judge_unparsed",
-               "judge_truncated")
-# what the loop writes on every agent's step record
+# what every agent's step record holds
 STEP_RECORD = ("step", "bracket", "error", "policy_s", "judge_s", "browser_s") + STEP_COUNTS
 
 
 class PolicyError(RuntimeError):
-    """The policy model gave no answer (an outage, not a format error): ends the episode."""
+    """The policy model gave no answer (an outage, not a format error): ends the episode.
+    ``step``: the record of the step it ended (set by the agent)."""
 
-
-@dataclass(slots=True)
-class Memory:
-    """What an episode carries from step to step; agents extend it with what their policy sees."""
-
-    history: list[str] = field(default_factory=list)     # actions executed (or refused), for the judge
+    step = None
 
 
 class Agent(Protocol):
-    """How a policy's outputs act on the page (see the module docstring)."""
+    """The search strategy (see the module docstring)."""
 
-    Result: type
-
-    def reset(self, harness, seed: int): ...
-    def memory(self) -> Memory: ...
-    def new_step(self, t: int, obs): ...
-    def propose(self, policy, obs, memory: Memory, n: int, t: int) -> list: ...
-    def screen(self, step, outputs: list, obs, memory: Memory) -> list: ...
-    def no_winner(self, step, candidates: list, memory: Memory) -> None: ...
-    def execute(self, harness, step, winner, obs, memory: Memory) -> tuple: ...
-
-
-def record_bracket(step, bracket) -> None:
-    """Copy a tournament's screening and judgment counts onto a step record (``STEP_COUNTS``)."""
-    screened, judged = bracket.screened, bracket.judgments
-    step.proposed = len(bracket.candidates)
-    step.screened_invalid, step.screened_duplicate = screened["invalid"], screened["duplicate"]
-    step.judge_calls, step.judge_unparsed, step.judge_truncated = (judged["calls"], judged["unparsed"],
-                                                                   judged["truncated"])
+    def get_action(self, obs) -> tuple[str | None, object]: ...
 
 
 def sum_counts(records) -> dict:
@@ -132,57 +104,66 @@ class EpisodeResult:
         return d
 
 
-def run_episode(harness, propose, judge_for=None, n: int = 5, max_steps: int = 30, seed: int = 0,
-                max_format_errors: int | None = 3, both_orders: bool = False, on_step=None,
-                agent: Agent | None = None) -> EpisodeResult:
-    """Run one episode on ``harness`` (a ``search.env.BrowserHarness``); see the module docstring.
-    ``on_step(step, obs)`` is called after every step with the observation it was decided on."""
-    if agent is None:
-        from search.agent import AXTreeAgent
+def reset(harness, seed: int):
+    """The first observation of a BrowserGym-action episode (the default ``reset``)."""
+    return harness.reset(seed=seed)
 
-        agent = AXTreeAgent()
+
+@dataclass(frozen=True)
+class AgentKind:
+    """An agent and its page side, as a search run builds them (``search.runner.Benchmark.agent``):
+    ``policy(config, llm_config) -> propose`` loads the policy once a run; ``agent(config, propose,
+    judge_for, seed)`` is one episode's agent; ``reset`` and ``execute`` its page side (module
+    docstring); ``result_class`` its episode result; ``harness_options`` its ``BrowserHarness``
+    options (MAG: viewport, action subsets); ``policy_llm`` the policy's ``llm.LLMConfig`` class
+    (its ``--policy-*`` flags and defaults: MAG's 1,024 tokens)."""
+
+    policy: Callable
+    agent: Callable
+    execute: Callable
+    policy_llm: type
+    reset: Callable = reset
+    result_class: type = EpisodeResult
+    harness_options: dict = field(default_factory=dict)
+
+
+def run_episode(harness, agent: Agent, execute, max_steps: int = 30, seed: int = 0,
+                max_format_errors: int | None = 3, on_step=None, reset=reset,
+                result_class=EpisodeResult) -> EpisodeResult:
+    """Run one episode of ``agent`` on ``harness`` (a ``search.env.BrowserHarness``) with the page
+    side ``reset`` and ``execute``; see the module docstring. ``on_step(info, obs)`` is called
+    after every step with the observation it was decided on. ``result_class``: the agent's
+    ``EpisodeResult`` (MAG's adds its guides)."""
     try:
-        obs = agent.reset(harness, seed)
+        obs = reset(harness, seed)
     except SiteUnreachable as e:
-        return agent.Result("site_unreachable", error=str(e))
+        return result_class("site_unreachable", error=str(e))
     except Exception as e:
-        return agent.Result("env_error", error=f"reset: {type(e).__name__}: {e}")
-    result = agent.Result("step_budget")
-    memory = agent.memory()
+        return result_class("env_error", error=f"reset: {type(e).__name__}: {e}")
+    result = result_class("step_budget")
     invalid_in_a_row = 0
-    for t in range(max_steps):
-        step = agent.new_step(t, obs)
-        result.steps.append(step)
-        decided_on = obs
+    for _ in range(max_steps):
+        decided_on, step = obs, None
         try:
-            clock = time.perf_counter()
             try:
-                outputs = list(agent.propose(propose, obs, memory, n if judge_for else 1, t))
+                action, step = agent.get_action(obs)
             except PolicyError as e:
-                step.error = f"policy: {e}"
+                step = e.step
                 result.termination, result.error = "policy_error", step.error
                 break
-            if not judge_for:       # the unguided baseline executes its one (greedy) sample
-                outputs = outputs[:1]
-            step.policy_s = time.perf_counter() - clock
-            candidates = agent.screen(step, outputs, obs, memory)
-            judge_clock = [0.0]
-            judge = _timed(judge_for(obs, memory.history), judge_clock) if judge_for else _never_judge
-            bracket = knockout(candidates, judge, seed=seed * 100_003 + t, both_orders=both_orders)
-            step.judge_s, step.bracket = judge_clock[0], bracket.to_dict()
-            record_bracket(step, bracket)
-            if bracket.winner is None:      # nothing to execute; the step still counts
-                agent.no_winner(step, candidates, memory)
+            finally:
+                if step is not None:
+                    result.steps.append(step)
+            if action is None:          # nothing to execute; the step still counts
                 invalid_in_a_row += 1
                 if max_format_errors is not None and invalid_in_a_row >= max_format_errors:
                     result.termination = "format_errors"
                     break
                 continue
             invalid_in_a_row = 0
-            winner = next(c for c in candidates if c.dropped is None and c.action == bracket.winner)
             before = harness.browser_s
             try:
-                obs, answer = agent.execute(harness, step, winner, obs, memory)
+                obs, answer = execute(harness, action, obs, step)
             except Exception as e:
                 step.error = f"env: {type(e).__name__}: {e}"
                 result.termination, result.error = "env_error", step.error + "\n" + traceback.format_exc(limit=3)
@@ -196,7 +177,7 @@ def run_episode(harness, propose, judge_for=None, n: int = 5, max_steps: int = 3
                 result.termination = "task_done"
                 break
         finally:
-            if on_step:
+            if on_step and step is not None:
                 on_step(step, decided_on)
     return evaluate_episode(harness, result)
 
@@ -211,17 +192,3 @@ def evaluate_episode(harness, result):
         except Exception as e:
             result.termination, result.error = "env_error", f"evaluate: {type(e).__name__}: {e}"
     return result
-
-
-def _timed(judge, clock: list[float]):
-    def call(pairs):
-        t = time.perf_counter()
-        try:
-            return judge(pairs)
-        finally:
-            clock[0] += time.perf_counter() - t
-    return call
-
-
-def _never_judge(pairs):
-    raise AssertionError("the unguided baseline proposes one candidate and never judges")

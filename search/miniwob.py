@@ -26,19 +26,12 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from search.runner import (
-    AXTreeSearch,
-    Benchmark,
-    SetupError,
-    base_row,
-    baseline_difference,
-    run_summary,
-)
-from search.runner import main as run_cli
+from search.runner import (RESUME_SETTINGS, AXTreeSearch, Benchmark, SetupError, base_row, baseline_difference,
+                           build_parser as search_parser, main as run_cli, run_summary)
 
 # Tasks an AXTree agent can complete with BrowserGym's element actions (no canvas, drag or drawing).
 SUBSETS = {
@@ -107,105 +100,93 @@ def check_pages(base_url: str, names: list[str]) -> None:
 class MiniWoBSearch(AXTreeSearch):
     """A ``python -m search.miniwob`` run."""
 
-    out: str = "runs/miniwob"
-    max_steps: int = 10
-    max_format_errors: int | None = 3
-    tasks: list[str] | None = None      # MiniWoB names or subset names (default: axtree10)
-    seeds: str = "0-4"
+    out: str = field(default="runs/miniwob", metadata={"help": "output folder"})
+    task_ids: list[int] | None = field(default=None, metadata={
+        "nargs": "*", "help": "not used: --tasks and --seeds name the episodes"})
+    max_steps: int = field(default=10, metadata={"min": 1, "help": "steps per episode at most"})
+    seed: int = field(default=0, metadata={"help": "not used: --seeds gives each episode its seed"})
+    tasks: list[str] | None = field(default=None, metadata={
+        "nargs": "*", "help": "MiniWoB tasks (click-button or miniwob.click-button) or a subset "
+                              f"({', '.join(SUBSETS)}, all); default axtree10"})
+    seeds: str = field(default="0-4", metadata={"help": "episode seeds: 0-4, 0,3,7 or 0-2,9"})
 
 
-class MiniWoB(Benchmark):
-    """MiniWoB++ in Chromium from the installed wheel; BrowserGym actions on the AXTree."""
+def base_url() -> str:
+    """The task pages' base URL: ``MINIWOB_URL``, else the wheel's folder. BrowserGym appends
+    '<task>.html' to it as a string: the folder needs its slash."""
+    return (os.environ.get("MINIWOB_URL") or default_url()).rstrip("/") + "/"
 
-    name = "search.miniwob"
-    Config = MiniWoBSearch
-    task_key = "task_id"
-    resume_settings = Benchmark.resume_settings + ("max_format_errors", "policy_axtree_chars")
-    flag_help = {"seed": "not used: --seeds gives each episode its seed",
-                 "task_ids": "not used: --tasks and --seeds name the episodes"}
-    trajectories = True
 
-    def __init__(self, config: MiniWoBSearch):
-        super().__init__(config)
-        self.goals: dict[str, str] = {}     # episode -> the goal the task drew (its intent)
+def tasks(config: MiniWoBSearch) -> list[dict]:
+    """One task config per MiniWoB task and seed (``--tasks``, ``--seeds``), its pages checked."""
+    if config.demo or config.task_ids:
+        raise SetupError("MiniWoB runs its own tasks offline: use --tasks and --seeds (no --demo, --task-ids)")
+    try:
+        seeds = parse_seeds(config.seeds)
+    except ValueError as e:
+        raise SetupError(str(e)) from None
+    classes = task_classes()
+    names = select_tasks(config.tasks, classes)
+    check_pages(base_url(), names)
+    return [{"task_id": f"{n}.{s}", "seed": s, "sites": [PREFIX + n], "intent": classes[n].desc,
+             "task_class": classes[n].__name__} for n in names for s in seeds]
 
-    @classmethod
-    def add_args(cls, ap) -> None:
-        ap.add_argument("--tasks", nargs="*", help="MiniWoB tasks (click-button or miniwob.click-button) or a "
-                        f"subset ({', '.join(SUBSETS)}, all); default axtree10")
-        ap.add_argument("--seeds", default=MiniWoBSearch.seeds, help="episode seeds: 0-4, 0,3,7 or 0-2,9")
-        ap.add_argument("--max-format-errors", type=int, default=MiniWoBSearch.max_format_errors)
 
-    def tasks(self) -> list[dict]:
-        c = self.config
-        if c.demo or c.task_ids:
-            raise SetupError("MiniWoB runs its own tasks offline: use --tasks and --seeds (no --demo, --task-ids)")
-        try:
-            seeds = parse_seeds(c.seeds)
-        except ValueError as e:
-            raise SetupError(str(e)) from None
-        classes = task_classes()
-        names = select_tasks(c.tasks, classes)
-        # BrowserGym appends '<task>.html' to the base URL as a string: the folder needs its slash
-        self.base_url = (os.environ.get("MINIWOB_URL") or default_url()).rstrip("/") + "/"
-        check_pages(self.base_url, names)
-        return [{"task_id": f"{n}.{s}", "seed": s, "sites": [PREFIX + n], "intent": classes[n].desc,
-                 "task_class": classes[n].__name__} for n in names for s in seeds]
+def site_harnesses(config: MiniWoBSearch):
+    import browsergym.miniwob.all as tasks_module
 
-    def agent(self):
-        from search.agent import AXTreeAgent
+    from search.env import BrowserHarness, host_of
 
-        return AXTreeAgent()
+    url = base_url()
+    # file:// pages have no host: every goto is refused; an http MINIWOB_URL allows its own host
+    hosts = {host_of(url)} - {""}
 
-    def policy(self, llm):
-        from search.agent import Policy
+    def make(task):
+        return BrowserHarness(getattr(tasks_module, task["task_class"]), {"base_url": url},
+                              allowed_hosts=hosts, live_validation=True)
+    return make
 
-        return Policy(llm, budget=self.config.policy_axtree_chars).propose
 
-    def site_harnesses(self):
-        import browsergym.miniwob.all as tasks_module
+def row(config: MiniWoBSearch, task: dict, episode, first_obs=None) -> dict:
+    """The result line, with the seed and the goal the seed drew (the first observation's)."""
+    out = base_row(task, episode)
+    out.update(seed=task["seed"], intent=first_obs.goal if first_obs is not None else task["intent"])
+    return out
 
-        from search.env import BrowserHarness, host_of
 
-        # file:// pages have no host: every goto is refused; an http MINIWOB_URL allows its own host
-        hosts = {host_of(self.base_url)} - {""}
+def trajectory_site(task: dict, obs) -> str:
+    return task["sites"][0]
 
-        def make(task):
-            return BrowserHarness(getattr(tasks_module, task["task_class"]), {"base_url": self.base_url},
-                                  allowed_hosts=hosts, live_validation=True)
-        return make
 
-    def on_step(self, task: dict, step, obs) -> None:
-        self.goals.setdefault(task["task_id"], obs.goal)
+def summarize(config: MiniWoBSearch, rows: list[dict], baseline: dict | None) -> dict:
+    out = run_summary(rows)
+    out = {"per_task": out.pop("sites"), **out}
+    if baseline:
+        out["baseline_success_rate"] = baseline["macro"]["success_rate"]
+        diff, out["task_difference"] = baseline_difference(out["per_task"], out["macro"]["success_rate"],
+                                                           baseline.get("per_task", {}), out["baseline_success_rate"])
+        if diff is not None:
+            out["difference"] = diff
+    return out
 
-    def row(self, task: dict, episode) -> dict:
-        row = base_row(task, self.task_key, episode)
-        row.update(seed=task["seed"], intent=self.goals.pop(task["task_id"], task["intent"]))
-        return row
 
-    def trajectory_site(self, task: dict, obs) -> str:
-        return task["sites"][0]
+def report(config: MiniWoBSearch, summary: dict, baseline: dict | None) -> None:
+    rates = {k: round(v["success_rate"], 3) for k, v in summary["per_task"].items()}
+    print(f"success rate {summary['macro']['success_rate']} over {summary['tasks']} episodes: {rates}",
+          file=sys.stderr)
 
-    def summarize(self, rows: list[dict], baseline: dict | None) -> dict:
-        out = run_summary(rows)
-        out = {"per_task": out.pop("sites"), **out}
-        if baseline:
-            out["baseline_success_rate"] = baseline["macro"]["success_rate"]
-            diff, out["task_difference"] = baseline_difference(out["per_task"], out["macro"]["success_rate"],
-                                                               baseline.get("per_task", {}),
-                                                               out["baseline_success_rate"])
-            if diff is not None:
-                out["difference"] = diff
-        return out
 
-    def report(self, summary: dict, baseline: dict | None) -> None:
-        rates = {k: round(v["success_rate"], 3) for k, v in summary["per_task"].items()}
-        print(f"success rate {summary['macro']['success_rate']} over {summary['tasks']} episodes: {rates}",
-              file=sys.stderr)
+MINIWOB = Benchmark("search.miniwob", MiniWoBSearch, tasks, site_harnesses,
+                    resume_settings=RESUME_SETTINGS + ("max_format_errors", "policy_axtree_chars"), row=row,
+                    summarize=summarize, report=report, trajectory_site=trajectory_site)
+
+
+def build_parser():
+    return search_parser(MINIWOB, doc=__doc__)
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(MiniWoB, argv, description=__doc__.split("\n\n")[0])
+    return run_cli(MINIWOB, argv, doc=__doc__)
 
 
 if __name__ == "__main__":

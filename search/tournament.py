@@ -6,7 +6,7 @@
     result.winner, result.matches, result.to_dict()
 
 Screening (``screen``, the one used by every agent): each proposal is read first (``Reading``:
-BrowserGym actions by ``read_actions``, MAG outputs by ``search.mag_agent``); unreadable ones
+BrowserGym actions by ``read_actions``, MAG outputs by ``search.mag.agent``); unreadable ones
 (unparseable, targeting a bid absent from the current AXTree, ...) are dropped with a reason;
 duplicates (the same page action) are merged into one representative and counted. One survivor needs no judge call. Otherwise the survivors are shuffled by ``seed`` and
 paired in order; an odd count gives the last one a bye. The matches of one round go to the judge
@@ -30,12 +30,16 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 from data.actions import ELEMENT_OPS, ActionParseError, parse_action
 
 PairJudge = Callable[[list[tuple[str, str]]], Sequence]
+# the screening and judgment counts every step record holds (``record_counts``)
+STEP_COUNTS = ("proposed", "screened_invalid", "screened_duplicate", "judge_calls", "judge_unparsed",
+               "judge_truncated")
 
 
 @dataclass(slots=True)
@@ -252,6 +256,45 @@ def knockout(candidates: Sequence[str] | Sequence[Candidate], judge: PairJudge, 
     return result
 
 
+def pick(step, candidates: Sequence[Candidate], judge_for, obs, history: list[str], seed: int,
+         both_orders: bool = False) -> Candidate | None:
+    """One search step's knockout: ``candidates`` (screened) judged by ``judge_for(obs, history)``
+    (None: the unguided baseline, which never needs a judge); the bracket, the judge's seconds and
+    the counts (``STEP_COUNTS``) go on the step record. The winning candidate, or None when none
+    is valid."""
+    clock = [0.0]
+    judge = _timed(judge_for(obs, history), clock) if judge_for else _never_judge
+    bracket = knockout(candidates, judge, seed=seed, both_orders=both_orders)
+    step.judge_s, step.bracket = clock[0], bracket.to_dict()
+    record_counts(step, bracket)
+    if bracket.winner is None:
+        return None
+    return next(c for c in candidates if c.dropped is None and c.action == bracket.winner)
+
+
+def record_counts(step, bracket: TournamentResult) -> None:
+    """Copy a tournament's screening and judgment counts onto a step record (``STEP_COUNTS``)."""
+    screened, judged = bracket.screened, bracket.judgments
+    step.proposed = len(bracket.candidates)
+    step.screened_invalid, step.screened_duplicate = screened["invalid"], screened["duplicate"]
+    step.judge_calls, step.judge_unparsed, step.judge_truncated = (judged["calls"], judged["unparsed"],
+                                                                   judged["truncated"])
+
+
+def _timed(judge, clock: list[float]):
+    def call(pairs):
+        t = time.perf_counter()
+        try:
+            return judge(pairs)
+        finally:
+            clock[0] += time.perf_counter() - t
+    return call
+
+
+def _never_judge(pairs):
+    raise AssertionError("the unguided baseline proposes one candidate and never judges")
+
+
 def expected_rounds(n: int) -> int:
     return math.ceil(math.log2(n)) if n > 1 else 0
 
@@ -269,17 +312,12 @@ def prm_pair_judge(judge_, state, budget: int | None = None, fmt=None) -> PairJu
     return call
 
 
-def add_prm_format_args(ap) -> None:
-    """``--prm-prompt-template FILE``: the PRM's prompts in a user's exact text."""
-    ap.add_argument("--prm-prompt-template", metavar="FILE", default=None,
-                    help="render the PRM's prompts with a YAML template (user, optional system; data.judgment)")
-
-
-def prm_format(args):
-    """The PRM's ``JudgmentFormat`` from ``--prm-prompt-template`` (ValueError on a bad template)."""
+def prm_format(config):
+    """The PRM's ``JudgmentFormat`` from a search config's ``prm_prompt_template``
+    (``--prm-prompt-template FILE``; ValueError on a bad template)."""
     from data.judgment import DEFAULT_FORMAT, JudgmentFormat
 
-    path = getattr(args, "prm_prompt_template", None)
+    path = getattr(config, "prm_prompt_template", None)
     return JudgmentFormat.from_options(path) if path else DEFAULT_FORMAT
 
 

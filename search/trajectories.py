@@ -68,13 +68,14 @@ def episode_records(decided: list, final, row: dict, *, run_id: str, benchmark: 
             for i, (obs, action, error) in enumerate(pairs)]
 
 
-def trajectory_keeper(bench, out: Path, run_id: str, task: dict):
-    """``keep(decided, final, row)`` for ``search.runner.run_task``: writes the task's rows."""
-    settings = {k: getattr(bench.config, k) for k in ("prm", "policy", "n")}
+def trajectory_keeper(benchmark, config, out: Path, run_id: str, task: dict):
+    """``keep(decided, final, row)`` for ``search.episodes.run_task``: writes the task's rows
+    (their site: ``benchmark.trajectory_site(task, obs)``)."""
+    settings = {k: getattr(config, k) for k in ("prm", "policy", "n")}
 
     def keep(decided, final, row):
-        records = episode_records(decided, final, row, run_id=run_id, benchmark=bench.name,
-                                  site_of_obs=lambda obs: bench.trajectory_site(task, obs), settings=settings)
+        records = episode_records(decided, final, row, run_id=run_id, benchmark=benchmark.name,
+                                  site_of_obs=lambda obs: benchmark.trajectory_site(task, obs), settings=settings)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, TRAJECTORY_SCHEMA) as writer:
             writer.write_table(steps_to_table(records))

@@ -28,7 +28,7 @@ judgments without a verdict, unparsed or truncated; then one ``result`` line wit
 ``totals``), ``summary.json``, ``versions.json`` and ``run.json`` (the settings, the AXTree budgets
 ``--policy-axtree-chars`` and ``--prm-axtree-chars``, both 12,000 by default, the models' token
 limits and where a local PRM loaded). ``summary.json``: success per environment over every task
-run and the macro-average over them (``macro_success``, ``macro.success_rate``); the environments
+run and the macro-average over them (``macro.success_rate``); the environments
 are the paper's five (Table 3: shopping, reddit, shopping_admin, gitlab, map), a multi-site task
 counted under its first site other than Wikipedia (``environment_of``: 46, 21, 35, 32 and 31
 of the 165 tasks, the paper's denominators); ``per_environment`` always holds them, and
@@ -60,10 +60,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from search.runner import (AXTreeSearch, Benchmark, SetupError, base_row, baseline_difference, main as run_cli,
-                           run_summary, site_key, site_success)
+from search.runner import (RESUME_SETTINGS, AXTreeSearch, Benchmark, SetupError, base_row, baseline_difference, build_parser as
+                           search_parser, main as run_cli, run_summary, site_key, site_success)
 
-__all__ = ["WA_VARS", "SITES", "ENVIRONMENTS", "SetupError", "WebArenaLite", "WebArenaSearch", "environment_of",
+__all__ = ["WA_VARS", "SITES", "ENVIRONMENTS", "SetupError", "WEBARENA_LITE", "WebArenaSearch", "environment_of",
            "load_task_configs", "preflight", "score_answer", "site_key", "summarize_run", "webarena_harness", "main"]
 
 WA_VARS = {"shopping": "WA_SHOPPING", "shopping_admin": "WA_SHOPPING_ADMIN", "reddit": "WA_REDDIT",
@@ -120,13 +120,18 @@ def preflight(configs: list[dict], environ=os.environ, timeout: float = 5.0, che
         raise SetupError("missing environment variable(s): " + ", ".join(missing) +
                          "\nBrowserGym needs all of " + ", ".join(WA_VARS.values()) +
                          " (the base URLs of your WebArena sites, e.g. WA_SHOPPING=http://host:7770)")
-    urls = {site: environ[var].rstrip("/") for site, var in WA_VARS.items()}
+    urls = site_urls(environ)
     if check_reachable:
         needed = sorted({s for c in configs for s in c["sites"]})
         down = [(s, urls[s], why) for s in needed if (why := _reachable(urls[s], timeout))]
         if down:
             raise SetupError("site(s) not reachable: " + "; ".join(f"{s} at {u} ({w})" for s, u, w in down))
     return urls
+
+
+def site_urls(environ=os.environ) -> dict:
+    """site -> base URL, from BrowserGym's ``WA_*`` variables (``preflight`` checks they are set)."""
+    return {site: environ[var].rstrip("/") for site, var in WA_VARS.items()}
 
 
 def _env_order(name: str) -> tuple:
@@ -166,25 +171,25 @@ def _environment(row: dict) -> str:
 
 
 def summarize_run(rows: list[dict], baseline: dict | None = None, site_groups: str = "paper") -> dict:
-    """Success per environment and macro-average over every task run (``macro_success`` as well);
+    """Success per environment and macro-average over every task run (``macro.success_rate``);
     ``site_groups`` 'paper' groups the ``sites`` table by the paper's five environments
     (``environment_of``), 'multi' by site with the multi-site tasks apart ('multi', as before);
     ``per_environment`` is always the five environments. Environment failures listed beside the
     rates (per site and overall), not dropped from them; step counts summed (``totals``); with a
-    ``baseline`` summary, the differences."""
+    ``baseline`` summary, its rate (``baseline_success_rate``) and the differences (``difference``,
+    ``site_difference``)."""
     if site_groups not in SITE_GROUPS:
         raise ValueError(f"site_groups must be one of {SITE_GROUPS}, not {site_groups!r}")
     out = run_summary(rows, _environment if site_groups == "paper" else (lambda r: r["site"]))
     per_environment, _ = site_success(rows, _environment)
-    out = {"sites": out["sites"], "macro_success": out["macro"]["success_rate"], **out,
-           "per_environment": {e: per_environment[e] for e in sorted(per_environment, key=_env_order)},
-           "site_groups": site_groups}
+    out.update(per_environment={e: per_environment[e] for e in sorted(per_environment, key=_env_order)},
+               site_groups=site_groups)
     if baseline:
-        out["baseline_macro_success"] = baseline.get("macro_success")
-        diff, out["site_difference"] = baseline_difference(out["sites"], out["macro_success"],
-                                                           baseline.get("sites", {}), baseline.get("macro_success"))
+        out["baseline_success_rate"] = baseline_rate = (baseline.get("macro") or {}).get("success_rate")
+        diff, out["site_difference"] = baseline_difference(out["sites"], out["macro"]["success_rate"],
+                                                           baseline.get("sites", {}), baseline_rate)
         if diff is not None:
-            out["macro_difference"] = diff
+            out["difference"] = diff
     return out
 
 
@@ -192,10 +197,11 @@ def summarize_run(rows: list[dict], baseline: dict | None = None, site_groups: s
 class WebArenaSearch(AXTreeSearch):
     """A ``python -m search.webarena`` run."""
 
-    out: str = "runs/webarena"
-    max_steps: int = 30
-    max_format_errors: int | None = 3
-    sites: list[str] | None = None
+    out: str = field(default="runs/webarena", metadata={"help": "output folder"})
+    task_ids: list[int] | None = field(default=None, metadata={
+        "nargs": "*", "help": "WebArena task ids (default: all 165 of WebArena-Lite)"})
+    sites: list[str] | None = field(default=None, metadata={
+        "nargs": "*", "help": f"only tasks on these sites: {', '.join(SITES)}"})
     site_groups: str = field(default="paper", metadata={
         "choices": SITE_GROUPS,
         "help": "the summary's sites table and macro-average: paper = the paper's five environments (a "
@@ -203,68 +209,63 @@ class WebArenaSearch(AXTreeSearch):
                 "the multi-site tasks apart. per_environment is always the five"})
 
 
-class WebArenaLite(Benchmark):
-    """WebArena-Lite's 165 tasks (BrowserGym's ``webarenalite``), BrowserGym actions on the AXTree."""
+def tasks(config: WebArenaSearch) -> list[dict]:
+    """The selected WebArena-Lite tasks, after the preflight (or the demo task)."""
+    if config.demo:
+        from search.demo_site import demo_config
 
-    name = "search.webarena"
-    Config = WebArenaSearch
-    task_key = "old_task_id"
-    resume_settings = Benchmark.resume_settings + ("max_format_errors", "policy_axtree_chars")
-    flag_help = {"task_ids": "WebArena task ids (default: all 165 of WebArena-Lite)"}
-    trajectories = True
+        if config.task_ids or config.sites:
+            raise SetupError("--demo runs the demo task only; drop --task-ids/--sites")
+        return [demo_config()]
+    configs = load_task_configs(config.task_ids, config.sites)
+    preflight(configs)
+    return configs
 
-    @classmethod
-    def add_args(cls, ap) -> None:
-        ap.add_argument("--sites", nargs="*", help=f"only tasks on these sites: {', '.join(SITES)}")
-        ap.add_argument("--max-format-errors", type=int, default=WebArenaSearch.max_format_errors)
 
-    def tasks(self) -> list[dict]:
-        c = self.config
-        if c.demo:
-            from search.demo_site import demo_config
+def site_harnesses(config: WebArenaSearch):
+    """WebArena-Lite's harnesses; a task with ``require_reset`` resets the sites first when
+    ``WA_FULL_RESET`` is set."""
+    make = webarena_harness("browsergym.webarenalite.task.WebArenaLiteTask", "old_task_id", site_urls())
 
-            if c.task_ids or c.sites:
-                raise SetupError("--demo runs the demo task only; drop --task-ids/--sites")
-            return [demo_config()]
-        tasks = load_task_configs(c.task_ids, c.sites)
-        self.urls = preflight(tasks)
-        return tasks
+    def make_after_reset(task):
+        if task.get("require_reset") and os.environ.get("WA_FULL_RESET"):
+            from browsergym.webarena.instance import WebArenaInstance
 
-    def agent(self):
-        from search.agent import AXTreeAgent
+            WebArenaInstance().full_reset()
+        return make(task)
+    return make_after_reset
 
-        return AXTreeAgent()
 
-    def policy(self, llm):
-        from search.agent import Policy
+def row(config: WebArenaSearch, task: dict, episode, first_obs=None) -> dict:
+    """The result line, with the task's environment (``environment_of``)."""
+    out = base_row(task, episode, "old_task_id")
+    out["environment"] = environment_of(task)
+    if task.get("require_reset") and not os.environ.get("WA_FULL_RESET"):
+        out["reset_skipped"] = True
+    return out
 
-        return Policy(llm, budget=self.config.policy_axtree_chars).propose
 
-    def site_harnesses(self):
-        make = webarena_harness("browsergym.webarenalite.task.WebArenaLiteTask", "old_task_id", self.urls)
+def summarize(config: WebArenaSearch, rows: list[dict], baseline: dict | None) -> dict:
+    return summarize_run(rows, baseline, config.site_groups)
 
-        def make_after_reset(config):
-            if config.get("require_reset") and os.environ.get("WA_FULL_RESET"):
-                from browsergym.webarena.instance import WebArenaInstance
 
-                WebArenaInstance().full_reset()
-            return make(config)
-        return make_after_reset
+def report(config: WebArenaSearch, summary: dict, baseline: dict | None) -> None:
+    envs = ", ".join(f"{e} {v['success']}/{v['tasks']}" for e, v in summary["per_environment"].items())
+    print(json.dumps({"success_rate": summary["macro"]["success_rate"], "tasks": summary["tasks"],
+                      "terminations": summary["terminations"]}), file=sys.stderr)
+    print(f"per environment: {envs or '-'}", file=sys.stderr)
 
-    def row(self, task: dict, episode) -> dict:
-        row = base_row(task, self.task_key, episode)
-        row["environment"] = environment_of(task)
-        if task.get("require_reset") and not os.environ.get("WA_FULL_RESET"):
-            row["reset_skipped"] = True
-        return row
 
-    def summarize(self, rows: list[dict], baseline: dict | None) -> dict:
-        return summarize_run(rows, baseline, self.config.site_groups)
+def trajectory_site(task: dict, obs) -> str:
+    from data.sites import site_of
 
-    def report(self, summary: dict, baseline: dict | None) -> None:
-        envs = ", ".join(f"{e} {v['success']}/{v['tasks']}" for e, v in summary["per_environment"].items())
-        print(json.dumps({k: summary[k] for k in ("macro_success", "tasks", "terminations")}), file=sys.stderr)
-        print(f"per environment: {envs or '-'}", file=sys.stderr)
+    return site_of(obs.url)
+
+
+WEBARENA_LITE = Benchmark(
+    "search.webarena", WebArenaSearch, tasks, site_harnesses, task_key="old_task_id",
+    resume_settings=RESUME_SETTINGS + ("max_format_errors", "policy_axtree_chars"), row=row,
+    summarize=summarize, report=report, trajectory_site=trajectory_site)
 
 
 def score_answer(config: dict, answer: str | None, urls: dict, evaluators: str = "webarenalite") -> float:
@@ -307,8 +308,12 @@ def score_answer(config: dict, answer: str | None, urls: dict, evaluators: str =
         os.unlink(f.name)
 
 
+def build_parser():
+    return search_parser(WEBARENA_LITE, doc=__doc__)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(WebArenaLite, argv, description=__doc__.split("\n\n")[0])
+    return run_cli(WEBARENA_LITE, argv, doc=__doc__)
 
 
 if __name__ == "__main__":

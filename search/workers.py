@@ -7,7 +7,7 @@
 ``DaskTaskRunner``); ``--dask-address`` sends the episodes to an existing scheduler instead. Workers
 are processes because BrowserGym holds one process-global sync Playwright: two episodes in one
 process would share it. Each worker process loads the policy and the PRM at its first episode and
-keeps them (``search.runner.episode_runner``, without the per-step bar: the calling process shows
+keeps them (``search.episodes.episode_runner``, without the per-step bar: the calling process shows
 one bar of finished episodes); an episode writes its own task files under ``--out``,
 so on a remote cluster ``--out`` must be a folder every worker sees. The run's folder, resume,
 summary and ``trajectories.parquet`` stay with the calling process (``search.runner.run_search``).
@@ -23,6 +23,8 @@ from dataclasses import asdict
 from prefect import flow, task, unmapped
 from prefect.cache_policies import NO_CACHE
 
+from search.episodes import RunFolder, episode_runner
+
 _RUNNERS: dict[str, object] = {}        # per worker process: (benchmark, config, run) -> run_one
 _STACK = contextlib.ExitStack()         # what a worker's episodes share for its life (the demo shop)
 
@@ -30,13 +32,9 @@ _STACK = contextlib.ExitStack()         # what a worker's episodes share for its
 @task(name="search-episode", cache_policy=NO_CACHE)
 def search_episode(benchmark, config, task_config: dict, run_id: str) -> dict:
     """One episode in this worker process; its result row."""
-    from search.runner import RunFolder, episode_runner
-
-    key = json.dumps([benchmark.__module__, benchmark.__name__, run_id, asdict(config)], sort_keys=True, default=str)
+    key = json.dumps([benchmark.name, run_id, asdict(config)], sort_keys=True, default=str)
     if key not in _RUNNERS:
-        bench = benchmark(config)
-        bench.tasks()           # what the harnesses need (site URLs, MiniWoB's base URL), checked again here
-        _RUNNERS[key] = episode_runner(bench, RunFolder(config.out, run_id), _STACK, step_progress=False)
+        _RUNNERS[key] = episode_runner(benchmark, config, RunFolder(config.out, run_id), _STACK, step_progress=False)
     return _RUNNERS[key](task_config)
 
 

@@ -99,5 +99,5 @@ def right_output(url: str, menu) -> str:
 
 
 def right_output_for(obs) -> str:
-    """``right_output`` for a ``search.som.SomObservation``."""
+    """``right_output`` for a ``search.mag.som.SomObservation``."""
     return right_output(obs.url, [(m.id, m.type, m.text) for m in obs.marks])

@@ -46,8 +46,8 @@ def test_the_nltk_stub_reaches_an_nltk_imported_before_it(tmp_path, monkeypatch)
 
 
 def _run_cli(args, env, tmp_path):
-    code = ("import sys, search.mag as mag, search.runner as runner\n"
-            "runner.load_models = lambda bench: sys.exit('models loaded')\n"
+    code = ("import sys, search.mag as mag, search.episodes as episodes\n"
+            "episodes.load_models = lambda benchmark, config: sys.exit('models loaded')\n"
             "rc = mag.main(sys.argv[1:])\n"
             "assert not [m for m in sys.modules if m.startswith(('browsergym.', 'playwright', 'torch'))]\n"
             "sys.exit(rc)")
@@ -118,9 +118,9 @@ def cells(line: str) -> list[str]:
 
 
 def _resume(out, *extra, prm="my-prm"):
-    code = ("import sys, search.mag as mag, search.runner as runner\n"
-            "runner.load_models = lambda bench: sys.exit('models loaded')\n"
-            "mag.preflight = lambda configs: {}\n"
+    code = ("import sys, search.mag as mag, search.episodes as episodes\n"
+            "episodes.load_models = lambda benchmark, config: sys.exit('models loaded')\n"
+            "import search.mag.run; search.mag.run.preflight = lambda configs: {}\n"
             "sys.exit(mag.main(sys.argv[1:]))")
     return subprocess.run([sys.executable, "-c", code, "--prm", prm, "--policy", "p", "--resume", "--out", str(out),
                            *extra], capture_output=True, text=True, timeout=60)

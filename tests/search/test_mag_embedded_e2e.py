@@ -12,8 +12,8 @@ from prm.judge import make_judge
 from search.env import BrowserHarness, host_of
 from search.loop import AGENT_ENDINGS
 from search.mag import episode_row, summarize_run, table
-from search.mag_agent import MagPolicy, run_mag_episode
-from search.som import MAG_ACTION_SUBSETS, VIEWPORT
+from search.mag.agent import MagPolicy, run_mag_episode
+from search.mag.som import MAG_ACTION_SUBSETS, VIEWPORT
 from recorders import recording_judge_for
 from shop_scripts import mag_output
 from llm.embedded import default_model_dir

@@ -8,14 +8,14 @@ import json
 
 import pytest
 
-from search.mag_agent import (
+from search.mag.agent import (
     PolicyTemplate,
     build_messages,
     screen_outputs,
     system_prompt,
 )
-from search.mag_metrics import parse_step
-from search.som import Mark, SomObservation, UnexecutableStep, render_menu, to_code
+from search.mag.metrics import parse_step
+from search.mag.som import Mark, SomObservation, UnexecutableStep, render_menu, to_code
 
 
 def obs_with(marks, url="http://shop.test/", goal="Buy a kettle."):
@@ -164,9 +164,9 @@ def test_a_step_the_policy_never_answered_is_not_scored_by_ofcr(monkeypatch):
     """A policy outage (``policy_error``) leaves a step without any output: OFCR scores model
     outputs (App. D), so that step is neither compliant nor not; a step whose outputs were all
     invalid still counts, as not compliant."""
-    import search.mag_agent as mag_agent
+    import search.mag.agent as mag_agent
     from search.loop import PolicyError
-    from search.mag_metrics import ofcr
+    from search.mag.metrics import ofcr
 
     monkeypatch.setattr(mag_agent, "observe", lambda harness: obs_with(MARKS))
 

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from search.mag import check_step
-from search.mag_metrics import (ggs, guide_leaks, guide_scores, load_gold_guides, ofcr, parse_step, raw_guide,
+from search.mag.metrics import (ggs, guide_leaks, guide_scores, load_gold_guides, ofcr, parse_step, raw_guide,
                                 score_episodes, score_task, summarize)
 
 MENU = [3, 12, 17]

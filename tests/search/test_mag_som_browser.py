@@ -12,8 +12,8 @@ import pytest
 
 from local_pages import LONG_LABEL, Pages, open_page_task
 from search.env import BrowserHarness
-from search.mag_metrics import parse_step
-from search.som import (MAG_ACTION_SUBSETS, MAX_LINES, VIEWPORT, UnexecutableStep, _PALETTE, observe,
+from search.mag.metrics import parse_step
+from search.mag.som import (MAG_ACTION_SUBSETS, MAX_LINES, VIEWPORT, UnexecutableStep, _PALETTE, observe,
                         to_code)
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")

@@ -41,8 +41,8 @@ def test_the_wheel_holds_every_page_and_a_wrong_folder_is_named(tmp_path):
 
 
 def test_cli_exits_2_before_loading_models_or_starting_a_browser(tmp_path):
-    code = ("import sys, search.miniwob as mw, search.runner as runner\n"
-            "runner.load_models = lambda bench: sys.exit('models loaded')\n"
+    code = ("import sys, search.miniwob as mw, search.episodes as episodes\n"
+            "episodes.load_models = lambda benchmark, config: sys.exit('models loaded')\n"
             "sys.exit(mw.main(sys.argv[1:]))")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
     for extra, flags, expect in (
@@ -63,16 +63,16 @@ def test_summary_per_task_and_baseline_difference():
         return {"type": "result", "task_id": f"{task}.{seed}", "site": f"miniwob.{task}", "evaluated": evaluated,
                 "success": ok, "reward": float(ok) if evaluated else None,
                 "termination": "task_done" if evaluated else "env_error"}
-    bench = mw.MiniWoB(mw.MiniWoBSearch(prm="none", policy="x"))
+    config = mw.MiniWoBSearch(prm="none", policy="x")
     rows = [row("click-test", 0, True), row("click-test", 1, True), row("enter-text", 0, True),
             row("enter-text", 1, False, evaluated=False)]
-    s = bench.summarize(rows, None)
+    s = mw.summarize(config, rows, None)
     assert s["per_task"]["miniwob.click-test"]["success_rate"] == 1.0
     assert s["per_task"]["miniwob.enter-text"] == {"tasks": 2, "evaluated": 1, "success": 1, "env_failures": 1,
                                                     "success_rate": 0.5}
     assert s["macro"]["success_rate"] == 0.75 and s["tasks"] == 4 and s["env_failures"] == 1
-    base = bench.summarize([row("click-test", 0, False), row("enter-text", 0, True)], None)
-    d = bench.summarize(rows, json.loads(json.dumps(base)))
+    base = mw.summarize(config, [row("click-test", 0, False), row("enter-text", 0, True)], None)
+    d = mw.summarize(config, rows, json.loads(json.dumps(base)))
     assert d["baseline_success_rate"] == 0.5 and d["difference"] == pytest.approx(0.25)
     assert d["task_difference"] == {"miniwob.click-test": 1.0, "miniwob.enter-text": -0.5}
 
@@ -118,7 +118,7 @@ def test_a_miniwob_url_without_its_trailing_slash_still_names_the_pages(monkeypa
     """BrowserGym joins MINIWOB_URL and the page name as strings: the runner adds the slash a user
     may leave out (check_pages would pass either way)."""
     monkeypatch.setenv("MINIWOB_URL", mw.default_url().rstrip("/"))
-    bench = mw.MiniWoB(mw.MiniWoBSearch(prm="none", policy="x", tasks=["click-test"], seeds="0"))
-    bench.tasks()
-    page = mw.task_classes()["click-test"](seed=0, base_url=bench.base_url).url
+    assert [t["task_id"] for t in mw.tasks(mw.MiniWoBSearch(prm="none", policy="x", tasks=["click-test"], seeds="0"))] \
+        == ["click-test.0"]
+    page = mw.task_classes()["click-test"](seed=0, base_url=mw.base_url()).url
     assert page == mw.default_url() + "click-test.html"

@@ -3,7 +3,7 @@ a scripted OpenAI-protocol policy (``n`` samples) and PRM judging a knockout."""
 
 from prm.judge import EndpointJudge
 from scripted_llm import scripted_server
-from search.agent import Policy, build_messages, describe_outcome, extract_action
+from search.agent import Policy, build_messages, candidate_text, describe_outcome
 from search.env import Observation
 from search.tournament import knockout, prm_pair_judge
 from llm import LLMConfig
@@ -25,10 +25,13 @@ def test_prompt_holds_goal_url_tree_history_and_feedback():
     assert "(first step)" in build_messages("g", TREE, "u", [])[1]["content"]
 
 
-def test_extract_action():
-    assert extract_action("I will search.\n```\nclick('10')\n```") == "click('10')"
-    assert extract_action("Thought: go\nAction: click( '12' )") == "click('12')"
-    assert extract_action("no idea") == "no idea"
+def test_candidate_text_is_data_actions_extract_action_or_the_raw_text():
+    assert candidate_text("I will search.\n```\nclick('10')\n```") == "click('10')"
+    assert candidate_text("Thought: go\nAction: click( '12' )") == "click('12')"
+    assert candidate_text('```\nclick("10")\n```') == "click('10')"          # the canonical text
+    assert candidate_text("not click('40') but fill('12', 'x')") == "fill('12', 'x')"    # agents act last
+    assert candidate_text("  no idea ") == "no idea"      # no action: the tournament drops it, text shown
+    assert candidate_text("Thought.\n```\nno idea\n```") == "no idea"        # ... the answer's block
 
 
 def test_feedback_describes_what_happened():

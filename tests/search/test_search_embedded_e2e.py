@@ -9,10 +9,10 @@ import pytest
 
 from search.demo_site import Shop, make_task
 from prm.judge import make_judge
-from search.agent import Policy
+from search.agent import Policy, run_axtree_episode
 from recorders import Recording, recording_judge_for
 from search.env import host_of
-from search.loop import AGENT_ENDINGS, run_episode
+from search.loop import AGENT_ENDINGS
 from llm.embedded import default_model_dir
 from llm import LLMConfig
 
@@ -34,10 +34,10 @@ def test_embedded_policy_and_prm_complete_episodes(tmp_path):
         return policy.propose(obs, history, feedback, n, step) + ["scroll(0, 200)", "scroll(0, -200)"]
 
     with Shop() as shop, Recording(make_task(shop), allowed_hosts={host_of(shop.url)}) as h:
-        guided = run_episode(h, policy.propose, judge_for, n=3, max_steps=2, seed=0)
-        baseline = run_episode(h, policy.propose, None, max_steps=2, seed=0)
+        guided = run_axtree_episode(h, policy.propose, judge_for, n=3, max_steps=2, seed=0)
+        baseline = run_axtree_episode(h, policy.propose, None, max_steps=2, seed=0)
         h.executed.clear()
-        mixed = run_episode(h, with_two_valid, judge_for, n=2, max_steps=2, seed=0)
+        mixed = run_axtree_episode(h, with_two_valid, judge_for, n=2, max_steps=2, seed=0)
     for r in (guided, baseline, mixed):
         assert r.termination in AGENT_ENDINGS and r.evaluated and r.reward in (0.0, 1.0), r.error
         assert r.steps and all(not s.error.startswith(("env:", "policy:")) for s in r.steps)

@@ -10,7 +10,7 @@ from search.demo_site import Shop, make_task
 from shop_scripts import find, right_action
 from recorders import Recording
 from search.env import BrowserHarness, host_of
-from search.loop import run_episode
+from search.agent import run_axtree_episode
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,
@@ -39,7 +39,7 @@ def scripted_judge_for(calls):
 def test_loop_executes_the_judges_picks_and_succeeds():
     calls = []
     with Shop() as shop, Recording(make_task(shop), allowed_hosts={host_of(shop.url)}) as h:
-        result = run_episode(h, scripted_policy, scripted_judge_for(calls), n=5, max_steps=12, seed=1)
+        result = run_axtree_episode(h, scripted_policy, scripted_judge_for(calls), n=5, max_steps=12, seed=1)
         orders = list(shop.orders)
     assert result.termination == "answered", (result.error, [s.error for s in result.steps])
     assert result.evaluated and result.reward == 1.0 and result.success
@@ -68,18 +68,18 @@ def test_feedback_refusal_and_terminations():
         return ["scroll(0, 400)"]
 
     with Shop() as shop, Recording(make_task(shop), allowed_hosts={host_of(shop.url)}) as h:
-        result = run_episode(h, bad_policy, None, n=5, max_steps=4, seed=0, max_format_errors=2)
+        result = run_axtree_episode(h, bad_policy, None, n=5, max_steps=4, seed=0, max_format_errors=2)
         assert result.steps[0].error.startswith("refused: goto('http://example.com/')")
         assert h.executed[0] == "scroll(0, 400)"          # neither the refused goto nor the bad bid ran
         assert "scroll did not move" in result.steps[2].feedback
         assert result.termination == "step_budget" and result.evaluated and result.reward == 0.0
 
-        result = run_episode(h, lambda *a: ["nonsense"], None, max_steps=5, max_format_errors=2)
+        result = run_axtree_episode(h, lambda *a: ["nonsense"], None, max_steps=5, max_format_errors=2)
         assert result.termination == "format_errors" and len(result.steps) == 2 and result.reward == 0.0
 
     with Shop() as shop:
         dead = shop.url
     harness = BrowserHarness(make_task(Shop()), task_kwargs={"start_url": dead})
     with harness:
-        result = run_episode(harness, bad_policy, None)
+        result = run_axtree_episode(harness, bad_policy, None)
     assert result.termination == "site_unreachable" and result.reward is None and not result.evaluated

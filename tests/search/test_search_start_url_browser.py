@@ -10,9 +10,9 @@ from data.judgment import parse_prompt
 from local_pages import Pages
 from prm.judge import Judgment
 from search.env import BrowserHarness, host_of
-from search.loop import run_episode
-from search.mag_agent import run_mag_episode
-from search.som import MAG_ACTION_SUBSETS, VIEWPORT
+from search.agent import run_axtree_episode
+from search.mag.agent import run_mag_episode
+from search.mag.som import MAG_ACTION_SUBSETS, VIEWPORT
 from search.tournament import prm_pair_judge, prm_state
 from shop_scripts import mag_output
 
@@ -71,7 +71,7 @@ def test_prm_prompts_hold_the_tasks_start_url():
     with Pages() as pages:
         start = f"{pages.url}/marks"
         with BrowserHarness(login_then_elsewhere_task(pages.url), allowed_hosts={host_of(pages.url)}) as h:
-            result = run_episode(h, propose, judge_for, n=4, max_steps=2, seed=0)
+            result = run_axtree_episode(h, propose, judge_for, n=4, max_steps=2, seed=0)
             assert h.start_url == start
         assert result.termination == "step_budget" and len(judge.prompts) == 2
         assert "/echo?from=login" in seen_urls[0] and seen_urls[0] != start

@@ -131,17 +131,16 @@ def test_unparsed_verdict_is_recorded_and_judge_length_checked():
 
 def test_prm_prompt_template_reaches_the_judge(tmp_path):
     """``--prm-prompt-template``: the PRM's match prompts are the user's text with the state filled in."""
-    import argparse
-
     from data.judgment import State
     from prm.judge import Judgment
-    from search.tournament import add_prm_format_args, prm_format, prm_pair_judge
+    from search.runner import parse_config
+    from search.tournament import prm_format, prm_pair_judge
+    from search.webarena import WEBARENA_LITE
 
     template = tmp_path / "t.yaml"
     template.write_text("user: '{start_url} | {current_url} | {response_1} vs {response_2}'\n")
-    ap = argparse.ArgumentParser()
-    add_prm_format_args(ap)
-    fmt = prm_format(ap.parse_args(["--prm-prompt-template", str(template)]))
+    flags = ["--prm", "none", "--policy", "m"]
+    fmt = prm_format(parse_config(WEBARENA_LITE, flags + ["--prm-prompt-template", str(template)]))
     seen = []
 
     class Judge:
@@ -153,4 +152,4 @@ def test_prm_prompt_template_reaches_the_judge(tmp_path):
     verdicts = prm_pair_judge(Judge(), state, fmt=fmt)([("click('1')", "click('2')")])
     assert verdicts[0].verdict == 1
     assert seen == [[{"role": "user", "content": "http://s/start | http://s/now | click('1') vs click('2')"}]]
-    assert prm_format(ap.parse_args([])).template is None
+    assert prm_format(parse_config(WEBARENA_LITE, flags)).template is None

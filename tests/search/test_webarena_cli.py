@@ -2,6 +2,7 @@
 variables or sites: exit 2 with a clear message, before any model or browser), the summary."""
 
 import json
+from dataclasses import replace
 import subprocess
 import sys
 
@@ -39,8 +40,8 @@ def test_preflight_names_missing_variables_and_unreachable_sites():
 
 def test_cli_exits_2_without_traceback_before_loading_anything(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path)}
-    code = ("import sys, search.webarena as wa, search.runner as runner\n"
-            "runner.load_models = lambda bench: sys.exit('models loaded')\n"
+    code = ("import sys, search.webarena as wa, search.episodes as episodes\n"
+            "episodes.load_models = lambda benchmark, config: sys.exit('models loaded')\n"
             "rc = wa.main(sys.argv[1:])\n"
             "assert not [m for m in sys.modules if m.startswith(('browsergym.', 'playwright', 'torch'))]\n"
             "sys.exit(rc)")
@@ -63,23 +64,24 @@ def test_summary_per_site_macro_and_baseline_difference():
     s = wa.summarize_run(rows)
     # every task counts: gitlab's unreachable site is a task not solved, listed beside the rate
     assert s["sites"]["shopping"]["success_rate"] == 0.5 and s["sites"]["gitlab"]["success_rate"] == 0.5
-    assert s["sites"]["gitlab"]["env_failures"] == 1 and s["macro_success"] == 0.5
+    assert s["sites"]["gitlab"]["env_failures"] == 1
     assert s["macro"]["success_rate"] == 0.5 and s["env_failures"] == 1
     assert [f["termination"] for f in s["env_failed_tasks"]] == ["site_unreachable"]
     assert s["terminations"] == {"answered": 2, "step_budget": 1, "site_unreachable": 1}
     base = wa.summarize_run(rows[1:2] + rows[3:])
     d = wa.summarize_run(rows, base)
-    assert d["macro_difference"] == pytest.approx(0.5 - 0.0) and d["site_difference"] == {"shopping": 0.5,
+    assert "macro_success" not in d and d["baseline_success_rate"] == 0.0
+    assert d["difference"] == pytest.approx(0.5 - 0.0) and d["site_difference"] == {"shopping": 0.5,
                                                                                           "gitlab": 0.5}
 
 
 def test_main_writes_jsonl_summary_and_resumes(tmp_path, monkeypatch):
-    import search.runner as runner
+    import search.episodes as episodes
     from search.demo_site import Shop
 
     ran = []
 
-    def fake_run_task(bench, config, make_harness, agent, propose, judge_for, log, keep=None, steps=None):
+    def fake_run_task(benchmark, search_config, config, make_harness, make_agent, log, keep=None, steps=None):
         assert make_harness == "lite harness"
         ran.append(config["old_task_id"])
         log({"type": "step", "step": 0, "chosen": "click('1')"})
@@ -89,9 +91,9 @@ def test_main_writes_jsonl_summary_and_resumes(tmp_path, monkeypatch):
         log(row)
         return row
 
-    monkeypatch.setattr(runner, "run_task", fake_run_task)
-    monkeypatch.setattr(wa.WebArenaLite, "site_harnesses", lambda self: "lite harness")
-    monkeypatch.setattr(runner, "load_models", lambda bench: (None, None))
+    monkeypatch.setattr(episodes, "run_task", fake_run_task)
+    monkeypatch.setattr(wa, "WEBARENA_LITE", replace(wa.WEBARENA_LITE, site_harnesses=lambda config: "lite harness"))
+    monkeypatch.setattr(episodes, "load_models", lambda benchmark, config: (None, None))
     with Shop() as shop:
         for var in wa.WA_VARS.values():
             monkeypatch.setenv(var, shop.url)
@@ -101,7 +103,7 @@ def test_main_writes_jsonl_summary_and_resumes(tmp_path, monkeypatch):
         lines = [json.loads(l) for l in (tmp_path / "tasks" / "58.jsonl").read_text().splitlines()]
         assert [l["type"] for l in lines] == ["step", "result"]
         s = json.loads((tmp_path / "summary.json").read_text())
-        assert s["sites"]["map"]["success_rate"] == 0.5 and s["macro_success"] == 0.5 and s["prm"] == "none"
+        assert s["sites"]["map"]["success_rate"] == 0.5 and s["macro"]["success_rate"] == 0.5 and s["prm"] == "none"
         assert json.loads((tmp_path / "versions.json").read_text())["playwright"]
         (tmp_path / "tasks" / "71.jsonl").write_text('{"type": "step"}\n')    # interrupted mid-task
         ran.clear()
@@ -116,11 +118,11 @@ def test_cli_exits_1_when_no_task_could_run(tmp_path, monkeypatch, capsys, modul
     """Every task ended in an environment failure: the summary is written, the exit code says so."""
     import importlib
 
-    import search.runner as runner
+    import search.episodes as episodes
 
     cli = importlib.import_module(module)
-    monkeypatch.setattr(runner, "load_models", lambda bench: (None, None))
-    monkeypatch.setattr(runner, "run_task", lambda bench, task, *a: {
+    monkeypatch.setattr(episodes, "load_models", lambda benchmark, config: (None, None))
+    monkeypatch.setattr(episodes, "run_task", lambda benchmark, config, task, *a: {
         "type": "result", "task_id": task["task_id"], "site": "demo", "termination": "site_unreachable",
         "evaluated": False, "reward": None, "n_steps": 0, "error": "net::ERR_CONNECTION_REFUSED"})
     out = tmp_path / "o"
@@ -130,7 +132,7 @@ def test_cli_exits_1_when_no_task_could_run(tmp_path, monkeypatch, capsys, modul
     s = json.loads((out / "summary.json").read_text())
     assert s["tasks"] == s["env_failures"] == 1 and s["macro"]["success_rate"] == 0.0
     # once a task has run, the run succeeds again (the resumed task counts)
-    monkeypatch.setattr(runner, "run_task", lambda bench, task, *a: {
+    monkeypatch.setattr(episodes, "run_task", lambda benchmark, config, task, *a: {
         "type": "result", "task_id": task["task_id"], "site": "demo", "termination": "step_budget",
         "evaluated": True, "success": False, "reward": 0.0, "n_steps": 1})
     assert cli.main(["--demo", "--prm", "none", "--policy", "embedded", "--out", str(out), "--resume"]) == 0

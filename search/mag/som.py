@@ -1,11 +1,11 @@
 """MAG's observation and executor on a live page: Set-of-Mark marks, the candidate menu, the
 marked screenshot, and the seven verbs mapped onto BrowserGym actions.
 
-    from search.som import observe, to_code
+    from search.mag.som import observe, to_code
     obs = observe(harness)                       # after harness.reset()/step() (a BrowserHarness)
     obs.menu                                     # "[1] LINK Home\n[2] INPUT Search products\n..."
     obs.screenshot_png                           # 1440x900 PNG with numbered boxes
-    code, action = to_code(step, obs, grounding="som")  # step from search.mag_metrics.check_step
+    code, action = to_code(step, obs, grounding="som")  # step from search.mag.metrics.check_step
     harness.step(code)
 
 One observation for both groundings (MAG §3.1: prompt, observation, budget and scoring are held

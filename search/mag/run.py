@@ -18,8 +18,8 @@ screenshot and menu) and the prompt are the same but for the grounding key and i
 (MAG §3.1), so coordinate grounding needs a policy that sees the screenshot. ``--screenshot auto``
 attaches the marked screenshot when the policy is an endpoint (a vision model) and not for a local
 model (text only); ``on``/``off`` force it. The policy prompt carries the MAG paper's App. C
-prompt in this project's words (``search.mag_agent``); ``--policy-prompt-template FILE`` renders a
-user's exact text (YAML ``system`` and ``user``, ``search.mag_agent.PolicyTemplate``). The PRM is
+prompt in this project's words (``search.mag.agent``); ``--policy-prompt-template FILE`` renders a
+user's exact text (YAML ``system`` and ``user``, ``search.mag.agent.PolicyTemplate``). The PRM is
 Action-Only: it sees each candidate's verb, target and content, never its think or guide, with
 the menu in the AXTree section of the comparative-judgment format.
 
@@ -29,11 +29,11 @@ that a policy endpoint writes the contract (``make mag-demo`` runs it with the e
 
 Tasks: WebArena task ids (``--task-ids``; the configs come from BrowserGym's WebArena package,
 ``webarena/test.raw.json``, 812 tasks); without ``--task-ids`` the ids of the gold-guide file. The
-gold-guide format is in ``search.mag_metrics`` (JSONL, ``{"task_id": 27, "steps": [{"guide": ...}]}``);
+gold-guide format is in ``search.mag.metrics`` (JSONL, ``{"task_id": 27, "steps": [{"guide": ...}]}``);
 without gold guides the run reports success and OFCR only. Before any model loads or browser
 starts, the ``WA_*`` variables and the tasks' sites are checked (exit 2 naming what is missing).
 The run itself is ``search.runner``'s (the loop, run folder, resume and summary every benchmark
-shares); this module plugs in WebArena's tasks for MAG, the MAG agent (``search.mag_agent``:
+shares); this module plugs in WebArena's tasks for MAG, the MAG agent (``search.mag.agent``:
 Set-of-Mark observation, JSON steps with guides, the executor) and MAG's Table-1 scores.
 
 Output in ``--out``: ``tasks/<task_id>.jsonl`` (one line per step: the N outputs, the bracket,
@@ -61,15 +61,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from search.mag_agent import MAX_STEPS, MagAgent, MagPolicy, PolicyTemplate
-from search.mag_metrics import check_step, load_gold_guides, score_task, summarize  # noqa: F401  (check_step: OFCR, App. D)
-from search.runner import Benchmark, SearchConfig, SetupError, base_row, main as run_cli, run_summary, site_key
-from search.webarena import preflight, webarena_harness
+from search.mag.agent import MAG as MAG_AGENT, MAX_STEPS, PolicyTemplate
+from search.mag.metrics import load_gold_guides, score_task, summarize
+from search.runner import (RESUME_SETTINGS, Benchmark, SearchConfig, SetupError, base_row, build_parser as search_parser,
+                           main as run_cli, run_summary, site_key)
+from search.webarena import preflight, site_urls, webarena_harness
 
-POLICY_MAX_TOKENS = 1024     # MAG §3.1: budgets of 16k input and 1,024 output tokens (--policy-max-tokens overrides)
 TABLE_COLUMNS = ("SR", "OFCR", "bleu1", "bleu2", "rouge1", "rougeL", "G", "GGS", "tax")
 TABLE_NAMES = ("SR", "OFCR", "BLEU-1", "BLEU-2", "ROUGE-1", "ROUGE-L", "G", "GGS", "Tax")
 
@@ -112,7 +112,7 @@ def summarize_run(rows: list[dict], gold: dict | None) -> dict:
 def episode_row(task_id, site: str, intent: str, episode, gold: dict | None) -> dict:
     """The result line of one episode: termination, success, answer and its MAG scores."""
     reasons = [r for s in episode.steps for r in s.output_reasons]
-    row = {**base_row({"task_id": task_id, "sites": [site], "intent": intent}, "task_id", episode),
+    row = {**base_row({"task_id": task_id, "sites": [site], "intent": intent}, episode),
            "guides": episode.guides, "reasons": episode.reasons, "n_outputs": len(reasons),
            "n_outputs_compliant": sum(r is None for r in reasons)}
     if episode.evaluated:
@@ -154,13 +154,26 @@ def gold_task_ids(gold: dict) -> list[int]:
 class MagSearch(SearchConfig):
     """A ``python -m search.mag`` run."""
 
-    out: str = "runs/mag"
-    max_steps: int = MAX_STEPS
-    grounding: str = "som"                  # 'som': a menu id; 'coord': a pixel pair
-    gold_guides: str | None = None          # gold-guide JSONL (search.mag_metrics)
-    screenshot: str = "auto"                # attach the screenshot to the policy prompt: auto (endpoint policies), on, off
-    save_screenshots: bool = False
-    policy_prompt_template: str | None = None    # YAML with the policy's exact system and user text
+    out: str = field(default="runs/mag", metadata={"help": "output folder"})
+    n: int = field(default=5, metadata={"min": 1, "help": "outputs per step (paper: 5)"})
+    task_ids: list[int] | None = field(default=None, metadata={
+        "nargs": "*", "help": "WebArena task ids (default: those of --gold-guides)"})
+    max_steps: int = field(default=MAX_STEPS, metadata={"min": 1, "help": "steps per episode at most"})
+    baseline: str | None = field(default=None, metadata={
+        "help": "a baseline run's folder: table.md shows its row too"})
+    demo: bool = field(default=False, metadata={
+        "help": "run the built-in demo task (a small shop on 127.0.0.1, gold guides included) instead of "
+                "WebArena: no sites needed"})
+    grounding: str = field(default="som", metadata={
+        "choices": ("som", "coord"), "help": "som: the policy names a menu id; coord: a pixel pair"})
+    gold_guides: str | None = field(default=None, metadata={"help": "gold-guide JSONL (see search.mag.metrics)"})
+    screenshot: str = field(default="auto", metadata={
+        "choices": ("auto", "on", "off"),
+        "help": "attach the screenshot to the policy prompt (auto: only for an endpoint policy)"})
+    save_screenshots: bool = field(default=False, metadata={"help": "keep every marked screenshot"})
+    policy_prompt_template: str | None = field(default=None, metadata={
+        "metavar": "FILE",
+        "help": "render the policy prompt from a YAML file (system, user; search.mag.agent.PolicyTemplate)"})
 
     def check(self) -> None:
         super().check()
@@ -168,79 +181,64 @@ class MagSearch(SearchConfig):
             PolicyTemplate.load(self.policy_prompt_template)       # ValueError on a bad template
 
 
-class Mag(Benchmark):
-    """MAG: WebArena tasks from screenshots with a guide per step, scored as MAG's Table 1."""
+def gold_guides(config: MagSearch) -> dict | None:
+    """The run's gold guides: ``--gold-guides``'s, over the demo's own with ``--demo``."""
+    gold = load_gold_guides(config.gold_guides)
+    if config.demo:
+        from search.demo_site import GOLD_GUIDES
 
-    name = "search.mag"
-    Config = MagSearch
-    resume_settings = Benchmark.resume_settings + ("grounding", "screenshot", "policy_prompt_template")
-    policy_max_tokens = POLICY_MAX_TOKENS
-    flag_help = {"n": "outputs per step (paper: 5)", "task_ids": "WebArena task ids (default: those of --gold-guides)",
-                 "baseline": "a baseline run's folder: table.md shows its row too",
-                 "demo": "run the built-in demo task (a small shop on 127.0.0.1, gold guides included) instead "
-                         "of WebArena: no sites needed"}
+        return {**GOLD_GUIDES, **(gold or {})}          # a given file may add or replace the demo's
+    return gold
 
-    @property
-    def harness_kwargs(self) -> dict:
-        from search.som import MAG_ACTION_SUBSETS, VIEWPORT
 
-        return {"viewport": VIEWPORT, "action_subsets": MAG_ACTION_SUBSETS}
+def tasks(config: MagSearch) -> list[dict]:
+    """The WebArena tasks (``--task-ids``, else those of the gold file), after the preflight (or
+    the demo task)."""
+    gold = gold_guides(config)
+    if config.demo:
+        from search.demo_site import demo_config
 
-    @classmethod
-    def add_args(cls, ap) -> None:
-        ap.add_argument("--grounding", choices=("som", "coord"), default=MagSearch.grounding)
-        ap.add_argument("--gold-guides", help="gold-guide JSONL (see search.mag_metrics)")
-        ap.add_argument("--screenshot", choices=("auto", "on", "off"), default=MagSearch.screenshot,
-                        help="attach the screenshot to the policy prompt (auto: only for an endpoint policy)")
-        ap.add_argument("--save-screenshots", action="store_true", help="keep every marked screenshot")
-        ap.add_argument("--policy-prompt-template", metavar="FILE",
-                        help="render the policy prompt from a YAML file (system, user; search.mag_agent.PolicyTemplate)")
+        if config.task_ids:
+            raise SetupError("--demo runs the demo task only; drop --task-ids")
+        return [demo_config()]
+    configs = load_task_configs(config.task_ids or (gold_task_ids(gold) if gold else None))
+    preflight(configs)
+    return configs
 
-    def tasks(self) -> list[dict]:
-        c = self.config
-        self.gold = load_gold_guides(c.gold_guides)
-        if c.demo:
-            from search.demo_site import GOLD_GUIDES, demo_config
 
-            if c.task_ids:
-                raise SetupError("--demo runs the demo task only; drop --task-ids")
-            self.gold = {**GOLD_GUIDES, **(self.gold or {})}          # a given file may add or replace the demo's
-            return [demo_config()]
-        tasks = load_task_configs(c.task_ids or (gold_task_ids(self.gold) if self.gold else None))
-        self.urls = preflight(tasks)
-        return tasks
+def site_harnesses(config: MagSearch):
+    return webarena_harness("browsergym.webarena.task.GenericWebArenaTask", "task_id", site_urls(),
+                            **MAG_AGENT.harness_options)
 
-    def agent(self):
-        return MagAgent(self.config.grounding)
 
-    def policy(self, llm):
-        c = self.config
-        screenshot = c.screenshot == "on" or (c.screenshot == "auto" and not llm.is_local)
-        template = PolicyTemplate.load(c.policy_prompt_template) if c.policy_prompt_template else None
-        return MagPolicy(llm, grounding=c.grounding, screenshot=screenshot, template=template).propose
+def row(config: MagSearch, task: dict, episode, first_obs=None) -> dict:
+    return episode_row(task["task_id"], site_key(task), task["intent"], episode, gold_guides(config))
 
-    def site_harnesses(self):
-        return webarena_harness("browsergym.webarena.task.GenericWebArenaTask", "task_id", self.urls,
-                                **self.harness_kwargs)
 
-    def row(self, task: dict, episode) -> dict:
-        return episode_row(task["task_id"], site_key(task), task["intent"], episode, self.gold)
+def save_screenshot(config: MagSearch, task: dict, step, obs) -> None:
+    """``--save-screenshots``: ``shots/<task_id>/<step>.png``, the marked page the step was decided on."""
+    if config.save_screenshots:
+        shots = Path(config.out) / "shots" / str(task["task_id"])
+        shots.mkdir(parents=True, exist_ok=True)
+        (shots / f"{step.step:02d}.png").write_bytes(obs.screenshot_png)
 
-    def on_step(self, task: dict, step, obs) -> None:
-        if self.config.save_screenshots:
-            shots = Path(self.config.out) / "shots" / str(task["task_id"])
-            shots.mkdir(parents=True, exist_ok=True)
-            (shots / f"{step.step:02d}.png").write_bytes(obs.screenshot_png)
 
-    def summarize(self, rows: list[dict], baseline: dict | None) -> dict:
-        return {**summarize_run(rows, self.gold), "grounding": self.config.grounding}
+def summarize_mag(config: MagSearch, rows: list[dict], baseline: dict | None) -> dict:
+    return {**summarize_run(rows, gold_guides(config)), "grounding": config.grounding}
 
-    def report(self, summary: dict, baseline: dict | None) -> None:
-        rows = [(run_name(summary), summary)]
-        if baseline:
-            rows.insert(0, (run_name(baseline), baseline))
-        (Path(self.config.out) / "table.md").write_text(table(rows))
-        print(table(rows), file=sys.stderr)
+
+def report(config: MagSearch, summary: dict, baseline: dict | None) -> None:
+    """``table.md``: the run's Table-1 row, below the baseline's."""
+    rows = [(run_name(summary), summary)]
+    if baseline:
+        rows.insert(0, (run_name(baseline), baseline))
+    (Path(config.out) / "table.md").write_text(table(rows))
+    print(table(rows), file=sys.stderr)
+
+
+MAG = Benchmark("search.mag", MagSearch, tasks, site_harnesses, agent=MAG_AGENT,
+                resume_settings=RESUME_SETTINGS + ("grounding", "screenshot", "policy_prompt_template"), row=row,
+                on_step=save_screenshot, summarize=summarize_mag, report=report)
 
 
 def run_name(summary: dict) -> str:
@@ -249,9 +247,9 @@ def run_name(summary: dict) -> str:
     return f"{summary.get('policy')} + {'no PRM' if str(prm).lower() == 'none' else prm}"
 
 
+def build_parser():
+    return search_parser(MAG, doc=__doc__)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(Mag, argv, description=__doc__.split("\n\n")[0])
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return run_cli(MAG, argv, doc=__doc__)

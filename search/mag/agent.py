@@ -1,22 +1,24 @@
 """The MAG agent: a policy writes N JSON steps (action + guide), the PRM's knockout picks one, the
-executor runs it on the live page; 25 steps at most (``search.loop.run_episode`` with ``MagAgent``).
+executor runs it on the live page; 25 steps at most (``search.loop.run_episode`` with ``MagAgent``,
+the same ``get_action(obs) -> (action, info)`` contract as every search agent).
 
-    from search.mag_agent import MagPolicy, run_mag_episode
+    from search.mag.agent import MagAgent, MagPolicy, run_mag_episode
     policy = MagPolicy(LLMConfig(base_url=..., model="gpt-4o", temperature=1.0), grounding="som")
     result = run_mag_episode(harness, policy.propose, judge_for, n=5, grounding="som")
     result.termination, result.reward, result.guides, result.reasons
+    code, step = MagAgent(policy.propose, judge_for, n=5).get_action(observe(harness))
 
-``harness`` is a ``search.env.BrowserHarness`` built with ``viewport=search.som.VIEWPORT`` and
-``action_subsets=search.som.MAG_ACTION_SUBSETS``. ``propose(obs, guides, n, step) -> list[str]``
+``harness`` is a ``search.env.BrowserHarness`` built with ``viewport=search.mag.som.VIEWPORT`` and
+``action_subsets=search.mag.som.MAG_ACTION_SUBSETS``. ``propose(obs, guides, n, step) -> list[str]``
 gives raw policy outputs; ``judge_for(obs, history) -> pair judge`` the tournament's judge
 (``search.tournament.prm_pair_judge``), or None for the unguided baseline (one greedy sample).
 
-Per step (MAG App. D, Algorithm 1): every output is checked by ``search.mag_metrics.check_step``
-(OFCR) and mapped onto the page by ``search.som.to_code``; outputs without a valid action or that
+Per step (MAG App. D, Algorithm 1): every output is checked by ``search.mag.metrics.check_step``
+(OFCR) and mapped onto the page by ``search.mag.som.to_code``; outputs without a valid action or that
 cannot run on this page are dropped with their reason; outputs with the same action are merged
 (a compliant one represents them): ``read_outputs`` and ``search.tournament.screen``. The
 survivors meet in the knockout. The judge is Action-Only: it sees each candidate as its verb,
-target and content (``search.som.action_text``), never its think or guide, in the
+target and content (``search.mag.som.action_text``), never its think or guide, in the
 comparative-judgment format with the menu in the AXTree section, the URL and the actions executed
 so far. A step without a valid output executes nothing and still uses one of the ``max_steps``;
 the guide it wrote (the first output's, when it has one) still joins the guide history and G.
@@ -36,13 +38,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from data.actions import parse_action
 from data.judgment import fence, fill_placeholders, placeholder_names, read_template_file
 from llm import LLMClient, LLMConfig
-from search.agent import sample_texts
-from search.loop import EpisodeResult, Memory, run_episode
-from search.mag_metrics import check_step, raw_guide
-from search.som import UnexecutableStep, observe, to_code
-from search.tournament import Reading, screen
+from search.agent import PolicyLLMConfig, sample_texts
+from search.loop import AgentKind, EpisodeResult, PolicyError, run_episode
+from search.mag.metrics import check_step, raw_guide
+from search.mag.som import MAG_ACTION_SUBSETS, VIEWPORT, UnexecutableStep, observe, to_code
+from search.tournament import Reading, pick, screen
 
 MAX_STEPS = 25
 
@@ -321,65 +324,76 @@ def screen_outputs(outputs: list[str], obs, grounding: str = "som"):
     return screen(outputs, [r.reading for r in read]), read
 
 
-@dataclass(slots=True)
-class MagMemory(Memory):
-    guides: list[str] = field(default_factory=list)      # the executed steps' guides, for the policy
-    read: list[MagOutput] = field(default_factory=list)  # this step's outputs as read
-
-
 class MagAgent:
     """MAG's JSON steps on the Set-of-Mark observation, grounded by menu id or pixel
-    (``search.loop.Agent``)."""
+    (``search.loop.Agent``): ``get_action(obs)`` gives the winning output's BrowserGym code (None
+    when no output is valid) and the step's ``MagStep``. The policy (``propose(obs, guides, n,
+    step)``) sees the guides written so far; the judge the executed steps as the PRM saw them."""
 
-    Result = MagEpisode
+    def __init__(self, propose, judge_for=None, n: int = 5, grounding: str = "som", seed: int = 0,
+                 both_orders: bool = False):
+        self.propose, self.judge_for, self.n, self.grounding = propose, judge_for, n, grounding
+        self.seed, self.both_orders = seed, both_orders
+        self.guides: list[str] = []         # the steps' guides, for the policy
+        self.history: list[str] = []        # the executed steps as the PRM saw them, for the judge
+        self.t = 0
 
-    def __init__(self, grounding: str = "som"):
-        self.grounding = grounding
-
-    def reset(self, harness, seed: int):
-        harness.reset(seed=seed)
-        return observe(harness)
-
-    def memory(self) -> MagMemory:
-        return MagMemory()
-
-    def new_step(self, t: int, obs) -> MagStep:
-        return MagStep(t, obs.url, len(obs.marks))
-
-    def propose(self, policy, obs, memory: MagMemory, n: int, t: int) -> list[str]:
-        return policy(obs, list(memory.guides), n, t)
-
-    def screen(self, step: MagStep, outputs: list[str], obs, memory: MagMemory):
+    def get_action(self, obs) -> tuple[str | None, MagStep]:
+        t, self.t = self.t, self.t + 1
+        step = MagStep(t, obs.url, len(obs.marks))
+        clock = time.perf_counter()
+        try:
+            outputs = list(self.propose(obs, list(self.guides), self.n if self.judge_for else 1, t))
+        except PolicyError as e:
+            step.error, e.step = f"policy: {e}", step
+            raise
+        if not self.judge_for:      # the unguided baseline executes its one (greedy) output
+            outputs = outputs[:1]
+        step.policy_s = time.perf_counter() - clock
         step.outputs = outputs
-        candidates, memory.read = screen_outputs(outputs, obs, self.grounding)
-        step.output_reasons = [r.reason for r in memory.read]
-        return candidates
+        candidates, read = screen_outputs(outputs, obs, self.grounding)
+        step.output_reasons = [r.reason for r in read]
+        winner = pick(step, candidates, self.judge_for, obs, self.history, self.seed * 100_003 + t, self.both_orders)
+        if winner is None:
+            self.no_winner(step, candidates, read)
+            return None, step
+        chosen = read[winner.index]
+        step.chosen, step.code, step.action, step.reason = winner.index, chosen.code, chosen.reading.key, chosen.reason
+        step.guide = chosen.guide
+        self.guides.append(step.guide)
+        self.history.append(step.action)
+        return step.code, step
 
-    def no_winner(self, step: MagStep, candidates, memory: MagMemory) -> None:
+    def no_winner(self, step: MagStep, candidates, read: list[MagOutput]) -> None:
         """Nothing runs; the first output's OFCR reason and guide stand for the step (Algorithm 1
         appends the guide to the history whatever the action)."""
         if not candidates:
             step.reason = "no_output: the policy returned nothing"
             return
-        first = memory.read[0]
+        first = read[0]
         step.reason, step.guide, step.not_executed = first.reason, first.guide, candidates[0].dropped
         if step.guide:
-            memory.guides.append(step.guide)
+            self.guides.append(step.guide)
 
-    def execute(self, harness, step: MagStep, winner, obs, memory: MagMemory):
-        read = memory.read[winner.index]
-        step.chosen, step.code, step.action, step.reason = winner.index, read.code, read.reading.key, read.reason
-        step.guide = read.guide
-        memory.guides.append(step.guide)
-        harness.step(step.code)
-        step.error = ((harness.last_obs or {}).get("last_action_error") or "").strip()[:500]
-        finish = read.step.action_type == "finish"
-        if not finish:          # nothing more to see after the answer
-            t_obs = time.perf_counter()
-            obs = observe(harness)
-            step.observe_s = time.perf_counter() - t_obs
-        memory.history.append(step.action)          # the judge's trajectory: actions only
-        return obs, ((read.step.content or "") if finish else None)
+
+def reset(harness, seed: int):
+    """MAG's first observation: the task's page, marked (``search.mag.som.observe``)."""
+    harness.reset(seed=seed)
+    return observe(harness)
+
+
+def execute(harness, code: str, obs, step: MagStep):
+    """Run a MAG step's BrowserGym code (``search.loop``'s page side), record the browser's error,
+    and observe the page again; a ``finish`` answers with its content (its code is
+    ``send_msg_to_user``)."""
+    harness.step(code)
+    step.error = ((harness.last_obs or {}).get("last_action_error") or "").strip()[:500]
+    if step.action.startswith("action_type: finish;"):      # nothing more to see after the answer
+        return obs, str(parse_action(code).value)
+    clock = time.perf_counter()
+    after = observe(harness)
+    step.observe_s = time.perf_counter() - clock
+    return after, None
 
 
 def run_mag_episode(harness, propose, judge_for=None, n: int = 5, grounding: str = "som",
@@ -387,5 +401,33 @@ def run_mag_episode(harness, propose, judge_for=None, n: int = 5, grounding: str
                     on_step=None) -> MagEpisode:
     """One MAG episode on ``harness`` (``search.loop.run_episode`` with a ``MagAgent``; a step
     without a valid output uses budget, however many in a row)."""
-    return run_episode(harness, propose, judge_for, n=n, max_steps=max_steps, seed=seed, both_orders=both_orders,
-                       on_step=on_step, agent=MagAgent(grounding), max_format_errors=None)
+    agent = MagAgent(propose, judge_for, n=n, grounding=grounding, seed=seed, both_orders=both_orders)
+    return run_episode(harness, agent, execute, max_steps=max_steps, seed=seed, max_format_errors=None,
+                       on_step=on_step, reset=reset, result_class=MagEpisode)
+
+
+def mag_policy(config, llm: LLMConfig):
+    """A MAG run's policy (``--grounding``, ``--screenshot``, ``--policy-prompt-template``): its
+    ``propose``."""
+    screenshot = config.screenshot == "on" or (config.screenshot == "auto" and not llm.is_local)
+    template = PolicyTemplate.load(config.policy_prompt_template) if config.policy_prompt_template else None
+    return MagPolicy(llm, grounding=config.grounding, screenshot=screenshot, template=template).propose
+
+
+def mag_agent(config, propose, judge_for, seed: int) -> MagAgent:
+    """A MAG run's agent for one episode."""
+    return MagAgent(propose, judge_for, n=config.n, grounding=config.grounding, seed=seed,
+                    both_orders=config.both_orders)
+
+
+@dataclass
+class MagPolicyLLMConfig(PolicyLLMConfig):
+    """MAG's policy ``LLMConfig``: MAG §3.1's budgets of 16k input and 1,024 output tokens, so a
+    full JSON step fits (``--policy-max-tokens`` overrides)."""
+
+    max_tokens: int = field(default=1024, metadata={"min": 1, "help": "maximum completion tokens per policy output "
+                                                                      "(MAG §3.1: a full JSON step fits)"})
+
+
+MAG = AgentKind(policy=mag_policy, agent=mag_agent, execute=execute, policy_llm=MagPolicyLLMConfig, reset=reset,
+                result_class=MagEpisode, harness_options={"viewport": VIEWPORT, "action_subsets": MAG_ACTION_SUBSETS})

@@ -1,7 +1,7 @@
 """MAG (multimodal action and guide generation): the step output contract, its one tolerant
 parser, and the MAG paper's metrics (OFCR, guide quality G, GGS, guide tax) as its Appendix D
-defines them. Pure and offline; the observation and executor are ``search.som``, the episode
-``search.mag_agent``, the CLI ``python -m search.mag``.
+defines them. Pure and offline; the observation and executor are ``search.mag.som``, the episode
+``search.mag.agent``, the CLI ``python -m search.mag``.
 
 Contract (App. C-D): ONE JSON object with exactly the five keys ``think, action_type,
 selected_candidate_id, content, guide_text`` (``coordinates`` instead of
