@@ -46,6 +46,7 @@ Trained model folders are deleted after their evaluation unless ``--keep-models`
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -62,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data.config import make_parser
+from data.config import CLIParser, Configurable, build, given, make_parser
 from prm.split import fill_to, sample_states, split_by_template, task_template
 from prm.stats import RULES, bootstrap, state_table, wilson
 
@@ -74,29 +75,54 @@ AXES = ("spatial", "temporal", "spatiotemporal")
 VARIANTS = ("graph", "nograph") + AXES
 
 
-@dataclass
-class BenchConfig:
-    """Sizes and seeds of one bench run (see the module doc)."""
+def _ints(text: str) -> tuple[int, ...]:
+    """``0,1,2`` -> (0, 1, 2); the empty text is no seeds."""
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated integers, not {text!r}") from None
 
-    out: str = "runs/prm-cpu"
-    source: str = "agentlab"                 # agentlab: the shared traces; canonical: the bundled sample
-    input: str = str(SHARED)
-    test_fraction: float = 0.25              # share of task templates held out
-    split_seed: int = 42
-    verify_pairs: int = 64                   # candidates the teacher verifies in the graph run
-    nograph_verify_pairs: int | None = 24    # ... in the No-Graph run (None: verify_pairs); it only
-    #                                          needs train_pairs kept, the graph run also feeds each axis
-    train_pairs: int = 12                    # rows (= LoRA steps) per training
-    eval_pairs: int = 24                     # held-out pairs (random states, <= 2 pairs each)
-    seeds: tuple[int, ...] = (0, 1, 2)       # training seeds of the main variant (graph)
-    ablation_seeds: tuple[int, ...] = (0,)   # training seeds of the other variants
-    variants: tuple[str, ...] = VARIANTS
-    prompt_budget: int = 400
-    threads: int = 1
-    workers: int = 1                         # trainings (each followed by its evaluation) run at once
-    bootstrap: int = 2000
-    keep_models: bool = False
-    extra_train_args: list[str] = field(default_factory=list)
+
+def _variants(text: str) -> tuple[str, ...]:
+    v = tuple(x for x in text.split(",") if x)
+    if set(v) - set(VARIANTS) or "graph" not in v:
+        raise argparse.ArgumentTypeError(f"a subset of {','.join(VARIANTS)} with graph (the main variant), not {text!r}")
+    return v
+
+
+@dataclass
+class BenchConfig(Configurable):
+    """Sizes and seeds of one bench run (see the module doc); every field is a flag (``data.config``)."""
+
+    ARG_GROUP = "bench"
+
+    out: str = field(default="runs/prm-cpu", metadata={"help": "output folder (relative: to the repository)"})
+    source: str = field(default="agentlab", metadata={
+        "choices": ("agentlab", "canonical"), "help": "agentlab: the shared traces; canonical: the bundled sample"})
+    input: str = field(default=str(SHARED), metadata={"help": "the traces data.ingest reads"})
+    test_fraction: float = field(default=0.25, metadata={"gt": 0, "max": 1, "help": "share of task templates held out"})
+    split_seed: int = field(default=42, metadata={"help": "seed of the split, the evaluation sample and the training sets"})
+    verify_pairs: int = field(default=64, metadata={"min": 1, "help": "candidates the teacher verifies in the graph run"})
+    nograph_verify_pairs: int | None = field(default=24, metadata={
+        "min": 1, "help": "... in the No-Graph run (unset: --verify-pairs); it only needs --train-pairs kept, the "
+                          "graph run also feeds each axis"})
+    train_pairs: int = field(default=12, metadata={"min": 1, "help": "rows (= LoRA steps) per training"})
+    eval_pairs: int = field(default=24, metadata={"min": 1, "help": "held-out pairs (random states, <= 2 pairs each)"})
+    seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata={
+        "type": _ints, "metavar": "0,1,2", "help": "comma-separated training seeds of the main variant (graph)"})
+    ablation_seeds: tuple[int, ...] = field(default=(0,), metadata={
+        "type": _ints, "metavar": "0", "help": "comma-separated training seeds of the other variants ('' for none)"})
+    variants: tuple[str, ...] = field(default=VARIANTS, metadata={
+        "type": _variants, "metavar": "graph,...", "help": f"comma-separated subset of {','.join(VARIANTS)} with graph"})
+    prompt_budget: int = field(default=400, metadata={
+        "min": 1, "help": "AXTree characters of every prompt (teacher, training rows, evaluation)"})
+    threads: int = field(default=1, metadata={"min": 1, "help": "torch threads per process"})
+    workers: int = field(default=1, metadata={
+        "min": 1, "help": "trainings (each followed by its evaluation) run at once"})
+    bootstrap: int = field(default=2000, metadata={"min": 1, "help": "bootstrap resamples of the held-out states"})
+    keep_models: bool = field(default=False, metadata={"help": "keep the trained weights after their evaluation"})
+    extra_train_args: list[str] = field(default_factory=list, metadata={
+        "help": "flags passed on to prm.train (the command line's unknown flags)"})
 
     def trainings(self) -> list[tuple[str, int]]:
         """(variant, seed) in the order they run, so that a cut-short run has the most to show: the
@@ -366,38 +392,23 @@ def markdown(s: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = make_parser(prog="bench/prm_cpu.py", description=__doc__.split("\n\n")[0])
+def build_parser() -> CLIParser:
+    """``--small`` and one flag per ``BenchConfig`` field; unknown flags go to prm.train."""
+    ap = make_parser(prog="bench/prm_cpu.py", doc=__doc__)
     ap.add_argument("--small", action="store_true", help="the bundled sample, one variant and seed (make prm-demo)")
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--source", choices=("agentlab", "canonical"))
-    ap.add_argument("--input")
-    for f in ("verify_pairs", "nograph_verify_pairs", "train_pairs", "eval_pairs", "prompt_budget", "threads", "workers",
-              "bootstrap", "split_seed"):
-        ap.add_argument("--" + f.replace("_", "-"), type=int)
-    ap.add_argument("--test-fraction", type=float)
-    ap.add_argument("--seeds", help="comma-separated training seeds of the graph variant")
-    ap.add_argument("--ablation-seeds", help="comma-separated training seeds of the other variants ('' for none)")
-    ap.add_argument("--variants", help=f"comma-separated subset of {','.join(VARIANTS)}")
-    ap.add_argument("--keep-models", action="store_true")
-    args, extra = ap.parse_known_args(argv)
-    values = dict(SMALL) if args.small else {}
-    if args.small:
-        values["out"] = "runs/prm-demo"
-    for k, v in vars(args).items():
-        if v is None or k == "small":
-            continue
-        if k in ("seeds", "ablation_seeds"):
-            v = tuple(int(x) for x in v.split(",") if x.strip())
-        elif k == "variants":
-            v = tuple(x for x in v.split(",") if x)
-            unknown = set(v) - set(VARIANTS)
-            if unknown or "graph" not in v:
-                ap.error(f"--variants: subset of {VARIANTS} with graph (the main variant), not {v}")
-        elif k == "keep_models" and not v:
-            continue
-        values[k] = v
-    cfg = BenchConfig(**values, extra_train_args=extra)
+    BenchConfig.add_args(ap, skip=("extra_train_args",))
+    return ap
+
+
+def bench_config(argv: list[str] | None = None) -> BenchConfig:
+    """The run's settings: the defaults (``--small``: ``SMALL``), then the flags given."""
+    args, extra = build_parser().parse_known_args(argv)
+    values = {**SMALL, "out": "runs/prm-demo"} if args.small else {}
+    return build(BenchConfig, {**values, **given(args, BenchConfig), "extra_train_args": extra}, "flags")
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = bench_config(argv)
     out = ROOT / cfg.out if not Path(cfg.out).is_absolute() else Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     timings_path = out / "timings.json"
