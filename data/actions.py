@@ -368,7 +368,11 @@ def action_and_thought(raw: str, think: str | None = None) -> tuple[str, str | N
     """(action text, thought) of one recorded AgentLab step, in either format: the last fenced
     block of the agent's output (DemoAgent and older agents), else the whole text as the bare
     action string (GenericAgent, AgentLab 0.3+). The thought is the agent's own ``think`` when it
-    has one, else the text around the block."""
+    has one, else the text around the block.
+
+    Stricter than ``extract_action`` on purpose: a recorded action is what BrowserGym executed, so
+    the reader parses this text whole and rejects it with the parser's reason, rather than picking
+    one call out of prose."""
     raw = raw or ""
     last = _last_block(raw)
     if last is not None:
