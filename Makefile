@@ -78,14 +78,18 @@ mag-demo: setup
 	$(PY) -m search.mag --demo --prm none --policy embedded --max-steps 4 --policy-max-tokens 80 --out runs/mag-demo/base
 	$(PY) -m search.mag --demo --prm embedded --policy embedded --n 3 --max-steps 4 --policy-max-tokens 80 --prm-max-tokens 48 --out runs/mag-demo/prm --baseline runs/mag-demo/base
 
-# The one-way layering (pyproject.toml [tool.importlinter]) is part of the tests.
+# The one-way layering (pyproject.toml [tool.importlinter]) is part of the tests. The tests run on
+# pytest-xdist workers (auto: one per core, 2 here), a whole module per worker (its module-scoped
+# fixtures are built once) and the modules with slow tests first (tests/conftest.py says why).
+TEST_WORKERS ?= auto
+PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 test: setup
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_XDIST)
 
 test-fast: setup
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q $(PYTEST_XDIST) -m "not slow"
 
 # Rewrite the golden files (tests/golden/: the pipeline's outputs on the bundled sample and the
 # search runs' outputs) from today's code; review `git diff tests/golden` before committing.

@@ -77,3 +77,14 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker (``make test``: ``--dist loadscope --no-loadscope-reorder``), hand out the
+    modules that hold ``slow`` tests first: the scheduler sends whole modules in the order of their
+    first test, so a module-scoped fixture is built on one worker only, and a long browser or model
+    test does not start last and keep one worker busy alone while the other idles. (Not
+    ``--dist loadgroup``: with pytest 9.2 it silently stops grouping, pytest-xdist issue #1386.)"""
+    if hasattr(config, "workerinput"):          # each worker sorts the same collection the same way
+        items.sort(key=lambda item: "slow" not in item.keywords)
