@@ -276,7 +276,7 @@ class PrepareCommand(Configurable):
     ARG_GROUP = "prepare"
 
     model: str = field(default=DEFAULT_MODEL, metadata={
-        "choices": tuple(sorted(MODELS)), "help": f"which model (smallest: {SMALLEST_MODEL})"})
+        "choices": MODELS, "help": f"which model (smallest: {SMALLEST_MODEL})"})   # the dict: read when parsing
     out: str | None = field(default=None, metadata={"help": "output folder (default: .cache/models/<folder>)"})
 
 
