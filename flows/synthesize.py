@@ -27,6 +27,7 @@ from prefect import flow, task
 
 from data.config import Configurable, make_parser
 from data.ingest import READERS, ingest
+from data.rundir import RunDir
 from dataset.export import FORMATS, export
 from flows.build_graphs import build_graphs_flow
 from flows.common import (PENDING, StageError, cli_flow, exit_code, post_markdown, retry_unless_refused,
@@ -56,8 +57,6 @@ class SynthesizeCommand(Configurable):
 @task(name="ingest", retries=1, retry_condition_fn=retry_unless_refused)
 @stage_task(refused=(FileNotFoundError, ValueError))        # as data.ingest's CLI
 def ingest_task(source: str, inputs: list[str], run: str) -> dict:
-    from data.rundir import RunDir
-
     stats = ingest(source, inputs, run)
     print(stats.summary())
     print(f"wrote {RunDir(run).trajectories}")
@@ -88,8 +87,6 @@ def export_task(run: str, fmt: str, seed: int | None, card: bool) -> list[str]:
 def post_report(run: str) -> None:
     """The run's report (``dataset.report``: ``RUN/report/README.md``) as a markdown artifact; its
     figures stay files beside it."""
-    from pathlib import Path
-
     report = Path(run) / "report" / "README.md"
     if report.exists():
         post_markdown("synthesis-report", report.read_text(encoding="utf-8"), f"report of {run} (figures in {report.parent})")
@@ -135,7 +132,7 @@ def build_parser():
     SynthesizeCommand.add_args(ap)
     MineConfig.add_args(ap, skip=("seed",))
     LLMConfig.add_args(ap, prefix="fill-")                 # the model that completes fill values
-    VerifyConfig.add_args(ap, skip=("budget",))          # --budget is the sample size here, as it always was
+    VerifyConfig.add_args(ap, skip=("budget",))            # --budget is the sample size here, as it always was
     LLMConfig.add_args(ap, skip=("seed", "temperature", "max_tokens"))   # those three come from VerifyConfig
     return ap
 
