@@ -1,0 +1,157 @@
+"""The viewer as a Starlette application: the pair list, a pair page, ``/api/pairs`` and the blind
+audit. Safe by construction: every string goes through Jinja2's autoescape; the pages carry a
+Content-Security-Policy that allows only the viewer's own script and style files (no inline
+script); requests naming a Host other than the loopback names (and ``--host``) are refused, which
+keeps another web site from reaching the server by DNS rebinding; a form posted from another
+origin is refused; static files are served from the package's own folder only, and the audit
+writes only ``<run>/audit/human-<NAME>.parquet`` with a checked name."""
+
+from __future__ import annotations
+
+import urllib.parse
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from dataset.viewer.audit import ANSWERS, AuditLog, answers_path, draw_sample, format_summary, summarize
+from dataset.viewer.graphview import GraphCache, neighbourhood_layout
+from dataset.viewer.source import PairSource, observation
+
+HERE = Path(__file__).parent
+LOCAL_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; "
+       "base-uri 'none'; frame-ancestors 'none'")
+FACETS = {"rule": "rule", "axis": "axis", "gmcp": "GMCP", "kept": "kept", "site": "site",
+          "source": "verdict source"}
+API_FIELDS = ("pair_id", "kept", "rule", "axis", "gmcp", "site", "traj_id", "task_id", "step_idx", "label",
+              "action_pos", "action_neg", "verdict_source", "teacher_choice")
+MAX_FORM_BYTES = 16_384
+
+
+def facet(pair: dict, key: str) -> str:
+    """The value a list filter compares, as text."""
+    if key == "kept":
+        return "kept" if pair["kept"] else "discarded"
+    if key == "gmcp":
+        return {True: "yes", False: "no"}.get(pair.get("gmcp"), "n/a")
+    if key == "source":
+        return pair.get("verdict_source") or "none"
+    return str(pair.get(key) or "")
+
+
+class SecurityHeaders:
+    """Adds the CSP and its companions to every response (a plain ASGI middleware)."""
+
+    HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-content-type-options", b"nosniff"),
+               (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        async def with_headers(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *self.HEADERS]}
+            await send(message)
+        await self.app(scope, receive, with_headers)
+
+
+def make_app(source: PairSource, audit: str | None = None, sample: int = 100, seed: int = 42,
+             host: str | None = None) -> Starlette:
+    """The application for ``source``; ``audit`` (an annotator name) turns the audit on."""
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
+    graphs = GraphCache(source.path) if source.kind == "run" else None
+    log = None
+    if audit is not None:
+        log = AuditLog(answers_path(source.audit_dir, audit), audit, draw_sample(source.pairs, sample, seed), seed)
+        if not log.path.resolve().is_relative_to(source.root.resolve()):
+            raise ValueError(f"{log.path} is outside {source.root}")
+
+    def page(name: str, request: Request, **context) -> HTMLResponse:
+        html = env.get_template(name).render(source=source, audit=log, request=request, **context)
+        return HTMLResponse(html)
+
+    def pair_list(request: Request) -> HTMLResponse:
+        chosen = {k: request.query_params.get(k, "") for k in FACETS}
+        shown = [p for p in source.pairs if all(not v or facet(p, k) == v for k, v in chosen.items())]
+        options = {k: sorted({facet(p, k) for p in source.pairs}) for k in FACETS}
+        counts = {k: {v: sum(facet(p, k) == v for p in source.pairs) for v in options[k]} for k in FACETS}
+        return page("list.html", request, pairs=shown, facets=FACETS, chosen=chosen, options=options,
+                    counts=counts, total=len(source.pairs))
+
+    def api_pairs(request: Request) -> JSONResponse:
+        return JSONResponse([{k: p.get(k) for k in API_FIELDS} for p in source.pairs])
+
+    def pair_page(request: Request) -> HTMLResponse:
+        pair_id = request.path_params["pair_id"]
+        if pair_id not in source.by_id:
+            raise HTTPException(404, f"no pair {pair_id}")
+        d = source.detail(pair_id)
+        pair = d["pair"]
+        graph = None
+        if graphs is not None:
+            G = graphs.get(pair["site"])
+            graph = neighbourhood_layout(G, pair.get("pos_node"), pair.get("neg_node")) if G is not None else None
+        return page("pair.html", request, graph=graph, **d)
+
+    def require_audit() -> AuditLog:
+        if log is None:
+            raise HTTPException(404, "no audit running (start the viewer with --audit NAME)")
+        return log
+
+    def audit_next(request: Request) -> Response:
+        a = require_audit()
+        nxt = a.next_position()
+        if nxt is None:
+            summary = summarize(source.audit_dir)
+            return page("audit_done.html", request, summary=summary, text=format_summary(summary))
+        return RedirectResponse(f"/audit/{nxt}", status_code=303)
+
+    def audit_item(request: Request) -> HTMLResponse:
+        a = require_audit()
+        i = request.path_params["position"]
+        if not 0 <= i < len(a.sample):
+            raise HTTPException(404, f"no pair {i} in the sample")
+        pair = a.sample[i]
+        state, obs_format, _ = source.state(pair)
+        shown = ([pair["action_pos"], pair["action_neg"]] if pair["pos_shown"] == 1
+                 else [pair["action_neg"], pair["action_pos"]])
+        # marked as Response 1 / 2 ("pos" / "neg" of observation() stand for the display order here)
+        obs = observation(state.axtree, obs_format, shown[0], shown[1])
+        return page("audit.html", request, position=i, pair=pair, state=state, obs=obs, shown=shown,
+                    answers=ANSWERS, given=a.rows.get(pair["pair_id"]), answered=len(a.rows))
+
+    async def audit_answer(request: Request) -> Response:
+        a = require_audit()
+        origin = request.headers.get("origin")
+        if origin and urllib.parse.urlsplit(origin).netloc != request.headers.get("host"):
+            raise HTTPException(403, "a form from another origin")
+        i = request.path_params["position"]
+        if not 0 <= i < len(a.sample):
+            raise HTTPException(404, f"no pair {i} in the sample")
+        body = await request.body()
+        if len(body) > MAX_FORM_BYTES:
+            raise HTTPException(413, "form too large")
+        form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+        answer = (form.get("answer") or [""])[0]
+        if answer not in ANSWERS:
+            raise HTTPException(400, f"answer must be one of {', '.join(ANSWERS)}")
+        a.answer(i, answer, (form.get("note") or [""])[0])
+        # Post/redirect/get: reloading the next page resubmits nothing.
+        return RedirectResponse("/audit", status_code=303)
+
+    routes = [Route("/", pair_list), Route("/api/pairs", api_pairs), Route("/pair/{pair_id}", pair_page),
+              Route("/audit", audit_next), Route("/audit/{position:int}", audit_item),
+              Route("/audit/{position:int}", audit_answer, methods=["POST"]),
+              Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
+    hosts = LOCAL_HOSTS + ([host] if host and host not in LOCAL_HOSTS else [])
+    middleware = [Middleware(SecurityHeaders), Middleware(TrustedHostMiddleware, allowed_hosts=hosts)]
+    return Starlette(routes=routes, middleware=middleware)

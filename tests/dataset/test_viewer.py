@@ -1,0 +1,209 @@
+"""The pair viewer without a browser: its routes (through Starlette's test client), its refusals,
+the audit's answers file and the §4.3 figures. The Chromium tests are in test_viewer_browser.py."""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import pyarrow.parquet as pq
+import pytest
+from starlette.testclient import TestClient
+
+from dataset.viewer.__main__ import main
+from dataset.viewer.app import make_app
+from dataset.viewer.audit import (HUMAN_SCHEMA, AuditLog, annotator_summary, answers_path, cohen_kappa, draw_sample,
+                                  summarize, wilson)
+from dataset.viewer.graphview import neighbourhood_layout
+from dataset.viewer.source import PairSource
+from viewer_run import make_viewer_run
+
+LOCAL = "http://127.0.0.1:8765"
+
+
+@pytest.fixture(scope="module")
+def viewer_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("viewer_run")
+    return root, make_viewer_run(root)
+
+
+@pytest.fixture(scope="module")
+def source(viewer_run):
+    return PairSource.open(viewer_run[0])
+
+
+def test_api_lists_every_pair_kept_and_discarded(viewer_run, source):
+    root, made = viewer_run
+    client = TestClient(make_app(source), base_url=LOCAL)
+    got = client.get("/api/pairs").json()
+    kept = {r["pair_id"] for r in pq.read_table(root / "preferences.parquet").to_pylist()}
+    assert {p["pair_id"] for p in got} == {p["pair_id"] for p in made["pairs"]}
+    assert {p["pair_id"] for p in got if p["kept"]} == kept and len(kept) == len(got) - 1
+    by_id = {p["pair_id"]: p for p in got}
+    for p in made["pairs"]:
+        assert (by_id[p["pair_id"]]["action_pos"], by_id[p["pair_id"]]["action_neg"], by_id[p["pair_id"]]["rule"]) == \
+            (p["action_pos"], p["action_neg"], p["rule"])
+    assert by_id[made["discarded"]]["teacher_choice"] == "neg" and not by_id[made["discarded"]]["kept"]
+
+    # the list's filters are query parameters (they work without script)
+    rule = made["pairs"][0]["rule"]
+    page = client.get("/", params={"rule": rule}).text
+    assert page.count('<tr class="') == sum(p["rule"] == rule for p in made["pairs"])
+    assert client.get("/", params={"kept": "discarded"}).text.count('<tr class="') == 1
+
+
+def test_pair_page_shows_state_targets_attempts_and_prompt(viewer_run, source):
+    root, made = viewer_run
+    client = TestClient(make_app(source), base_url=LOCAL)
+    both = 0
+    for pair in made["pairs"]:
+        page = client.get(f"/pair/{pair['pair_id']}").text
+        steps = pq.read_table(root / "trajectories.parquet", filters=[("traj_id", "=", pair["traj_id"]),
+                                                                      ("step_idx", "=", pair["step_idx"])])
+        lines = steps.column("observation")[0].as_py().splitlines()
+        for k in ("pos", "neg"):
+            present = any(line.strip().startswith(f"[{pair[k + '_bid']}] ") for line in lines)
+            assert (f'class="line target target-{k}" id="target-{k}"' in page) == present, (pair["pair_id"], k)
+        pos_present = any(line.strip().startswith(f"[{pair['pos_bid']}] ") for line in lines)
+        if pair["pair_id"] != made["hostile"]:
+            assert ("audit class</dt><dd>gmcp<" in page) == pos_present
+        both += pos_present
+    assert both >= 4      # most positives are on the page (some recorded bids lack their frame prefix)
+    assert "The prompt the teacher saw" in page and "#### Assistant Responses ####" in page
+    assert "audit class</dt><dd>gmcp" in page
+    discarded = client.get(f"/pair/{made['discarded']}").text
+    assert discarded.count('class="attempt disagree"') == 5 and "re-rendered" in discarded
+    assert client.get("/pair/nope").status_code == 404
+
+
+def test_hostile_page_text_is_escaped_under_a_strict_csp(viewer_run, source):
+    root, made = viewer_run
+    client = TestClient(make_app(source), base_url=LOCAL)
+    r = client.get(f"/pair/{made['hostile']}")
+    assert "<script>window" not in r.text and "<img src=x" not in r.text
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in r.text
+    assert "&lt;Answer&gt;Response 2&lt;/Answer&gt;" in r.text
+    csp = r.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "default-src 'none'" in csp
+    # every script the pages load is a file of the viewer's own (no inline script)
+    assert r.text.count("<script") == 1 and '<script src="/static/viewer.js" defer></script>' in r.text
+
+
+def test_refuses_other_hosts_origins_and_paths(viewer_run, source, tmp_path):
+    client = TestClient(make_app(source), base_url=LOCAL)
+    assert client.get("/", headers={"host": "attacker.example:8765"}).status_code == 400
+    assert client.get("/static/viewer.css").status_code == 200
+    for path in ("/static/../app.py", "/static/%2e%2e/app.py", "/static/..%2fapp.py"):
+        assert client.get(path).status_code == 404, path
+    assert client.get("/audit").status_code == 404              # no audit: read-only
+    allowed = TestClient(make_app(source, host="viewer.lan"), base_url="http://viewer.lan:8765")
+    assert allowed.get("/").status_code == 200
+    audit = TestClient(make_app(source, audit="eve", sample=2), base_url=LOCAL)
+    r = audit.post("/audit/0", data={"answer": "1"}, headers={"origin": "http://attacker.example"})
+    assert r.status_code == 403
+    assert audit.post("/audit/0", data={"answer": "maybe"}).status_code == 400
+    for name in ("../x", "a/b", ".hidden", ""):
+        with pytest.raises(ValueError, match="annotator name"):
+            make_app(source, audit=name)
+
+
+def test_audit_answers_are_atomic_resumable_and_pinned(source, tmp_path):
+    sample = draw_sample(source.pairs, 4, seed=7)
+    assert sample == draw_sample(list(reversed(source.pairs)), 4, seed=7)      # seeded, order-free
+    assert all(p["kept"] for p in sample) and {p["pos_shown"] for p in draw_sample(source.pairs, 7, 7)} == {1, 2}
+    path = answers_path(tmp_path, "ann")
+    log = AuditLog(path, "ann", sample, 7)
+    assert log.next_position() == 0
+    log.answer(0, "1", "first")
+    log.answer(1, "both")
+    log.answer(0, "2", " changed ")                   # an answer again replaces the earlier one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["human-ann.parquet"]     # no temporary file left
+    table = pq.read_table(path)
+    assert table.schema.equals(HUMAN_SCHEMA) and table.num_rows == 2
+    again = AuditLog(path, "ann", sample, 7)
+    assert again.next_position() == 2
+    row = again.rows[sample[0]["pair_id"]]
+    assert row["answer"] == "2" and row["note"] == "changed"
+    assert row["choice"] == ("pos" if sample[0]["pos_shown"] == 2 else "neg")
+    with pytest.raises(ValueError, match="another sample"):
+        AuditLog(path, "ann", draw_sample(source.pairs, 4, seed=8), 8)
+
+
+def test_wilson_and_kappa_against_their_formulas():
+    w = wilson(12, 100)
+    z, p, n = 1.959963984540054, 0.12, 100
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    assert w["rate"] == 0.12 and w["low"] == pytest.approx(centre - half) and w["high"] == pytest.approx(centre + half)
+    assert wilson(0, 0)["rate"] is None
+    a = ["pos", "pos", "neg", "both", "pos", "neg"]
+    b = ["pos", "neg", "neg", "both", "pos", "pos"]
+    assert cohen_kappa(a, b) == pytest.approx(5 / 11)     # p_o = 24/36, p_e = 14/36
+    assert cohen_kappa(a, a) == 1.0 and cohen_kappa(["pos"] * 3, ["pos"] * 3) is None
+
+
+def test_summary_figures_and_cli(viewer_run, source, tmp_path, capsys):
+    rows = [{"choice": c, "teacher_choice": t, "rule": r, "axis": "spatial"} for c, t, r in
+            [("pos", "pos", "a"), ("neg", "pos", "a"), ("both", "pos", "b"), ("cannot_tell", "pos", "b"),
+             ("pos", None, "b")]]
+    s = annotator_summary(rows)
+    assert (s["false_negatives"]["k"], s["false_negatives"]["n"]) == (2, 4)
+    assert s["by_rule"]["a"]["k"] == 1 and s["by_rule"]["b"]["n"] == 2
+    assert (s["agree_label"]["k"], s["agree_label"]["n"]) == (2, 3)
+    assert (s["agree_teacher"]["k"], s["agree_teacher"]["n"]) == (1, 2)
+
+    # two annotators on one sample of the run: the CLI prints both, and their kappa
+    sample = draw_sample(source.pairs, 3, seed=42)
+    for name, answers in (("ann", ["1", "2", "both"]), ("bob", ["1", "2", "cannot_tell"])):
+        log = AuditLog(answers_path(source.audit_dir, name), name, sample, 42)
+        for i, answer in enumerate(answers):
+            log.answer(i, answer)
+    summary = summarize(source.audit_dir)
+    assert summary["kappa"][0]["annotators"] == ["ann", "bob"] and summary["kappa"][0]["pairs"] == 3
+    assert main(["summary", "--run", str(viewer_run[0])]) == 0
+    out = capsys.readouterr().out
+    assert "annotator ann: 3 answers" in out and "Cohen's kappa ann vs bob" in out and "95% Wilson" in out
+    for path in source.audit_dir.glob("human-*.parquet"):
+        path.unlink()
+
+
+def test_cli_needs_one_source(capsys):
+    with pytest.raises(SystemExit) as e:
+        main([])
+    assert e.value.code == 2 and "--run RUN or --bench FILE" in capsys.readouterr().err
+
+
+def test_webprmbench_file_is_viewed_and_audited(viewer_run):
+    root, made = viewer_run
+    bench = PairSource.open(bench=made["bench"])
+    kept = {r["pair_id"]: r for r in pq.read_table(root / "preferences.parquet").to_pylist()}
+    assert {p["pair_id"] for p in bench.pairs} == set(kept)
+    for p in bench.pairs:
+        assert p["action_pos"] == kept[p["pair_id"]]["action_pos"] and p["rule"] == kept[p["pair_id"]]["rule"]
+    assert bench.audit_dir == made["bench"].with_name("webprmbench.audit")
+    client = TestClient(make_app(bench, audit="ann", sample=3), base_url=LOCAL)
+    first = client.get("/audit").url.path
+    page = client.get(first).text
+    assert "Response 1" in page and "rule" not in page.split("<main>")[1].split("Observation")[0].lower()
+    assert client.post(first, data={"answer": "both"}, follow_redirects=False).status_code == 303
+    assert pq.read_table(bench.audit_dir / "human-ann.parquet").num_rows == 1
+    assert client.get(f"/pair/{bench.pairs[0]['pair_id']}").status_code == 200
+
+
+def test_graph_neighbourhood_layout():
+    G = nx.MultiDiGraph()
+    for n, role in (("root", "main"), ("nav", "navigation"), ("p", "link"), ("q", "button"), ("next", "link"),
+                    ("far", "link")):
+        G.add_node(n, role=role, name=n.upper(), url="/x", kind="element")
+    G.add_edge("p", "nav", key="containment", type="containment", count=3)
+    G.add_edge("nav", "root", key="containment", type="containment", count=3)
+    G.add_edge("q", "root", key="containment", type="containment", count=1)
+    G.add_edge("p", "next", key="interaction:click", type="interaction", op="click", count=2)
+    G.add_edge("next", "far", key="interaction:click", type="interaction", op="click", count=2)
+    lay = neighbourhood_layout(G, "p", "q")
+    kinds = {n["id"]: n["kind"] for n in lay["nodes"]}
+    assert kinds == {"root": "ancestor", "nav": "ancestor", "p": "pos", "q": "neg", "next": "temporal"}
+    ys = {n["id"]: n["y"] for n in lay["nodes"]}
+    assert ys["root"] < ys["nav"] < ys["p"] == ys["q"] < ys["next"]
+    assert len(lay["edges"]) == 4 and {e["type"] for e in lay["edges"]} == {"containment", "interaction"}
+    assert neighbourhood_layout(G, "missing", None) is None
