@@ -61,6 +61,7 @@ class Observation:
     lines: list[dict]                  # {"text", "mark": None | "pos" | "neg" | "both", "anchor"}
     paths: dict[str, list[str]]        # "pos" / "neg" -> "role 'name'" from the root down
     targets: dict[str, list[str]]      # "pos" / "neg" -> the bids they act on
+    found: set[str] = field(default_factory=set)    # "pos" / "neg" whose target has a line of O_t
     tree: AXTree | None = None
 
 
@@ -97,7 +98,7 @@ def observation(text: str, obs_format: str | None, pos: str, neg: str) -> Observ
         if node is not None:
             paths[k] = [f"{n.role} '{n.name}'" if n.name else n.role
                         for n in [*reversed(tree.ancestors(node)), node]]
-    return Observation(lines, paths, targets, tree)
+    return Observation(lines, paths, targets, anchored, tree)
 
 
 @dataclass

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from starlette.testclient import TestClient
 
-from dataset.viewer.__main__ import main
+from dataset.viewer.cli import main
 from dataset.viewer.app import make_app
 from dataset.viewer.audit import (HUMAN_SCHEMA, AuditLog, annotator_summary, answers_path, cohen_kappa, draw_sample,
                                   summarize, wilson)
@@ -64,6 +64,7 @@ def test_pair_page_shows_state_targets_attempts_and_prompt(viewer_run, source):
         for k in ("pos", "neg"):
             present = any(line.strip().startswith(f"[{pair[k + '_bid']}] ") for line in lines)
             assert (f'class="line target target-{k}" id="target-{k}"' in page) == present, (pair["pair_id"], k)
+            assert (f"target {pair[k + '_bid']} not in O_t" in page) == (not present)
         pos_present = any(line.strip().startswith(f"[{pair['pos_bid']}] ") for line in lines)
         if pair["pair_id"] != made["hostile"]:
             assert ("audit class</dt><dd>gmcp<" in page) == pos_present

@@ -1,0 +1,110 @@
+"""The pair viewer: a local web page on a run's pairs (or a WebPRMBench file's), and the §4.3
+human false-negative audit.
+
+    python -m dataset.viewer --run RUN [--port 8765]
+    python -m dataset.viewer --bench FILE.parquet
+    python -m dataset.viewer --run RUN --audit NAME [--sample 100 --seed 42]
+    python -m dataset.viewer summary --run RUN [--json]
+
+The server binds 127.0.0.1 and answers only requests addressed to a loopback name unless
+``--host`` names another interface. It writes nothing unless an audit is running, and then only
+``RUN/audit/human-NAME.parquet`` (``FILE.audit/human-NAME.parquet`` next to a WebPRMBench file).
+``summary`` prints the false-negative rate with Wilson intervals, overall and per rule and axis,
+the agreement with the demonstration label and the teacher, and Cohen's kappa of each two
+annotators on the pairs both audited.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from dataclasses import dataclass, field
+
+from data.config import CLIParser, Configurable, make_parser
+from data.rundir import RunDirError
+
+
+@dataclass
+class SourceOptions(Configurable):
+    ARG_GROUP = "pairs"
+    run: str | None = field(default=None, metadata={"help": "run directory whose verified pairs to show"})
+    bench: str | None = field(default=None, metadata={"help": "a WebPRMBench-format Parquet file to show instead "
+                                                             "of a run"})
+
+
+@dataclass
+class ServeOptions(Configurable):
+    ARG_GROUP = "server and audit"
+    port: int = field(default=8765, metadata={"min": 0, "max": 65535, "help": "port to listen on (0: any free one)"})
+    host: str = field(default="127.0.0.1", metadata={"help": "interface to bind; requests naming another host "
+                                                              "than this or a loopback name are refused"})
+    audit: str | None = field(default=None, metadata={"help": "start the blind audit as this annotator (answers "
+                                                               "go to audit/human-NAME.parquet)"})
+    sample: int = field(default=100, metadata={"min": 1, "help": "pairs in the audit's sample"})
+    seed: int = field(default=42, metadata={"min": 0, "help": "seeds the audit's sample and the order shown"})
+
+
+@dataclass
+class SummaryOptions(Configurable):
+    ARG_GROUP = "summary"
+    json: bool = field(default=False, metadata={"help": "print the figures as one JSON object"})
+
+
+def build_parser() -> CLIParser:
+    ap = make_parser("python -m dataset.viewer", __doc__)
+    SourceOptions.add_args(ap)
+    ServeOptions.add_args(ap)
+    sub = ap.add_subparsers(dest="command", metavar="{summary}")
+    summary = sub.add_parser("summary", help="the audit's figures (false negatives, agreement, kappa)",
+                             description="The §4.3 audit's figures from every audit/human-*.parquet of a run.")
+    SourceOptions.add_args(summary)
+    SummaryOptions.add_args(summary)
+    return ap
+
+
+def open_source(ap: CLIParser, opts: SourceOptions):
+    from dataset.viewer.source import PairSource
+
+    if (opts.run is None) == (opts.bench is None):
+        ap.error("give --run RUN or --bench FILE (one of them)")
+    try:
+        return PairSource.open(opts.run, opts.bench)
+    except FileNotFoundError as e:
+        ap.error(str(e))
+
+
+def serve(app, host: str, port: int) -> None:
+    """Run ``app`` on an already bound socket (so that port 0 can print the port it got)."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    url_host = f"[{host}]" if ":" in host else host
+    print(f"serving on http://{url_host}:{sock.getsockname()[1]}/ (Ctrl-C stops)", flush=True)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    opts = SourceOptions.from_args(args)
+    try:
+        if args.command == "summary":
+            from dataset.viewer.audit import format_summary, summarize
+
+            summary = summarize(open_source(ap, opts).audit_dir)
+            print(json.dumps(summary, sort_keys=True) if SummaryOptions.from_args(args).json else format_summary(summary))
+            return 0
+        from dataset.viewer.app import make_app
+
+        serve_opts = ServeOptions.from_args(args)
+        app = make_app(open_source(ap, opts), serve_opts.audit, serve_opts.sample, serve_opts.seed,
+                       host=serve_opts.host)
+        serve(app, serve_opts.host, serve_opts.port)
+    except (RunDirError, ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
