@@ -22,6 +22,14 @@ _PREFECT_HOME = tempfile.mkdtemp(prefix="surfprm-prefect-")
 os.environ["PREFECT_HOME"] = _PREFECT_HOME
 atexit.register(shutil.rmtree, _PREFECT_HOME, ignore_errors=True)
 
+# xdist workers share the cores: each worker's torch (OpenMP) threads get its share, set before
+# torch is imported. Two workers on this 2-core machine with torch's default of 2 threads each spin
+# against each other: two SmolLM2 generations side by side took 167 s with 2 threads each, 40 s with
+# 1. An OMP_NUM_THREADS already set is kept.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
 # Fixtures from helper modules in tests/ (not `from ... import fixture` in each test module).
 pytest_plugins = ["fake_openai"]
 
