@@ -208,3 +208,29 @@ def test_graph_neighbourhood_layout():
     assert ys["root"] < ys["nav"] < ys["p"] == ys["q"] < ys["next"]
     assert len(lay["edges"]) == 4 and {e["type"] for e in lay["edges"]} == {"containment", "interaction"}
     assert neighbourhood_layout(G, "missing", None) is None
+
+
+def test_graph_view_on_a_mined_run(tmp_path):
+    """The real stages (ingest, graph.build, proposals.mine, the scripted teacher): every pair page
+    draws its neighbourhood with both targets' nodes."""
+    from data.ingest import ingest
+    from graph.build import main as build
+    from proposals.mine import main as mine
+    from scripted_teacher import BUNDLED, ScriptedTeacher, llm_config, start
+    from teacher.verify import VerifyConfig, verify
+
+    ingest("canonical", [BUNDLED], tmp_path)
+    assert build(["--run", str(tmp_path), "--workers", "1"]) == 0
+    assert mine(["--run", str(tmp_path), "--sample-size", "6", "--quiet", "--workers", "1"]) == 0
+    sampled = [c for c in pq.read_table(tmp_path / "candidates.parquet").to_pylist() if c["sampled"]]
+    server = start(ScriptedTeacher(sampled))
+    try:
+        verify(tmp_path, VerifyConfig(axtree_chars=800), llm_config(server, tmp_path / ".llm_cache"), progress=False)
+    finally:
+        server.shutdown()
+    source = PairSource.open(tmp_path)
+    client = TestClient(make_app(source), base_url=LOCAL)
+    assert len(source.pairs) == 6
+    for p in source.pairs:
+        page = client.get(f"/pair/{p['pair_id']}").text
+        assert 'class="ieg"' in page and '<g class="node pos">' in page and '<g class="node neg">' in page, p["pair_id"]
