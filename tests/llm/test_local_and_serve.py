@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import socket
 import subprocess
@@ -54,12 +55,6 @@ def test_no_configuration_means_the_embedded_model_in_process(embedded, tmp_path
     assert greedy.completion_tokens == 8 and client.requests_sent == 7
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_for_line(proc: subprocess.Popen, needle: str, timeout_s: float) -> str:
     seen, sel = "", selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
@@ -75,12 +70,12 @@ def _wait_for_line(proc: subprocess.Popen, needle: str, timeout_s: float) -> str
 
 @pytest.mark.timeout(240)
 def test_serve_answers_a_real_chat_request_with_usage(embedded, tmp_path):
-    port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen([sys.executable, "-m", "llm.serve", "--model", str(embedded), "--port", str(port)],
+    # port 0: the server binds a free port and names it (no race with another test or xdist worker)
+    proc = subprocess.Popen([sys.executable, "-m", "llm.serve", "--model", str(embedded), "--port", "0"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_for_line(proc, "serving", 180)
+        port = int(re.search(r"at http://127\.0\.0\.1:(\d+)/v1", _wait_for_line(proc, "serving", 180)).group(1))
         base = f"http://127.0.0.1:{port}/v1"
         models = httpx.get(f"{base}/models", timeout=10).json()
         assert [m["id"] for m in models["data"]] == [embedded.name]
