@@ -20,6 +20,7 @@ import json
 import socket
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from data.config import CLIParser, Configurable, make_parser
 from data.rundir import RunDirError
@@ -64,10 +65,15 @@ def build_parser() -> CLIParser:
 
 
 def open_source(ap: CLIParser, opts: SourceOptions):
+    from dataset.tables import require_run_dir
     from dataset.viewer.source import PairSource
 
     if (opts.run is None) == (opts.bench is None):
         ap.error("give --run RUN or --bench FILE (one of them)")
+    if opts.run is not None:
+        require_run_dir(ap, opts.run)
+    elif not Path(opts.bench).is_file():
+        ap.error(f"--bench {opts.bench}: no such file")
     try:
         return PairSource.open(opts.run, opts.bench)
     except FileNotFoundError as e:

@@ -234,3 +234,12 @@ def test_graph_view_on_a_mined_run(tmp_path):
     for p in source.pairs:
         page = client.get(f"/pair/{p['pair_id']}").text
         assert 'class="ieg"' in page and '<g class="node pos">' in page and '<g class="node neg">' in page, p["pair_id"]
+
+
+@pytest.mark.parametrize("argv,message", [(["--run", "/no/such/run"], "no such run directory"),
+                                          (["summary", "--bench", "/no/such.parquet"], "no such file"),
+                                          (["--run", ".", "--port", "70000"], "--port")])
+def test_cli_refuses_missing_sources_and_bad_ports(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
