@@ -191,12 +191,16 @@ class PairSource:
                         "intent": parts.intent, "url": parts.current_url, "row": i})
         return out
 
+    def bench_prompt(self, pair: dict) -> list[dict]:
+        """A WebPRMBench row's prompt as chat messages (a file may hold it as one string)."""
+        prompt = pq.read_table(self.path, columns=["prompt"]).slice(pair["row"], 1).column("prompt")[0].as_py()
+        return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+
     # -- one pair --------------------------------------------------------------------------
     def state(self, pair: dict) -> tuple[State, str | None, dict]:
         """(the judged state, its observation format, its trajectories row or {})."""
         if self.kind == "bench":
-            row = pq.read_table(self.path, columns=["prompt"]).slice(pair["row"], 1).to_pylist()[0]
-            parts = parse_prompt(row["prompt"])
+            parts = parse_prompt(self.bench_prompt(pair))
             history = [line for line in parts.trajectory.splitlines() if line.strip()]
             return State(parts.intent, parts.axtree, parts.current_url, parts.start_url, history), None, {}
         state = RunDir(self.path).states([(pair["traj_id"], pair["step_idx"])]).get((pair["traj_id"], pair["step_idx"]))
@@ -233,8 +237,7 @@ class PairSource:
         """(the prompt messages the teacher saw, whether they are re-rendered): a kept pair's own
         messages without the answer; a discarded pair's re-rendered in the run's verify format."""
         if self.kind == "bench":
-            row = pq.read_table(self.path, columns=["prompt"]).slice(pair["row"], 1).to_pylist()[0]
-            return row["prompt"], False
+            return self.bench_prompt(pair), False
         if heavy.get("messages"):
             return [m for m in heavy["messages"] if m["role"] != "assistant"], False
         return render_pair(state, pair["response_1"], pair["response_2"], fmt=self._verify_format())[0], True

@@ -243,3 +243,21 @@ def test_cli_refuses_missing_sources_and_bad_ports(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_webprmbench_file_with_string_prompts(viewer_run, tmp_path):
+    """A WebPRMBench file whose prompt is one string (no chat messages) and has only the format's
+    own columns reads the same."""
+    import pyarrow as pa
+
+    rows = pq.read_table(viewer_run[1]["bench"]).to_pylist()
+    flat = [{"state_idx": r["state_idx"], "pair_idx": r["pair_idx"], "expected": r["expected"],
+             "prompt": "\n\n".join(m["content"] for m in r["prompt"] if m["role"] != "system")} for r in rows]
+    path = tmp_path / "other.parquet"
+    pq.write_table(pa.Table.from_pylist(flat, schema=pa.schema([("state_idx", pa.int32()), ("pair_idx", pa.int32()),
+                                                                 ("expected", pa.int8()), ("prompt", pa.string())])),
+                   path)
+    source = PairSource.open(bench=path)
+    assert len(source.pairs) == len(rows) and source.pairs[0]["pair_id"] == f"{rows[0]['state_idx']}-{rows[0]['pair_idx']}"
+    page = TestClient(make_app(source), base_url=LOCAL).get(f"/pair/{source.pairs[0]['pair_id']}").text
+    assert "<h4>user</h4>" in page and 'class="line target target-' in page
