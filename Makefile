@@ -31,7 +31,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export DO_NOT_TRACK := 1
 
-.PHONY: setup run prm-demo mag-demo test test-fast golden bench clean
+.PHONY: setup run viewer prm-demo mag-demo test test-fast golden bench clean
 
 setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(CHROMIUM)
 
@@ -63,6 +63,10 @@ run: setup
 	@echo "run directory: $(RUN)"
 	@echo "  dataset: $(RUN)/preferences.parquet  card: $(RUN)/README.md  report: $(RUN)/report/README.md"
 	@echo "  TRL: $(RUN)/export/trl/  WebPRMBench: $(RUN)/export/webprmbench.parquet"
+
+# The pairs of $(RUN) in the browser (http://127.0.0.1:8765/); AUDIT=NAME starts the blind §4.3 audit.
+viewer:
+	$(PY) -m dataset.viewer --run $(RUN) $(if $(AUDIT),--audit $(AUDIT))
 
 # The comparative PRM end to end on the bundled sample, self-contained (its own run directory
 # runs/prm-demo): split by task template, graph negatives verified by the embedded teacher, LoRA on
