@@ -21,13 +21,12 @@ answer's action is ``data.actions.extract_action``'s (``candidate_text``).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from data.actions import ActionParseError, extract_action, parse_action, split_agent_output
 from data.judgment import budget_axtree
 from llm import LLMClient, LLMConfig
-from search.loop import AgentKind, PolicyError, run_episode
+from search.loop import AgentKind, PolicyError, run_episode, sample
 from search.tournament import pick, read_actions, screen
 
 SYSTEM = """You are a web agent operating a browser through BrowserGym actions. Each turn you see the \
@@ -185,18 +184,9 @@ class AXTreeAgent:
         step = AXTreeStep(t, obs.url, [], None, None)
         feedback = self.feedback()
         self.steps.append(step)
-        clock = time.perf_counter()
-        try:
-            outputs = list(self.propose(obs, self.history, feedback, self.n if self.judge_for else 1, t))
-        except PolicyError as e:
-            step.error, e.step = f"policy: {e}", step
-            raise
-        if not self.judge_for:      # the unguided baseline executes its one (greedy) sample
-            outputs = outputs[:1]
-        step.policy_s = time.perf_counter() - clock
-        step.candidates = outputs
+        outputs = step.candidates = sample(step, self.propose, (obs, self.history, feedback), self.n, self.judge_for)
         candidates = screen(outputs, read_actions(outputs, obs.axtree))
-        winner = pick(step, candidates, self.judge_for, obs, self.history, self.seed * 100_003 + t, self.both_orders)
+        winner = pick(step, candidates, self.judge_for, obs, self.history, self.seed, self.both_orders)
         if winner is None:
             step.error = "no valid candidate: " + "; ".join(c.dropped or "" for c in candidates)
             return None, step

@@ -45,6 +45,7 @@ limit); ``EpisodeResult.totals`` sums them over the episode (``STEP_COUNTS``).
 
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
@@ -68,6 +69,20 @@ class Agent(Protocol):
     """The search strategy (see the module docstring)."""
 
     def get_action(self, obs) -> tuple[str | None, object]: ...
+
+
+def sample(step, propose, state: tuple, n: int, guided) -> list:
+    """A step's policy outputs, ``propose(*state, n, step)``, timed on its record (``policy_s``):
+    N samples when ``guided`` (a judge), else the unguided baseline's one greedy sample. An outage
+    (``PolicyError``) carries the step's record, its error set."""
+    clock = time.perf_counter()
+    try:
+        outputs = list(propose(*state, n if guided else 1, step.step))
+    except PolicyError as e:
+        step.error, e.step = f"policy: {e}", step
+        raise
+    step.policy_s = time.perf_counter() - clock
+    return outputs if guided else outputs[:1]
 
 
 def sum_counts(records) -> dict:

@@ -259,12 +259,12 @@ def knockout(candidates: Sequence[str] | Sequence[Candidate], judge: PairJudge, 
 def pick(step, candidates: Sequence[Candidate], judge_for, obs, history: list[str], seed: int,
          both_orders: bool = False) -> Candidate | None:
     """One search step's knockout: ``candidates`` (screened) judged by ``judge_for(obs, history)``
-    (None: the unguided baseline, which never needs a judge); the bracket, the judge's seconds and
-    the counts (``STEP_COUNTS``) go on the step record. The winning candidate, or None when none
-    is valid."""
+    (None: the unguided baseline, which never needs a judge), the bracket drawn from the episode's
+    ``seed`` and the step; the bracket, the judge's seconds and the counts (``STEP_COUNTS``) go on
+    the step record. The winning candidate, or None when none is valid."""
     clock = [0.0]
     judge = _timed(judge_for(obs, history), clock) if judge_for else _never_judge
-    bracket = knockout(candidates, judge, seed=seed, both_orders=both_orders)
+    bracket = knockout(candidates, judge, seed=seed * 100_003 + step.step, both_orders=both_orders)
     step.judge_s, step.bracket = clock[0], bracket.to_dict()
     record_counts(step, bracket)
     if bracket.winner is None:

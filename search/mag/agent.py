@@ -42,7 +42,7 @@ from data.actions import parse_action
 from data.judgment import fence, fill_placeholders, placeholder_names, read_template_file
 from llm import LLMClient, LLMConfig
 from search.agent import PolicyLLMConfig, sample_texts
-from search.loop import AgentKind, EpisodeResult, PolicyError, run_episode
+from search.loop import AgentKind, EpisodeResult, run_episode, sample
 from search.mag.metrics import check_step, raw_guide
 from search.mag.som import MAG_ACTION_SUBSETS, VIEWPORT, UnexecutableStep, observe, to_code
 from search.tournament import Reading, pick, screen
@@ -341,19 +341,10 @@ class MagAgent:
     def get_action(self, obs) -> tuple[str | None, MagStep]:
         t, self.t = self.t, self.t + 1
         step = MagStep(t, obs.url, len(obs.marks))
-        clock = time.perf_counter()
-        try:
-            outputs = list(self.propose(obs, list(self.guides), self.n if self.judge_for else 1, t))
-        except PolicyError as e:
-            step.error, e.step = f"policy: {e}", step
-            raise
-        if not self.judge_for:      # the unguided baseline executes its one (greedy) output
-            outputs = outputs[:1]
-        step.policy_s = time.perf_counter() - clock
-        step.outputs = outputs
+        outputs = step.outputs = sample(step, self.propose, (obs, list(self.guides)), self.n, self.judge_for)
         candidates, read = screen_outputs(outputs, obs, self.grounding)
         step.output_reasons = [r.reason for r in read]
-        winner = pick(step, candidates, self.judge_for, obs, self.history, self.seed * 100_003 + t, self.both_orders)
+        winner = pick(step, candidates, self.judge_for, obs, self.history, self.seed, self.both_orders)
         if winner is None:
             self.no_winner(step, candidates, read)
             return None, step

@@ -1,20 +1,21 @@
 """Golden files: the outputs of a WebArena demo-shop run, a MiniWoB run and a MAG demo run, each
 through its real CLI, browser and scripted OpenAI-protocol policy and PRM, stay what they were
-(``summary.json``, ``run.json``, every task's JSONL lines, MAG's ``table.md``). What varies from run
-to run is left out (timings, the worker, the run id) or written as a placeholder (the demo shop's
-port, the miniwob wheel's folder, MiniWoB's time-discounted rewards).
+(``summary.json``, ``run.json``, every task's JSONL lines, MAG's ``table.md``), one file per run in
+``tests/golden/search/``. What varies from run to run is a placeholder (``golden_files.stable``:
+timings, the worker, the run id, MiniWoB's time-discounted rewards; the demo shop's port, the
+miniwob wheel's folder, the temporary folder).
 
-Regenerate after an intended change: ``SURFPRM_UPDATE_GOLDEN=1 pytest tests/search/test_golden_runs.py``
-(or ``regenerate()``), then review the diff of ``tests/golden/search/``."""
+Regenerate after an intended change: ``make golden`` (``SURFPRM_UPDATE_GOLDEN=1``), then review
+``git diff tests/golden/search``."""
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 
 from data.judgment import parse_prompt
+from golden_files import VARYING, check, stable
 
 from miniwob_scripts import actions, bid, quoted
 from scripted_llm import scripted_server
@@ -23,10 +24,9 @@ from shop_scripts import URL_TEMPLATE, find, mag_output, menu_id, menu_of_prompt
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed")]
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "search"
-UPDATE = os.environ.get("SURFPRM_UPDATE_GOLDEN") == "1"
-VARYING = {"policy_s", "judge_s", "browser_s", "observe_s", "worker", "run_id"}
-TIMED = {"REWARD_GLOBAL", "RAW_REWARD_GLOBAL"}         # MiniWoB's rewards fall with the seconds taken
+# timings, the process, the run's id; MiniWoB's rewards fall with the seconds an episode took
+SEARCH_VARYING = VARYING | {"policy_s", "judge_s", "browser_s", "observe_s", "worker", "run_id", "REWARD_GLOBAL",
+                            "RAW_REWARD_GLOBAL"}
 
 
 class _Obs:
@@ -124,59 +124,20 @@ def mag_demo(tmp_path) -> Path:
 RUNS = {"webarena_demo": webarena_demo, "miniwob": miniwob, "mag_demo": mag_demo}
 
 
-def _placeholders(text: str, tmp_path: Path) -> str:
+def outputs(out: Path, tmp_path: Path) -> dict:
+    """The run folder's pinned outputs, file name -> content (JSON parsed), made stable."""
     from search.miniwob import default_url
 
-    text = text.replace(default_url(), "MINIWOB_URL/").replace(str(tmp_path), "TMP")
-    return re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", text)
-
-
-def _stable(obj):
-    """``obj`` without what varies from run to run (timings, worker, run id; MiniWoB's raw
-    rewards fall with the seconds an episode took)."""
-    if isinstance(obj, dict):
-        return {k: ("TIMED" if k in TIMED else _stable(v)) for k, v in obj.items() if k not in VARYING}
-    if isinstance(obj, list):
-        return [_stable(v) for v in obj]
-    return obj
-
-
-def outputs(out: Path, tmp_path: Path) -> dict:
-    """The run folder's pinned outputs, file name -> content (JSON files parsed and made stable)."""
     found = {}
     for path in sorted([out / "summary.json", out / "run.json", *(out / "tasks").glob("*.jsonl"), out / "table.md"]):
-        if not path.exists():
-            continue
-        text = _placeholders(path.read_text(), tmp_path)
-        name = str(path.relative_to(out))
-        if path.suffix == ".json":
-            found[name] = _stable(json.loads(text))
-        elif path.suffix == ".jsonl":
-            found[name] = [_stable(json.loads(line)) for line in text.splitlines()]
-        else:
-            found[name] = text
-    return found
-
-
-def regenerate(tmp_root: Path) -> None:
-    """Run every golden run under ``tmp_root`` and write its outputs to ``tests/golden/search``."""
-    for name, run in RUNS.items():
-        tmp = tmp_root / name
-        tmp.mkdir(parents=True, exist_ok=True)
-        write(name, outputs(run(tmp), tmp))
-
-
-def write(name: str, found: dict) -> None:
-    GOLDEN.mkdir(parents=True, exist_ok=True)
-    (GOLDEN / f"{name}.json").write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+        if path.exists():
+            text = path.read_text()
+            found[str(path.relative_to(out))] = (json.loads(text) if path.suffix == ".json" else
+                                                 [json.loads(line) for line in text.splitlines()]
+                                                 if path.suffix == ".jsonl" else text)
+    return stable(found, {default_url(): "MINIWOB_URL/", str(tmp_path): "TMP"}, SEARCH_VARYING)
 
 
 @pytest.mark.parametrize("name", list(RUNS))
 def test_run_outputs_match_the_golden_files(name, tmp_path):
-    found = outputs(RUNS[name](tmp_path), tmp_path)
-    if UPDATE:
-        write(name, found)
-    expected = json.loads((GOLDEN / f"{name}.json").read_text())
-    assert sorted(found) == sorted(expected)
-    for file in expected:
-        assert found[file] == expected[file], file
+    check(f"search/{name}.json", outputs(RUNS[name](tmp_path), tmp_path))
