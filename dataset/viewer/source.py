@@ -61,7 +61,7 @@ class Observation:
     lines: list[dict]                  # {"text", "mark": None | "pos" | "neg" | "both", "anchor"}
     paths: dict[str, list[str]]        # "pos" / "neg" -> "role 'name'" from the root down
     targets: dict[str, list[str]]      # "pos" / "neg" -> the bids they act on
-    found: set[str] = field(default_factory=set)    # "pos" / "neg" whose target has a line of O_t
+    anchors: dict[str, str] = field(default_factory=dict)   # "pos" / "neg" -> id of its target's line
     tree: AXTree | None = None
 
 
@@ -76,17 +76,16 @@ def observation(text: str, obs_format: str | None, pos: str, neg: str) -> Observ
     """O_t with the lines of both actions' targets marked (``anchor`` set on the first line of
     each, for scrolling to it) and their containment paths from the parsed AXTree."""
     targets = {"pos": targets_of(pos), "neg": targets_of(neg)}
-    lines, anchored = [], set()
+    lines, anchors = [], {}
     for line in text.splitlines():
         m = _BID.match(line)
         bid = m.group(1) if m else None
         hit = [k for k in ("pos", "neg") if bid is not None and bid in targets[k]]
         mark = "both" if len(hit) == 2 else (hit[0] if hit else None)
-        anchor = None
-        for k in hit:
-            if k not in anchored:
-                anchored.add(k)
-                anchor = anchor or f"target-{k}"
+        first = [k for k in hit if k not in anchors]
+        anchor = f"target-{first[0]}" if first else None
+        for k in first:                # both actions on one element: one line, one anchor for both
+            anchors[k] = anchor
         lines.append({"text": line, "mark": mark, "anchor": anchor})
     try:
         tree = parse_axtree(text, obs_format)
@@ -98,7 +97,7 @@ def observation(text: str, obs_format: str | None, pos: str, neg: str) -> Observ
         if node is not None:
             paths[k] = [f"{n.role} '{n.name}'" if n.name else n.role
                         for n in [*reversed(tree.ancestors(node)), node]]
-    return Observation(lines, paths, targets, anchored, tree)
+    return Observation(lines, paths, targets, anchors, tree)
 
 
 @dataclass

@@ -261,3 +261,20 @@ def test_webprmbench_file_with_string_prompts(viewer_run, tmp_path):
     assert len(source.pairs) == len(rows) and source.pairs[0]["pair_id"] == f"{rows[0]['state_idx']}-{rows[0]['pair_idx']}"
     page = TestClient(make_app(source), base_url=LOCAL).get(f"/pair/{source.pairs[0]['pair_id']}").text
     assert "<h4>user</h4>" in page and 'class="line target target-' in page
+
+
+def test_observation_marks_every_target_line_and_anchors_the_first():
+    from dataset.viewer.source import observation
+
+    text = ("RootWebArea 'Shop'\n\t[10] navigation 'Main'\n\t\t[11] link 'Home'\n\t\t[12] textbox 'Search'\n"
+            "\t[13] button 'Go'\n\t[12] textbox 'Search'")
+    same = observation(text, None, "fill('12', 'shoes')", "fill('12', 'boots')")
+    marks = [(line["mark"], line["anchor"]) for line in same.lines]
+    assert marks[3] == ("both", "target-pos") and marks[5] == ("both", None)       # a repeated bid: marked, not anchored
+    assert same.anchors == {"pos": "target-pos", "neg": "target-pos"}
+    assert same.paths["pos"] == ["RootWebArea 'Shop'", "navigation 'Main'", "textbox 'Search'"]
+    drag = observation(text, None, "click('11')", "drag_and_drop('13', '11')")
+    assert [line["mark"] for line in drag.lines][2:5] == ["both", None, "neg"]
+    assert drag.anchors == {"pos": "target-pos", "neg": "target-pos"}      # the first line holding each target
+    virtual = observation(text, None, "scroll(0, 300)", "click('99')")
+    assert virtual.anchors == {} and virtual.paths == {} and virtual.targets == {"pos": [], "neg": ["99"]}
