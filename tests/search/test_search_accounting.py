@@ -165,3 +165,38 @@ def test_endpoint_prm_gets_a_full_judgments_length(tmp_path):
     # the model is the name given, unless --prm-model names it
     assert prm_config(_args("my-prm", "--prm-base-url", "http://x/v1")).model == "my-prm"
     assert prm_config(_args("embedded")).model is None and prm_config(_args("embedded")).is_local
+
+
+def test_an_agent_is_get_action_obs_to_action_and_info():
+    """BrowserGym's agent contract: the action to run and the step's record, which holds the
+    candidates and the bracket; nothing valid is (None, record); both agents' records carry the
+    loop's fields."""
+    from dataclasses import asdict, fields
+
+    from search.agent import AXTreeAgent, AXTreeStep
+    from search.loop import STEP_RECORD
+    from search.mag.agent import MagStep
+
+    obs = Observation(goal="Order an iPad", axtree=AXTREE, url="http://shop/")
+    seen = []
+
+    def propose(obs, history, feedback, n, step):
+        seen.append((list(history), feedback, n, step))
+        return ["click('40')", "click('12')", "nothing"][:n]
+
+    def judge_for(obs, history):
+        return lambda pairs: [1 if a1 == "click('12')" else 2 for a1, a2 in pairs]
+
+    agent = AXTreeAgent(propose, judge_for, n=3, seed=1)
+    action, info = agent.get_action(obs)
+    assert action == info.chosen == info.bracket["winner"] == "click('12')"
+    assert info.candidates == ["click('40')", "click('12')", "nothing"]
+    assert [c["dropped"] is None for c in info.bracket["candidates"]] == [True, True, False]
+    assert (info.proposed, info.screened_invalid, info.judge_calls) == (3, 1, 1)
+    info.feedback = "navigated"                 # what execute writes: the next step's feedback
+    assert agent.get_action(obs)[0] == "click('12')" and seen[1] == (["click('12')"], "navigated", 3, 1)
+    baseline = AXTreeAgent(lambda *a: ["nothing"], None, n=5)
+    action, info = baseline.get_action(obs)
+    assert action is None and info.error.startswith("no valid candidate: unparseable")
+    assert set(STEP_RECORD) <= set(asdict(info)) and set(STEP_RECORD) <= {f.name for f in fields(MagStep)}
+    assert isinstance(info, AXTreeStep)
