@@ -26,8 +26,11 @@ def test_embedded_smollm2_trains_two_steps_and_evaluates(prefect_harness, tmp_pa
         "train": {"output_dir": str(out), "max_steps": 2}})
     assert record["global_step"] == 2 and len(record["losses"]) == 2 and record["rows_dropped_too_long"] == 0
     assert (out / "model.safetensors").exists() and (out / "chat_template.jinja").exists()
-    result = evaluate_prm_flow(bench=str(paths["test"]), out=str(tmp_path / "eval.json"), model=str(out),
-                               max_tokens=12)
+    from llm import LLMConfig
+
+    # the judge's LLM cache in the test's folder, not the project's .cache/llm
+    result = evaluate_prm_flow(llm=LLMConfig(cache_dir=str(tmp_path / "llm")), bench=str(paths["test"]),
+                               out=str(tmp_path / "eval.json"), model=str(out), max_tokens=12)
     saved = json.loads((tmp_path / "eval.json").read_text())
     assert saved["macro"] == result["macro"] and saved["overall"]["pairs"] >= 1
     assert 0 <= saved["macro"]["pairwise"] <= 1 and 0 <= saved["macro"]["bon"] <= 1
