@@ -66,7 +66,7 @@ def test_search_webarena_flow_on_the_demo_shop(prefect_harness, tmp_path):
     wa = _flow(search_webarena_flow, lambda policy_url, prm_url: WebArenaSearch(
         prm="scripted-prm", policy="scripted", out=str(tmp_path / "wa"), n=2, max_steps=12, demo=True,
         prm_llm=_llm(tmp_path, prm_url), policy_llm=_llm(tmp_path, policy_url)), wa_policy, wa_prm)
-    assert wa["macro_success"] == 1.0 and wa["terminations"] == {"answered": 1}
+    assert wa["macro"]["success_rate"] == 1.0 and wa["terminations"] == {"answered": 1}
     rows = [json.loads(l) for l in (tmp_path / "wa" / "tasks" / "demo-shop.jsonl").read_text().splitlines()]
     assert all(len(r["bracket"]["matches"]) == 1 for r in rows[:-1]) and rows[-1]["answer"].endswith("A-100")
     # the episode comes back as a canonical trajectory: the executed actions, then the final page
