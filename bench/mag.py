@@ -30,7 +30,7 @@ from data.config import make_parser  # noqa: E402
 from search.demo_site import Shop, make_task  # noqa: E402
 from prm.judge import LocalJudge  # noqa: E402
 from search.mag import som  # noqa: E402
-from search.env import BrowserHarness, host_of  # noqa: E402
+from harness.env import BrowserHarness, host_of  # noqa: E402
 from search.mag.agent import MagPolicy, run_mag_episode  # noqa: E402
 from search.tournament import prm_pair_judge, prm_state  # noqa: E402
 from llm.embedded import default_model_dir  # noqa: E402

@@ -27,7 +27,7 @@ from data.config import make_parser  # noqa: E402
 from search.demo_site import Shop, make_task  # noqa: E402
 from prm.judge import LocalJudge, judge_pairs  # noqa: E402
 from search.agent import Policy, run_axtree_episode  # noqa: E402
-from search.env import BrowserHarness, host_of  # noqa: E402
+from harness.env import BrowserHarness, host_of  # noqa: E402
 from search.tournament import prm_pair_judge, prm_state  # noqa: E402
 from llm.embedded import default_model_dir  # noqa: E402
 from llm import LLMConfig  # noqa: E402

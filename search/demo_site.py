@@ -141,7 +141,7 @@ def demo_config() -> dict:
 
 def demo_harness(shop: Shop, **harness_kwargs):
     """A harness factory (``config -> BrowserHarness``) for the demo task on ``shop``, confined to it."""
-    from search.env import BrowserHarness, host_of
+    from harness.env import BrowserHarness, host_of
 
     def make(config):
         return BrowserHarness(make_task(shop), allowed_hosts={host_of(shop.url)}, **harness_kwargs)

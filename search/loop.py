@@ -50,7 +50,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
 
-from search.env import SiteUnreachable
+from harness.env import SiteUnreachable
 from search.tournament import STEP_COUNTS
 
 AGENT_ENDINGS = ("answered", "task_done", "step_budget", "format_errors")     # evaluated
@@ -145,7 +145,7 @@ class AgentKind:
 def run_episode(harness, agent: Agent, execute, max_steps: int = 30, seed: int = 0,
                 max_format_errors: int | None = 3, on_step=None, reset=reset,
                 result_class=EpisodeResult) -> EpisodeResult:
-    """Run one episode of ``agent`` on ``harness`` (a ``search.env.BrowserHarness``) with the page
+    """Run one episode of ``agent`` on ``harness`` (a ``harness.env.BrowserHarness``) with the page
     side ``reset`` and ``execute``; see the module docstring. ``on_step(info, obs)`` is called
     after every step with the observation it was decided on. ``result_class``: the agent's
     ``EpisodeResult`` (MAG's adds its guides)."""

@@ -24,77 +24,13 @@ their mean; ``tasks``: episodes run), ``versions.json``, ``run.json``.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
+from harness.miniwob import (PREFIX, SUBSETS, MiniWoBSetupError, base_url, check_pages, miniwob_harness,
+                             parse_seeds, select_tasks, task_classes)
 from search.runner import (RESUME_SETTINGS, AXTreeSearch, Benchmark, SetupError, base_row, baseline_difference,
                            build_parser as search_parser, main as run_cli, run_summary)
-
-# Tasks an AXTree agent can complete with BrowserGym's element actions (no canvas, drag or drawing).
-SUBSETS = {
-    "axtree10": ["click-test", "click-button", "click-tab", "click-dialog", "click-option", "click-checkboxes",
-                 "enter-text", "focus-text", "login-user", "choose-list"],
-}
-PREFIX = "miniwob."
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``'0-4'``, ``'0,3,7'``, ``'0-2,9'`` -> the seeds in order, without repeats."""
-    seeds: list[int] = []
-    for part in str(text).replace(" ", "").split(","):
-        try:
-            lo, dash, hi = part.partition("-")
-            span = range(int(lo), int(hi if dash else lo) + 1)
-        except ValueError:
-            raise ValueError(f"--seeds: {part!r} is not a seed or a range like 0-4") from None
-        if not span:
-            raise ValueError(f"--seeds: empty range {part!r}")
-        seeds += [s for s in span if s not in seeds]
-    return seeds
-
-
-def default_url() -> str:
-    """``file://`` URL of the task pages inside the installed ``miniwob`` wheel (found without
-    importing it: its package imports selenium, which BrowserGym does not need)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("miniwob")
-    if spec is None or not spec.submodule_search_locations:
-        raise SetupError("the miniwob wheel is not installed (pip install --no-deps -r requirements/browsergym.txt)")
-    return (Path(next(iter(spec.submodule_search_locations))) / "html" / "miniwob").as_uri() + "/"
-
-
-def task_classes() -> dict[str, type]:
-    """MiniWoB name -> BrowserGym task class, for every task BrowserGym registers."""
-    from browsergym.miniwob import ALL_MINIWOB_TASKS
-
-    return {cls.subdomain: cls for cls in ALL_MINIWOB_TASKS}
-
-
-def select_tasks(names: list[str] | None, known) -> list[str]:
-    """MiniWoB names from ``--tasks`` (names, ``miniwob.`` names, subset names); SetupError naming
-    the unknown ones."""
-    out: list[str] = []
-    for name in names or SUBSETS["axtree10"]:
-        expanded = sorted(known) if name == "all" else SUBSETS.get(name, [name.removeprefix(PREFIX)])
-        out += [n for n in expanded if n not in out]
-    if unknown := [n for n in out if n not in known]:
-        raise SetupError(f"unknown MiniWoB task(s) {unknown}; subsets: {', '.join(SUBSETS)}, all")
-    return out
-
-
-def check_pages(base_url: str, names: list[str]) -> None:
-    """SetupError when a ``file://`` base URL lacks a task's page (an http one is the user's server)."""
-    parts = urlsplit(base_url)
-    if parts.scheme != "file":
-        return
-    missing = [n for n in names if not (Path(unquote(parts.path)) / f"{n}.html").is_file()]
-    if missing:
-        raise SetupError(f"MINIWOB_URL={base_url}: no page for {missing}")
-
 
 @dataclass
 class MiniWoBSearch(AXTreeSearch):
@@ -111,39 +47,26 @@ class MiniWoBSearch(AXTreeSearch):
     seeds: str = field(default="0-4", metadata={"help": "episode seeds: 0-4, 0,3,7 or 0-2,9"})
 
 
-def base_url() -> str:
-    """The task pages' base URL: ``MINIWOB_URL``, else the wheel's folder. BrowserGym appends
-    '<task>.html' to it as a string: the folder needs its slash."""
-    return (os.environ.get("MINIWOB_URL") or default_url()).rstrip("/") + "/"
-
-
 def tasks(config: MiniWoBSearch) -> list[dict]:
     """One task config per MiniWoB task and seed (``--tasks``, ``--seeds``), its pages checked."""
     if config.demo or config.task_ids:
         raise SetupError("MiniWoB runs its own tasks offline: use --tasks and --seeds (no --demo, --task-ids)")
     try:
         seeds = parse_seeds(config.seeds)
-    except ValueError as e:
+        classes = task_classes()
+        names = select_tasks(config.tasks, classes)
+        check_pages(base_url(), names)
+    except MiniWoBSetupError as e:
         raise SetupError(str(e)) from None
-    classes = task_classes()
-    names = select_tasks(config.tasks, classes)
-    check_pages(base_url(), names)
-    return [{"task_id": f"{n}.{s}", "seed": s, "sites": [PREFIX + n], "intent": classes[n].desc,
-             "task_class": classes[n].__name__} for n in names for s in seeds]
+    return [{"task_id": f"{n}.{s}", "task": n, "seed": s, "sites": [PREFIX + n], "intent": classes[n].desc}
+            for n in names for s in seeds]
 
 
 def site_harnesses(config: MiniWoBSearch):
-    import browsergym.miniwob.all as tasks_module
-
-    from search.env import BrowserHarness, host_of
-
     url = base_url()
-    # file:// pages have no host: every goto is refused; an http MINIWOB_URL allows its own host
-    hosts = {host_of(url)} - {""}
 
     def make(task):
-        return BrowserHarness(getattr(tasks_module, task["task_class"]), {"base_url": url},
-                              allowed_hosts=hosts, live_validation=True)
+        return miniwob_harness(task["task"], url)
     return make
 
 

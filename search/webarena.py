@@ -41,7 +41,7 @@ denominator; ``totals`` sums the step counts over the run. ``--resume`` skips ta
 finished (evaluated); environment failures run again; a folder whose ``run.json`` has other
 settings is refused. Exit codes: 2 for a setup error (nothing ran), 1 when no task could run
 (every task ended in an environment failure), else 0.
-The PRM's prompt holds the task's own start URL (``search.env.task_start_url``).
+The PRM's prompt holds the task's own start URL (``harness.env.task_start_url``).
 The PRM behind an endpoint, or a local one in ``--prm-judge-mode generate``, gets
 ``--prm-max-tokens`` 1024 unless given (a full judgment fits).
 Tasks with ``require_reset`` are preceded by a full reset of the sites when ``WA_FULL_RESET`` is
@@ -142,7 +142,7 @@ def webarena_harness(task_class: str, task_id_key: str, urls: dict, **harness_kw
     """A harness factory (``task config -> BrowserHarness``) for a BrowserGym WebArena task class
     named by its import path (WebArena-Lite's, or WebArena's own for MAG), confined to the
     configured sites."""
-    from search.env import BrowserHarness, host_of, prepare_webarena_imports
+    from harness.env import BrowserHarness, host_of, prepare_webarena_imports
 
     prepare_webarena_imports()
     module, name = task_class.rsplit(".", 1)
@@ -276,7 +276,7 @@ def score_answer(config: dict, answer: str | None, urls: dict, evaluators: str =
     original harness, for WebArena task configs as MAG uses them)."""
     import tempfile
 
-    from search.env import prepare_webarena_imports
+    from harness.env import prepare_webarena_imports
 
     if config["eval"]["eval_types"] != ["string_match"] or "fuzzy_match" in config["eval"]["reference_answers"]:
         raise ValueError(f"task {config.get('old_task_id', config['task_id'])} needs a browser or an LLM to be scored")

@@ -8,7 +8,7 @@ the same ``get_action(obs) -> (action, info)`` contract as every search agent).
     result.termination, result.reward, result.guides, result.reasons
     code, step = MagAgent(policy.propose, judge_for, n=5).get_action(observe(harness))
 
-``harness`` is a ``search.env.BrowserHarness`` built with ``viewport=search.mag.som.VIEWPORT`` and
+``harness`` is a ``harness.env.BrowserHarness`` built with ``viewport=search.mag.som.VIEWPORT`` and
 ``action_subsets=search.mag.som.MAG_ACTION_SUBSETS``. ``propose(obs, guides, n, step) -> list[str]``
 gives raw policy outputs; ``judge_for(obs, history) -> pair judge`` the tournament's judge
 (``search.tournament.prm_pair_judge``), or None for the unguided baseline (one greedy sample).

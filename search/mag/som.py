@@ -192,7 +192,7 @@ class SomObservation:
     last_action_error: str = ""
     settle_retries: int = 0       # re-observations because the page navigated after BrowserGym's
     by_id: dict[int, Mark] = field(default_factory=dict)
-    start_url: str = ""           # the task's start URL (``search.env.task_start_url``)
+    start_url: str = ""           # the task's start URL (``harness.env.task_start_url``)
 
     def __post_init__(self):
         self.by_id = {m.id: m for m in self.marks}

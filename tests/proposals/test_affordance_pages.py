@@ -92,7 +92,7 @@ def site():
 
 def _harness(url):
     from local_pages import open_page_task
-    from search.env import BrowserHarness
+    from harness.env import BrowserHarness
 
     return BrowserHarness(open_page_task(url), timeout_ms=3000)
 

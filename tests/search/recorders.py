@@ -2,7 +2,7 @@
 factory that keeps every pair it judged with the verdict."""
 
 from data.judgment import State
-from search.env import BrowserHarness
+from harness.env import BrowserHarness
 from search.tournament import prm_pair_judge
 
 

@@ -126,7 +126,7 @@ RUNS = {"webarena_demo": webarena_demo, "miniwob": miniwob, "mag_demo": mag_demo
 
 def outputs(out: Path, tmp_path: Path) -> dict:
     """The run folder's pinned outputs, file name -> content (JSON parsed), made stable."""
-    from search.miniwob import default_url
+    from harness.miniwob import default_url
 
     found = {}
     for path in sorted([out / "summary.json", out / "run.json", *(out / "tasks").glob("*.jsonl"), out / "table.md"]):

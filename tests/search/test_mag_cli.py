@@ -36,7 +36,7 @@ def test_the_nltk_stub_reaches_an_nltk_imported_before_it(tmp_path, monkeypatch)
     for the real data (offline: a LookupError)."""
     import nltk
 
-    from search.env import prepare_nltk_stub
+    from harness.env import prepare_nltk_stub
 
     monkeypatch.setattr(nltk.data, "path", list(nltk.data.path))
     monkeypatch.delenv("NLTK_DATA", raising=False)

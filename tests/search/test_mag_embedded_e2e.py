@@ -9,7 +9,7 @@ import pytest
 
 from search.demo_site import Shop, make_task
 from prm.judge import make_judge
-from search.env import BrowserHarness, host_of
+from harness.env import BrowserHarness, host_of
 from search.loop import AGENT_ENDINGS
 from search.mag import episode_row, summarize_run, table
 from search.mag.agent import MagPolicy, run_mag_episode
@@ -42,8 +42,10 @@ def test_embedded_policy_and_prm_on_mag(tmp_path):
 
     with Shop() as shop, BrowserHarness(make_task(shop), allowed_hosts={host_of(shop.url)}, viewport=VIEWPORT,
                                         action_subsets=MAG_ACTION_SUBSETS) as h:
-        pure = run_mag_episode(h, policy.propose, judge_for, n=3, max_steps=2, seed=0)
-        baseline = run_mag_episode(h, policy.propose, None, max_steps=2, seed=0)
+        # one step each for the pure and the baseline episode; the mixed one takes two, so that a
+        # step after an executed one (a new page, the guides so far in the prompt) runs for real
+        pure = run_mag_episode(h, policy.propose, judge_for, n=3, max_steps=1, seed=0)
+        baseline = run_mag_episode(h, policy.propose, None, max_steps=1, seed=0)
         mixed = run_mag_episode(h, with_two_valid, judge_for, n=2, max_steps=2, seed=0)
 
     for ep in (pure, baseline, mixed):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from local_pages import LONG_LABEL, Pages, open_page_task
-from search.env import BrowserHarness
+from harness.env import BrowserHarness
 from search.mag.metrics import parse_step
 from search.mag.som import (MAG_ACTION_SUBSETS, MAX_LINES, VIEWPORT, UnexecutableStep, _PALETTE, observe,
                         to_code)

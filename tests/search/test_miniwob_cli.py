@@ -1,5 +1,5 @@
-"""search.miniwob without a browser: seeds and task names, the setup errors (exit 2 before any
-model or browser), the per-task summary; search.trajectories' rows from an episode's steps."""
+"""search.miniwob without a browser: the setup errors (exit 2 before any model or browser), the
+per-task summary; search.trajectories' rows from an episode's steps."""
 
 import json
 import subprocess
@@ -9,35 +9,8 @@ from dataclasses import dataclass
 import pytest
 
 import search.miniwob as mw
+from harness.miniwob import base_url, default_url, task_classes
 from search.trajectories import episode_records
-
-
-def test_seeds_ranges_and_lists():
-    assert mw.parse_seeds("0-4") == [0, 1, 2, 3, 4]
-    assert mw.parse_seeds("3,0,7") == [3, 0, 7]
-    assert mw.parse_seeds("0-2, 9,1") == [0, 1, 2, 9]
-    for bad in ("2-1", "x", "1-"):
-        with pytest.raises(ValueError, match="--seeds"):
-            mw.parse_seeds(bad)
-
-
-def test_task_names_prefixes_and_subsets():
-    known = mw.task_classes()
-    assert len(known) == 125 and known["click-button"].__name__ == "ClickButtonTask"
-    assert mw.select_tasks(["miniwob.click-button", "click-button", "enter-text"], known) == ["click-button",
-                                                                                             "enter-text"]
-    assert mw.select_tasks(None, known) == mw.SUBSETS["axtree10"] and len(mw.SUBSETS["axtree10"]) == 10
-    assert len(mw.select_tasks(["all"], known)) == 125
-    with pytest.raises(mw.SetupError, match=r"unknown MiniWoB task\(s\) \['click-buton'\]"):
-        mw.select_tasks(["click-buton"], known)
-
-
-def test_the_wheel_holds_every_page_and_a_wrong_folder_is_named(tmp_path):
-    url = mw.default_url()
-    assert url.startswith("file://") and url.endswith("/html/miniwob/")
-    mw.check_pages(url, list(mw.task_classes()))
-    with pytest.raises(mw.SetupError, match=r"no page for \['click-button'\]"):
-        mw.check_pages(tmp_path.as_uri() + "/", ["click-button"])
 
 
 def test_cli_exits_2_before_loading_models_or_starting_a_browser(tmp_path):
@@ -117,8 +90,8 @@ def test_trajectory_rows_from_an_episode():
 def test_a_miniwob_url_without_its_trailing_slash_still_names_the_pages(monkeypatch):
     """BrowserGym joins MINIWOB_URL and the page name as strings: the runner adds the slash a user
     may leave out (check_pages would pass either way)."""
-    monkeypatch.setenv("MINIWOB_URL", mw.default_url().rstrip("/"))
+    monkeypatch.setenv("MINIWOB_URL", default_url().rstrip("/"))
     assert [t["task_id"] for t in mw.tasks(mw.MiniWoBSearch(prm="none", policy="x", tasks=["click-test"], seeds="0"))] \
         == ["click-test.0"]
-    page = mw.task_classes()["click-test"](seed=0, base_url=mw.base_url()).url
-    assert page == mw.default_url() + "click-test.html"
+    page = task_classes()["click-test"](seed=0, base_url=base_url()).url
+    assert page == default_url() + "click-test.html"

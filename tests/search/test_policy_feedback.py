@@ -4,7 +4,7 @@ a scripted OpenAI-protocol policy (``n`` samples) and PRM judging a knockout."""
 from prm.judge import EndpointJudge
 from scripted_llm import scripted_server
 from search.agent import Policy, build_messages, candidate_text, describe_outcome
-from search.env import Observation
+from harness.env import Observation
 from search.tournament import knockout, prm_pair_judge
 from llm import LLMConfig
 from data.judgment import State, parse_prompt

@@ -13,7 +13,7 @@ from prm.judge import Judgment, judge_pairs
 from search import webarena as wa
 from search.episodes import prm_llm_config
 from search.runner import SearchConfig, llm_settings
-from search.env import Observation, task_start_url
+from harness.env import Observation, task_start_url
 from search.agent import run_axtree_episode
 from search.loop import STEP_COUNTS, sum_counts
 from search.tournament import knockout, prm_pair_judge, prm_state

@@ -11,7 +11,7 @@ from search.demo_site import Shop, make_task
 from prm.judge import make_judge
 from search.agent import Policy, run_axtree_episode
 from recorders import Recording, recording_judge_for
-from search.env import host_of
+from harness.env import host_of
 from search.loop import AGENT_ENDINGS
 from llm.embedded import default_model_dir
 from llm import LLMConfig
@@ -34,8 +34,10 @@ def test_embedded_policy_and_prm_complete_episodes(tmp_path):
         return policy.propose(obs, history, feedback, n, step) + ["scroll(0, 200)", "scroll(0, -200)"]
 
     with Shop() as shop, Recording(make_task(shop), allowed_hosts={host_of(shop.url)}) as h:
-        guided = run_axtree_episode(h, policy.propose, judge_for, n=3, max_steps=2, seed=0)
-        baseline = run_axtree_episode(h, policy.propose, None, max_steps=2, seed=0)
+        # one step each for the guided and the baseline episode; the mixed one takes two, so that a
+        # step after an executed one (a new page, the history and feedback in the prompt) runs for real
+        guided = run_axtree_episode(h, policy.propose, judge_for, n=3, max_steps=1, seed=0)
+        baseline = run_axtree_episode(h, policy.propose, None, max_steps=1, seed=0)
         h.executed.clear()
         mixed = run_axtree_episode(h, with_two_valid, judge_for, n=2, max_steps=2, seed=0)
     for r in (guided, baseline, mixed):

@@ -9,7 +9,7 @@ import pytest
 from search.demo_site import Shop, make_task
 from shop_scripts import find, right_action
 from recorders import Recording
-from search.env import BrowserHarness, host_of
+from harness.env import BrowserHarness, host_of
 from search.agent import run_axtree_episode
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")

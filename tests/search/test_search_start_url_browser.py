@@ -9,7 +9,7 @@ import pytest
 from data.judgment import parse_prompt
 from local_pages import Pages
 from prm.judge import Judgment
-from search.env import BrowserHarness, host_of
+from harness.env import BrowserHarness, host_of
 from search.agent import run_axtree_episode
 from search.mag.agent import run_mag_episode
 from search.mag.som import MAG_ACTION_SUBSETS, VIEWPORT

@@ -1,5 +1,5 @@
 """WebArena-Lite's own evaluators score a right and a wrong answer offline, and its task class
-builds offline (stubs from search.env), in a fresh process: the evaluators assert site variables
+builds offline (stubs from harness.env), in a fresh process: the evaluators assert site variables
 at import and must not leak them into other tests."""
 
 import json

@@ -1,9 +1,9 @@
 """A BrowserGym harness on Debian's chromium: observations as text, deferred evaluation, confined navigation.
 
-    from search.env import BrowserHarness
+    from harness.env import BrowserHarness
     with BrowserHarness(MyTask, task_kwargs={...}, allowed_hosts={"127.0.0.1:8000"}) as h:
         obs = h.reset(seed=0)
-        obs = h.step("click('12')")
+        obs = h.step("click('12')")         # obs.last_action_error: what the browser refused
         reward, info = h.evaluate()
 
 Why the wrapping (see ``../shared/docs/ENVIRONMENT.md``):
@@ -17,8 +17,9 @@ Why the wrapping (see ``../shared/docs/ENVIRONMENT.md``):
 - ``goto`` outside the configured hosts is refused before it reaches the browser (an empty set
   of hosts refuses every ``goto``: MiniWoB's pages are local files).
 - ``live_validation=True`` is for tasks whose validator only reads the page (MiniWoB): it then
-  runs after every step, as BrowserGym intends, and ``task_done`` says when the task ended the
-  episode itself (MiniWoB ends it at the first submit, right or wrong).
+  runs after every step, as BrowserGym intends: ``task_done`` says when the task ended the
+  episode itself (MiniWoB ends it at the first submit, right or wrong) and ``reward`` is the
+  validator's reward after the last step.
 - ``start_url`` is the task's own start URL (``task_start_url``: a WebArena config's
   ``start_url`` as BrowserGym resolved it, or the task's ``start_url`` attribute), which the PRM's
   prompt shows; only a task that declares none falls back to the first page observed.
@@ -196,6 +197,7 @@ class BrowserHarness:
         self.action_subsets = action_subsets     # BrowserGym's high-level subsets (None: its default)
         self.live_validation = live_validation
         self.task_done = False      # the task ended the episode (``live_validation`` only)
+        self.reward = 0.0           # the task's reward after the last step (``live_validation`` only)
         self.observation: Observation | None = None     # the last one (reset or step)
         self.env = None
         self.last_obs: dict | None = None        # BrowserGym's raw observation of the last reset/step
@@ -243,7 +245,7 @@ class BrowserHarness:
             if self.env is None:
                 self.env = self._make()
             obs, _ = self.env.reset(seed=seed)
-            self.task_done = False
+            self.task_done, self.reward = False, 0.0
             url = obs["url"]
             if url.startswith("chrome-error://") or url == "about:blank":
                 raise SiteUnreachable(f"start page did not load (at {url})")
@@ -272,8 +274,9 @@ class BrowserHarness:
     def step(self, action: str) -> Observation:
         t = time.perf_counter()
         try:
-            obs, _, terminated, *_ = self.env.step(action)
+            obs, reward, terminated, *_ = self.env.step(action)
             self.task_done = self.live_validation and bool(terminated)
+            self.reward = float(reward) if self.live_validation else 0.0
             return self._observe(obs)
         finally:
             self.browser_s += time.perf_counter() - t
