@@ -23,7 +23,7 @@ def test_every_deployment_entrypoint_loads_without_shadowing_packages():
             "import prm.config, search.mag, llm.client, data.ingest\n"
             "print(flow.name, prm.config.__name__, search.mag.__name__)\n")
     for ep in entrypoints + ["flows/prm.py:train_prm_flow"]:
-        p = subprocess.run([sys.executable, "-c", code, ep], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        p = subprocess.run([sys.executable, "-c", code, ep], cwd=ROOT, capture_output=True, text=True, timeout=300)
         if ep.endswith(".py:train_prm_flow"):       # the file-path form shows what the module path avoids
             assert p.returncode != 0 and "is not a package" in p.stderr
         else:

@@ -172,7 +172,7 @@ def test_sigkill_mid_run_then_rerun(run, teacher, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     teacher.hold_after = 8                          # answer 8 requests, then hold the rest unanswered
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 240               # the child imports torch: slow on a loaded 2-core machine
     while time.monotonic() < deadline:
         cached = len(list(cache.glob("*/*.json"))) if cache.exists() else 0
         if cached >= 8 and teacher.held >= 1:
@@ -237,8 +237,8 @@ def test_cli_flags_reach_the_verify_and_teacher_configs(monkeypatch):
 
     seen = {}
 
-    def fake_verify(run, config, llm_config, progress):
-        seen.update(config=config, llm=llm_config, progress=progress)
+    def fake_verify(run, config, llm_config, progress, replay_config):
+        seen.update(config=config, llm=llm_config, progress=progress, replay=replay_config)
         raise FileNotFoundError("stop before any work")
 
     monkeypatch.setattr(tv, "verify", fake_verify)
@@ -250,6 +250,8 @@ def test_cli_flags_reach_the_verify_and_teacher_configs(monkeypatch):
     assert (llm.base_url, llm.model, llm.max_tokens, llm.no_cache) == ("http://h/v1", "m", 128, True)
     assert seen["progress"] is False
     assert tv.main(["--run", "R"]) == 2 and seen["config"] == VerifyConfig() and seen["progress"] is True
-    for bad in (["--untrusted", "bogus"], ["--verdict-mode", "vote"], ["--quiet", "yes"]):
+    assert tv.main(["--run", "R", "--verifier", "replay", "--replay-solver-steps", "4"]) == 2
+    assert (seen["config"].verifier, seen["replay"].solver_steps) == ("replay", 4)
+    for bad in (["--untrusted", "bogus"], ["--verdict-mode", "vote"], ["--quiet", "yes"], ["--verifier", "human"]):
         with pytest.raises(SystemExit):
             tv.main(["--run", "R", *bad])
