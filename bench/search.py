@@ -39,15 +39,16 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=48)
-    ap.add_argument("--budget", type=int, default=1500, help="AXTree characters in prompts")
+    ap.add_argument("--axtree-chars", "--budget", dest="axtree_chars", type=int, default=1500,
+                    help="AXTree characters in prompts (--budget is its old name)")
     args = ap.parse_args(argv)
     cache = tempfile.mkdtemp(prefix="bench-search-")
-    policy = Policy(LLMConfig(temperature=1.0, max_tokens=args.max_tokens, cache_dir=cache), budget=args.budget)
+    policy = Policy(LLMConfig(temperature=1.0, max_tokens=args.max_tokens, cache_dir=cache), budget=args.axtree_chars)
     judge = LocalJudge.from_pretrained(str(default_model_dir()), max_tokens=args.max_tokens, batch_size=8)
 
     def judge_for(obs, history):
         return prm_pair_judge(judge, prm_state(obs, history),
-                              budget=args.budget)
+                              budget=args.axtree_chars)
 
     with Shop() as shop, BrowserHarness(make_task(shop), allowed_hosts={host_of(shop.url)}) as h:
         t = time.perf_counter()
@@ -72,13 +73,13 @@ def main(argv=None) -> int:
     for label, pairs in (("one_round", [(actions[i], actions[i + 1]) for i in range(0, args.n - 1, 2)]),
                          ("whole_bracket", [(actions[0], a) for a in actions[1:]])):
         items = [(state, a1, a2) for a1, a2 in pairs]
-        judge_pairs(judge, items[:1], budget=args.budget)          # warm-up
+        judge_pairs(judge, items[:1], budget=args.axtree_chars)          # warm-up
         t = time.perf_counter()
-        judge_pairs(judge, items, budget=args.budget)
+        judge_pairs(judge, items, budget=args.axtree_chars)
         batched = time.perf_counter() - t
         t = time.perf_counter()
         for it in items:
-            judge_pairs(judge, [it], budget=args.budget)
+            judge_pairs(judge, [it], budget=args.axtree_chars)
         single = time.perf_counter() - t
         rounds[label] = {"pairs": len(items), "batched_s": round(batched, 2), "one_at_a_time_s": round(single, 2),
                          "speedup": round(single / batched, 2)}

@@ -278,7 +278,7 @@ def _check_data_file(key: str, path: Path) -> list[str]:
         return [f"data.{key} {path} lacks columns {sorted(missing)}"]
     if key == "train_file" and meta.num_rows == 0:
         return [f"data.train_file {path} has no rows (every kept pair went to the test split: export with more "
-                f"pairs, e.g. a larger --budget, or another --seed)"]
+                f"pairs, e.g. a larger --sample-size, or another --seed)"]
     return []
 
 
