@@ -12,7 +12,9 @@ MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False),
 # One teacher attempt: its seed, the response it preferred (null: no valid answer) and the outcome
 # ('agree', 'disagree', 'truncated' (cut off at max_tokens before a valid answer) or 'unparsed')
 # and what produced the verdict ('generate': a written judgment's answer tag; 'score': the likelier
-# of the two answer tags under a local teacher, llm.scoring; 'score-both': the same, both orders).
+# of the two answer tags under a local teacher, llm.scoring; 'score-both': the same, both orders;
+# 'replay': the pair replayed in MiniWoB++, teacher.replay: verdict = the label for a kept pair,
+# null with outcome 'equivalent' or 'replay_mismatch' for a discarded one).
 VERDICT = pa.struct([pa.field("attempt", pa.int8(), nullable=False),
                      pa.field("seed", pa.int64(), nullable=False),
                      pa.field("verdict", pa.int8()),
@@ -38,6 +40,11 @@ _PAIR_FIELDS = [
     pa.field("prompt_tokens", pa.int64(), nullable=False),   # over every attempt of the pair
     pa.field("completion_tokens", pa.int64(), nullable=False),
     pa.field("cost_usd", pa.float64(), nullable=False),
+    # --verifier replay (teacher.replay), null under the LLM teacher: 'equivalent', 'harmful',
+    # 'detour', 'not_executable' or 'replay_mismatch', and its evidence as JSON (the two resulting
+    # state hashes, rewards and done flags, the solver's steps after each action)
+    pa.field("replay_outcome", pa.string()),
+    pa.field("replay_evidence", pa.large_string()),
 ]
 
 PREFERENCE_SCHEMA = pa.schema(_PAIR_FIELDS + [

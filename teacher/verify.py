@@ -41,11 +41,18 @@ Writes ``RUN/preferences.parquet``, ``RUN/discarded.parquet`` (schemas in ``teac
 the ``teacher.verify`` entry of ``stats.json`` (``in`` = pairs decided, ``out`` = kept,
 ``rejected`` by reason, plus ``sampled`` and ``pending``: ``sampled = in + pending``) and the
 discards in ``rejects.jsonl``. Exit code 3 while pairs are pending.
+
+**Verifier** (``VerifyConfig.verifier``): ``llm`` (the default) is the teacher above; ``replay``
+needs no model: each pair is replayed in MiniWoB++ and the task's own validator decides
+(``teacher.replay``: ground truth for runs of MiniWoB episodes). Its rows carry ``replay_outcome``
+and ``replay_evidence`` and one verdict of mode ``replay``; ``equivalent`` (a false negative) and
+``replay_mismatch`` pairs are discarded with that reason.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from collections import Counter
@@ -65,6 +72,7 @@ from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
 
 STAGE = "teacher.verify"
 VERDICT_MODES = ("auto", "generate", "score", "score-both")
+VERIFIERS = ("llm", "replay")
 @dataclass
 class VerifyConfig(Configurable):
     """How pairs are verified (the paper's settings by default); every field is a flag
@@ -97,6 +105,10 @@ class VerifyConfig(Configurable):
         "choices": VERDICT_MODES, "help": "generate: the teacher writes a judgment; score: a local teacher's verdict "
                                           "by the answer tags' likelihoods (score-both: both orders "
                                           "combined); auto: score-both locally, generate at an endpoint"})
+    verifier: str = field(default="llm", metadata={
+        "choices": VERIFIERS, "help": "llm: a teacher model judges each pair; replay: each pair is replayed in "
+                                      "MiniWoB++ and the task's validator decides (teacher.replay; the "
+                                      "--replay-* flags)"})
 
     @property
     def format(self) -> JudgmentFormat:
@@ -123,7 +135,7 @@ class Attempt:
     prompt_tokens: int
     completion_tokens: int
     cost_usd: float
-    mode: str = "generate"          # what produced the verdict: 'generate' or 'score'
+    mode: str = "generate"          # what produced the verdict: 'generate', 'score', 'score-both' or 'replay'
 
 
 @dataclass(slots=True)
@@ -136,6 +148,7 @@ class Decision:
     judgment: str | None = None
     reason: str | None = None
     infra_error: str | None = None
+    replay: object | None = None    # teacher.replay.Replay under --verifier replay
 
 
 async def score_pair(client, pair: Pair, config: VerifyConfig) -> Decision:
@@ -232,6 +245,8 @@ def _row(d: Decision, teacher_model: str) -> dict:
             "verdicts": [{"attempt": a.attempt, "seed": a.seed, "verdict": a.verdict, "outcome": a.outcome,
                           "mode": a.mode} for a in d.attempts],
             "teacher_model": teacher_model, "intent": p.state.intent, "url": p.state.url,
+            "replay_outcome": d.replay.outcome if d.replay else None,
+            "replay_evidence": json.dumps(d.replay.evidence, sort_keys=True) if d.replay else None,
             "axtree_chars": p.cut["chars_total"], "axtree_chars_cut": p.cut["chars_cut"],
             "prompt_tokens": sum(a.prompt_tokens for a in d.attempts),
             "completion_tokens": sum(a.completion_tokens for a in d.attempts),
@@ -283,9 +298,41 @@ def summarize_decisions(decisions: list[Decision]) -> dict:
             "calls_decided": sum(len(d.attempts) for d in decisions if d.status != "pending")}
 
 
+def replay_all(run: RunDir, pairs: list[Pair], config: VerifyConfig, replay_config, backend=None,
+               progress: Progress | None = None) -> tuple[list[Decision], dict]:
+    """``--verifier replay``: every pair replayed in MiniWoB++ (``teacher.replay``), one after
+    another in this thread (Playwright is synchronous), finished pairs served by the replay cache.
+    Returns the decisions in the order of ``pairs`` and the replay's figures for stats.json."""
+    from teacher import replay as rp
+
+    targets = rp.load_targets(run, pairs)
+    verifier = rp.ReplayVerifier(backend or rp.MiniWoBBackend(), replay_config, rp.cache_for(replay_config))
+    decisions, done = [None] * len(pairs), []
+    # grouped by task (one harness at a time, teacher.replay.ReplayVerifier), decisions in pair order
+    order = sorted(range(len(pairs)), key=lambda i: (targets[i].task, targets[i].seed, pairs[i].row["pair_id"]))
+    try:
+        for i in order:
+            pair, result = pairs[i], verifier(targets[i])
+            f = rp.verdict_fields(pair, result, config.seed)
+            attempt = Attempt(1, f["seed"], f["verdict"], f["outcome"], f["text"], 0, 0, 0.0, mode="replay")
+            decisions[i] = Decision(pair, f["status"], [attempt], judgment=f["judgment"], reason=f["reason"],
+                                    replay=result)
+            done.append((pair, result))
+            if progress is not None:
+                progress.update(f["status"])
+    finally:
+        verifier.close()
+        if progress is not None:
+            progress.close()
+    return decisions, {"replay": {**rp.summarize(done), "backend": verifier.backend.name,
+                                  "solver_steps": replay_config.solver_steps, **dict(verifier.counts)}}
+
+
 def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=None,
-           progress: bool = True) -> StageStats:
-    """Verify every sampled pair of a run; write the outputs and the stage's stats."""
+           progress: bool = True, replay_config=None, replay_backend=None) -> StageStats:
+    """Verify every sampled pair of a run; write the outputs and the stage's stats. Under
+    ``--verifier replay`` no model is loaded: ``replay_config`` (``teacher.replay.ReplayConfig``)
+    and ``replay_backend`` (default: the MiniWoB harness and solvers) replay the pairs."""
     from llm import LLMClient, LLMConfig
 
     config = config or VerifyConfig()
@@ -294,6 +341,8 @@ def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=N
     t0 = time.perf_counter()
     run.check_inputs(STAGE, run.root / "candidates.parquet", run.trajectories)   # same upstream run
     pairs = load_pairs(run, config.seed, config.format)
+    if config.verifier == "replay":
+        return _verify_by_replay(run, pairs, config, replay_config, replay_backend, progress, t0)
     client = LLMClient(llm_config or LLMConfig())
     teacher_model = client.config.model_id
     decisions = asyncio.run(verify_all(client, pairs, config, Progress(len(pairs)) if progress else None)) \
@@ -332,6 +381,32 @@ def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=N
     return stats
 
 
+def _verify_by_replay(run: RunDir, pairs: list[Pair], config: VerifyConfig, replay_config, backend,
+                      progress: bool, t0: float) -> StageStats:
+    from teacher.replay import ReplayConfig
+
+    replay_config = replay_config or ReplayConfig()
+    check_ranges(replay_config, "replay config")
+    decisions, extra = replay_all(run, pairs, config, replay_config, backend,
+                                  Progress(len(pairs)) if progress and pairs else None)
+    teacher_model = f"replay:{extra['replay']['backend']}"
+    n_kept, n_disc = write_outputs(run, decisions, teacher_model)
+    stats = StageStats(STAGE, n_in=n_kept + n_disc, n_out=n_kept,
+                       rejected=Counter(d.reason for d in decisions if d.status == "discarded"))
+    stats.extra = {"sampled": len(pairs), "pending": 0, "pending_errors": {}, "pending_pair_ids": [],
+                   "teacher_model": teacher_model, "endpoint": "replay",
+                   "config": {"verifier": "replay", "seed": config.seed, "verdict_mode": "replay",
+                              "k": 1, "effective_k": 1, "effective_k_note": "replay: one deterministic replay per pair"},
+                   **summarize_decisions(decisions), **extra, "llm": {},
+                   "seconds": round(time.perf_counter() - t0, 2)}
+    rejects = [Reject(STAGE, d.reason, "candidates.parquet", d.attempts[0].text,
+                      {"pair_id": d.pair.row["pair_id"], "traj_id": d.pair.row["traj_id"],
+                       "step_idx": d.pair.row["step_idx"], "rule": d.pair.row["rule"]})
+               for d in sorted(decisions, key=lambda d: d.pair.row["pair_id"]) if d.status == "discarded"]
+    run.write_stage(stats, rejects)
+    return stats
+
+
 def format_summary(stats: StageStats) -> str:
     e = stats.extra
     lines = [stats.summary() + f"; sampled={e['sampled']} pending={e['pending']}"]
@@ -344,6 +419,10 @@ def format_summary(stats: StageStats) -> str:
         lines.append(f"teacher {e['teacher_model']}: {e['calls_decided']} calls ({e['calls_decided'] / decided:.2f} "
                      f"per pair), {llm['cached']} from cache, kept at attempt {e['kept_at_attempt']}, "
                      f"verdicts {e['verdict_outcomes']}, ${llm['cost_usd']:.4f}")
+    elif e.get("replay"):
+        r = e["replay"]
+        lines.append(f"replay ({r['backend']}, solver steps <= {r['solver_steps']}): outcomes {r['outcomes']}; "
+                     f"{r.get('replayed', 0)} replayed, {r.get('cached', 0)} from the replay cache")
     elif e.get("verdict_modes"):      # scoring only: no chat completions were requested
         lines.append(f"teacher {e['teacher_model']}: verdicts by {e['config']['verdict_mode']} "
                      f"{e['verdict_modes']}, outcomes {e['verdict_outcomes']}")
@@ -373,16 +452,19 @@ def build_parser(prog: str = "python -m teacher.verify", doc: str = __doc__):
     """The command's flags (``data.config``): ``VerifyCommand``, ``VerifyConfig`` and the
     teacher's ``LLMConfig`` (whose seed, temperature and max_tokens come from ``VerifyConfig``)."""
     from llm import LLMConfig
+    from teacher.replay import ReplayConfig
 
     ap = make_parser(prog, doc)
     VerifyCommand.add_args(ap)
     VerifyConfig.add_args(ap)     # --k, --seed, --temperature, --max-tokens, --axtree-chars, --untrusted, ...
     LLMConfig.add_args(ap, skip=("seed", "temperature", "max_tokens"))   # the teacher; those three come from above
+    ReplayConfig.add_args(ap, prefix="replay-")     # --verifier replay: --replay-solver-steps, ...
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     from llm import LLMConfig
+    from teacher.replay import NotReplayable, ReplayConfig
 
     ap = build_parser()
     args = ap.parse_args(argv)
@@ -395,8 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     try:
-        stats = verify(cmd.run, config, LLMConfig.from_args(args), progress=not cmd.quiet)
-    except FileNotFoundError as e:
+        stats = verify(cmd.run, config, LLMConfig.from_args(args), progress=not cmd.quiet,
+                       replay_config=ReplayConfig.from_args(args, prefix="replay-"))
+    except (FileNotFoundError, NotReplayable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_summary(stats))
