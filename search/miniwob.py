@@ -4,6 +4,7 @@
     python -m search.miniwob --prm none --policy gpt-4o --policy-base-url https://api.openai.com/v1 \\
         --tasks click-button miniwob.enter-text --seeds 0-9 --out runs/miniwob/base
     python -m search.miniwob ... --out runs/miniwob/prm --baseline runs/miniwob/base    # adds the difference
+    python -m search.miniwob --prm none --policy solver --tasks axtree10 --seeds 0-9 --out runs/miniwob/solver
 
 MiniWoB++'s task pages come with the ``miniwob`` wheel (``miniwob/html/miniwob/``) and run from
 files: ``MINIWOB_URL`` (BrowserGym's variable) defaults to that folder, so nothing is served or
@@ -15,9 +16,11 @@ A MiniWoB task ends its episode at the first submit, right or wrong (termination
 
 The run is ``search.runner``'s (model flags, run folder, resume, ``--workers``), with the
 BrowserGym-action agent and knockout tournament of ``search.webarena``; the policy's prompt holds
-the goal and BrowserGym's flattened AXTree as they are. Output in ``--out``:
+the goal and BrowserGym's flattened AXTree as they are. ``--policy solver`` is no model: each step's
+one candidate is the task's scripted solver's action (``harness.solvers``), so that the episodes
+are demonstrations with the task's own reward. Output in ``--out``:
 ``tasks/<task>.<seed>.jsonl`` (steps: candidates, bracket, chosen action, feedback, timings; then
-the result: reward, termination), ``trajectories.parquet`` (``search.trajectories``),
+the result: reward, termination), ``trajectories.parquet`` (``search.trajectories``; ``meta`` holds ``task`` and ``seed``),
 ``summary.json`` (``per_task``: success rate per MiniWoB task over its seeds; ``macro.success_rate``:
 their mean; ``tasks``: episodes run), ``versions.json``, ``run.json``.
 """
@@ -25,12 +28,18 @@ their mean; ``tasks``: episodes run), ``versions.json``, ``run.json``.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from data.sites import miniwob_task
 from harness.miniwob import (PREFIX, SUBSETS, MiniWoBSetupError, base_url, check_pages, miniwob_harness,
                              parse_seeds, select_tasks, task_classes)
+from harness.solvers import SOLVERS, solve_step
+from search.agent import AXTREE, axtree_policy
 from search.runner import (RESUME_SETTINGS, AXTreeSearch, Benchmark, SetupError, base_row, baseline_difference,
                            build_parser as search_parser, main as run_cli, run_summary)
+
+SOLVER = "solver"       # --policy solver: the scripted solvers as the policy
+
 
 @dataclass
 class MiniWoBSearch(AXTreeSearch):
@@ -45,6 +54,8 @@ class MiniWoBSearch(AXTreeSearch):
         "nargs": "*", "help": "MiniWoB tasks (click-button or miniwob.click-button) or a subset "
                               f"({', '.join(SUBSETS)}, all); default axtree10"})
     seeds: str = field(default="0-4", metadata={"help": "episode seeds: 0-4, 0,3,7 or 0-2,9"})
+    policy: str = field(metadata={"help": "policy: a folder, 'embedded', a model name at --policy-base-url, or "
+                                          f"'{SOLVER}' (harness.solvers' scripted solvers, no model)"})
 
 
 def tasks(config: MiniWoBSearch) -> list[dict]:
@@ -58,6 +69,8 @@ def tasks(config: MiniWoBSearch) -> list[dict]:
         check_pages(base_url(), names)
     except MiniWoBSetupError as e:
         raise SetupError(str(e)) from None
+    if config.policy == SOLVER and (unsolved := [n for n in names if n not in SOLVERS]):
+        raise SetupError(f"--policy {SOLVER}: no solver for {unsolved}; solvers: {', '.join(SOLVERS)}")
     return [{"task_id": f"{n}.{s}", "task": n, "seed": s, "sites": [PREFIX + n], "intent": classes[n].desc}
             for n in names for s in seeds]
 
@@ -68,6 +81,18 @@ def site_harnesses(config: MiniWoBSearch):
     def make(task):
         return miniwob_harness(task["task"], url)
     return make
+
+
+def solver_propose(obs, history: list[str], feedback: str, n: int, step: int = 0) -> list[str]:
+    """The scripted solver's action for the page (``harness.solvers.solve_step``; the task from the
+    page's URL), as the policy's one candidate; none when it sees nothing to do."""
+    action = solve_step(miniwob_task(obs.url) or "", obs.goal, obs.axtree)
+    return [action] if action else []
+
+
+def miniwob_policy(config: MiniWoBSearch, llm):
+    """``--policy solver``: ``solver_propose``; else the AXTree policy on ``llm``."""
+    return solver_propose if config.policy == SOLVER else axtree_policy(config, llm)
 
 
 def row(config: MiniWoBSearch, task: dict, episode, first_obs=None) -> dict:
@@ -99,7 +124,7 @@ def report(config: MiniWoBSearch, summary: dict, baseline: dict | None) -> None:
           file=sys.stderr)
 
 
-MINIWOB = Benchmark("search.miniwob", MiniWoBSearch, tasks, site_harnesses,
+MINIWOB = Benchmark("search.miniwob", MiniWoBSearch, tasks, site_harnesses, agent=replace(AXTREE, policy=miniwob_policy),
                     resume_settings=RESUME_SETTINGS + ("max_format_errors", "policy_axtree_chars"), row=row,
                     summarize=summarize, report=report, trajectory_site=trajectory_site)
 

@@ -38,6 +38,7 @@ from data.sites import MINIWOB_SITE, miniwob_task
 
 SOURCE = "search"
 SUFFIX = ".trajectory.arrow"
+TASK_META = ("task", "seed")
 
 
 def episode_records(decided: list, final, row: dict, *, run_id: str, benchmark: str, site_of_obs,
@@ -70,8 +71,10 @@ def episode_records(decided: list, final, row: dict, *, run_id: str, benchmark: 
 
 def trajectory_keeper(benchmark, config, out: Path, run_id: str, task: dict):
     """``keep(decided, final, row)`` for ``search.episodes.run_task``: writes the task's rows
-    (their site: ``benchmark.trajectory_site(task, obs)``)."""
+    (their site: ``benchmark.trajectory_site(task, obs)``); ``meta`` also holds the task config's
+    ``TASK_META`` keys (MiniWoB: the task's name and the episode's seed, which replay it)."""
     settings = {k: getattr(config, k) for k in ("prm", "policy", "n")}
+    settings.update({k: task[k] for k in TASK_META if k in task})
 
     def keep(decided, final, row):
         records = episode_records(decided, final, row, run_id=run_id, benchmark=benchmark.name,

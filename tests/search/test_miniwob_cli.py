@@ -1,4 +1,5 @@
-"""search.miniwob without a browser: the setup errors (exit 2 before any model or browser), the
+"""search.miniwob without a browser: the setup errors (exit 2 before any model or browser, also for
+--policy solver on a task without a solver), the
 per-task summary; search.trajectories' rows from an episode's steps."""
 
 import json
@@ -95,3 +96,9 @@ def test_a_miniwob_url_without_its_trailing_slash_still_names_the_pages(monkeypa
         == ["click-test.0"]
     page = task_classes()["click-test"](seed=0, base_url=base_url()).url
     assert page == default_url() + "click-test.html"
+
+
+def test_a_task_without_a_solver_is_refused_before_anything_runs(tmp_path, capsys):
+    assert mw.main(["--prm", "none", "--policy", "solver", "--tasks", "click-tab-2", "--out", str(tmp_path / "o")]) == 2
+    assert "no solver for ['click-tab-2']" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
