@@ -144,6 +144,23 @@ model's tokenizer, count again: `python -m dataset.export --run RUN --format trl
 --max-length N` warns about every row longer than `N`."""
 
 
+def _replay_note(v: dict) -> str:
+    """The replay verifier's paragraph (``teacher.verify --verifier replay``), or nothing."""
+    r = v.get("replay")
+    if not r:
+        return ""
+    outcomes = ", ".join(f"`{k}` {n}" for k, n in r.get("outcomes", {}).items()) or "none"
+    return f"""
+
+**Replay-verified** (`teacher.verify --verifier replay`): no model judged these pairs. Each was
+replayed in MiniWoB++ with its episode's seed (the recorded O_t checked first), a⁺ and a⁻ run from
+the same state and the scripted solver `{r.get('backend', 'n/a')}` (at most {r.get('solver_steps', 'n/a')}
+steps) left to finish the task; the task's own validator decides. Outcomes: {outcomes}. Kept:
+`harmful`, `detour`, `not_executable`; discarded: `equivalent` (a false negative) and
+`replay_mismatch`. Each row's `replay_evidence` holds the two resulting state hashes, rewards and
+the solver's steps."""
+
+
 def body(run_dir: str | Path) -> str:
     root = Path(run_dir)
     stats = RunDir(root).read_stats()
@@ -177,18 +194,20 @@ discarded when no attempt does; with `score` / `score-both` (a local teacher) th
 likelier of the two answer tags (`score-both`: both orders combined), one attempt, and the kept
 judgment is the bare answer tag (a label-only row). GMCP ratio of the verified
 sample: {gmcp} (paper: 74.60% for surfPRM-data, 24.19% for WebArbiter's data). The report in
-[`report/`](report/README.md) has the distributions, outcomes and costs.
+[`report/`](report/README.md) has the distributions, outcomes and costs.{_replay_note(v)}
 
 ## Configs
 
 - `preferences`: one row per kept pair: `pair_id, rule, axis, gmcp, label (1|2), response_1,
   response_2, judgment, attempts, verdicts, teacher_model, messages` (system, user, assistant:
-  ready for TRL), the state fields and usage per pair.
+  ready for TRL), the state fields and usage per pair; `replay_outcome, replay_evidence` when the
+  pairs were replay-verified (null otherwise).
 - `trl`: conversational prompt/completion (`prompt` = [system, user], `completion` =
   [assistant]) split by task: no task is in both train and test.
 - `webprmbench`: the held-out tasks in WebPRMBench format (`state_idx, pair_idx, expected,
   prompt, source_name`), `expected` the position (1 or 2) of the better response.
-- `discarded`: the pairs no attempt agreed on, with every verdict and answer.
+- `discarded`: the pairs no attempt agreed on, with every verdict and answer (replay-verified: the
+  `equivalent` and `replay_mismatch` pairs, their outcome as `reason`).
 
 Only configs and splits with rows are listed (an empty split cannot be loaded).
 

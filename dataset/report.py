@@ -120,6 +120,7 @@ def collect(run_dir: str | Path) -> dict:
         "teacher_model": verify.get("teacher_model", "?"),
         "teacher_local": str(verify.get("endpoint", "")).startswith("local:"),
         "verdict_mode": verify.get("config", {}).get("verdict_mode", "generate"),
+        "replay": verify.get("replay"),
         "k": k,
         "audit": audit_c or {},
         "example": _example(run.root),
@@ -259,6 +260,8 @@ def render_markdown(r: dict) -> str:
     if r["discard_reasons"]:
         lines += ["", "Discard reasons: " + ", ".join(f"`{k}` {v}" for k, v in sorted(r["discard_reasons"].items()))
                   + "."]
+    if r.get("replay"):
+        lines += replay_lines(r["replay"])
     attempts = [[str(k), str(r["attempts_kept"].get(k, 0)), str(r["attempts_discarded"].get(k, 0))]
                 for k in range(1, r["k"] + 1)]
     lines += ["", "## Attempts", "", "![attempts](attempts.png)", "",
@@ -294,7 +297,49 @@ def render_markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+REPLAY_OUTCOMES = ("equivalent", "harmful", "detour", "not_executable", "replay_mismatch")
+# False negatives in the paper's human audit of 100 pairs (§4.3): surfPRM-data and WebArbiter's data.
+FN_PAPER, FN_WEBARBITER = 0.12, 0.30
+
+
+def wilson(k: int, n: int) -> tuple[float, float]:
+    """The Wilson 95% interval of ``k/n`` (scipy); (0, 1) for ``n = 0``."""
+    from scipy.stats import binomtest
+
+    if not n:
+        return 0.0, 1.0
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def _share(k: int, n: int) -> str:
+    lo, hi = wilson(k, n)
+    return f"{k / n:.0%} [{lo:.0%}, {hi:.0%}]" if n else "n/a"
+
+
+def replay_lines(replay: dict) -> list[str]:
+    """The replay verifier's outcome table (``teacher.verify --verifier replay``): counts per rule,
+    axis and overall, and the false-negative rate (``equivalent`` among the pairs replayed to a
+    verdict, i.e. without ``replay_mismatch``) with its Wilson 95% interval."""
+    rows = [[f"`{g}`", *map(str, (c.get(o, 0) for o in REPLAY_OUTCOMES)),
+             _share(c.get("equivalent", 0), sum(c.values()) - c.get("replay_mismatch", 0))]
+            for key in ("by_rule", "by_axis") for g, c in replay.get(key, {}).items()]
+    total = replay.get("outcomes", {})
+    rows.append(["**all**", *map(str, (total.get(o, 0) for o in REPLAY_OUTCOMES)),
+                 _share(total.get("equivalent", 0), sum(total.values()) - total.get("replay_mismatch", 0))])
+    return ["", "## Replay outcomes (ground truth)", "",
+            f"Every pair replayed in MiniWoB++ (`teacher.verify --verifier replay`, solver "
+            f"`{replay.get('backend', '?')}`). False negatives = `equivalent` among the pairs replayed to a verdict, "
+            f"Wilson 95% interval; the paper's human audit found {FN_PAPER:.0%} for surfPRM-data and "
+            f"{FN_WEBARBITER:.0%} for WebArbiter's data (§4.3).", "",
+            markdown_table(["rule / axis", *REPLAY_OUTCOMES, "false negatives"], rows, "l" + "r" * 6)]
+
+
 def _teacher_note(r: dict) -> str:
+    if r.get("replay"):
+        return ("No model judged these pairs: each was replayed in MiniWoB++ and the task's own validator decided "
+                "(the replay table above). Attempts, tokens and dollars are zero by construction; the kept share is "
+                "the share of mined negatives that are true negatives.")
     if r["teacher_local"]:
         return (f"The teacher `{r['teacher_model']}` is a small local model (verdict mode `{r['verdict_mode']}`): it "
                 "exercises the pipeline end to end, and its kept share, agreement and GMCP figures say how this "
