@@ -42,8 +42,8 @@ def test_embedded_policy_and_prm_on_mag(tmp_path):
 
     with Shop() as shop, BrowserHarness(make_task(shop), allowed_hosts={host_of(shop.url)}, viewport=VIEWPORT,
                                         action_subsets=MAG_ACTION_SUBSETS) as h:
-        # one step each for the pure and the baseline episode; the mixed one takes two, so that a
-        # step after an executed one (a new page, the guides so far in the prompt) runs for real
+        # one step each for the pure and the baseline episode (the model's time is most of this
+        # test's); the mixed one runs up to two: a step after an executed one (the guides so far in the prompt)
         pure = run_mag_episode(h, policy.propose, judge_for, n=3, max_steps=1, seed=0)
         baseline = run_mag_episode(h, policy.propose, None, max_steps=1, seed=0)
         mixed = run_mag_episode(h, with_two_valid, judge_for, n=2, max_steps=2, seed=0)
