@@ -34,8 +34,8 @@ def test_embedded_policy_and_prm_complete_episodes(tmp_path):
         return policy.propose(obs, history, feedback, n, step) + ["scroll(0, 200)", "scroll(0, -200)"]
 
     with Shop() as shop, Recording(make_task(shop), allowed_hosts={host_of(shop.url)}) as h:
-        # one step each for the guided and the baseline episode; the mixed one takes two, so that a
-        # step after an executed one (a new page, the history and feedback in the prompt) runs for real
+        # one step each for the guided and the baseline episode (the model's time is most of this
+        # test's); the mixed one runs up to two: a step after an executed one (the history and feedback in the prompt)
         guided = run_axtree_episode(h, policy.propose, judge_for, n=3, max_steps=1, seed=0)
         baseline = run_axtree_episode(h, policy.propose, None, max_steps=1, seed=0)
         h.executed.clear()
