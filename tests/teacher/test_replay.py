@@ -1,0 +1,262 @@
+"""The replay verifier (``teacher.replay``, ``teacher.verify --verifier replay``) on real MiniWoB++
+pages in Debian's chromium: one case per outcome, the run-level columns, and resume after a kill."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from harness.env import CHROMIUM
+from teacher.replay import (KEPT, MiniWoBBackend, ReplayConfig, Target, episode_of,
+                            normalize_axtree, replay_target)
+from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
+from teacher.verify import VerifyConfig, verify
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed")]
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = 3      # click-button seed 3: [15] textbox, [17] button 'cancel', [19] button 'submit'
+
+
+def _bid(axtree: str, role: str, name: str) -> str:
+    return re.search(rf"\[(\w+)\] {role} '{name}'", axtree).group(1)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    b = MiniWoBBackend()
+    envs = {}
+
+    class Backend:      # the module's harness, reopened when the task changes (one at a time)
+        name = b.name
+        solve_step = staticmethod(b.solve_step)
+
+        def open(self, task):
+            if task not in envs:
+                for env in envs.values():
+                    env.close()
+                envs.clear()
+                envs[task] = b.open(task)
+            return envs[task]
+    yield Backend()
+    for env in envs.values():
+        env.close()
+
+
+@pytest.fixture(scope="module")
+def click_button(backend):
+    """The recorded O_1 of click-button and its submit, cancel and textbox bids."""
+    obs = backend.open("click-button").reset(seed=SEED)
+    assert "submit" in obs.goal
+    return obs.axtree, {n: _bid(obs.axtree, r, n) for r, n in (("button", "submit"), ("button", "cancel"),
+                                                               ("textbox", ""))}
+
+
+def _replay(backend, axtree, pos, neg, task="click-button", seed=SEED, history=()):
+    return replay_target(backend.open(task), backend, Target(task, seed, tuple(history), axtree, pos, neg),
+                         ReplayConfig(solver_steps=5))
+
+
+def test_string_form_of_the_positive_is_equivalent(backend, click_button):
+    axtree, bid = click_button
+    r = _replay(backend, axtree, f"click('{bid['submit']}')", f'click("{bid["submit"]}")')
+    assert r.outcome == "equivalent" and not r.kept
+    ev = r.evidence
+    assert ev["pos"]["hash"] == ev["neg"]["hash"] and ev["pos"]["reward"] == ev["neg"]["reward"] == 1.0
+    assert ev["pos"]["done"] and ev["step"] == 0 and ev["observation_hash"]
+
+
+def test_equivalent_after_a_replayed_history(backend):
+    """enter-text at step 1: the fill is replayed, then submit in two spellings."""
+    obs = backend.open("enter-text").reset(seed=0)
+    word = re.search(r'"([^"]+)"', obs.goal).group(1)
+    fill = f"fill('{_bid(obs.axtree, 'textbox', '')}', '{word}')"
+    after = backend.open("enter-text").step(fill)
+    submit = _bid(after.axtree, "button", "Submit")
+    r = _replay(backend, after.axtree, f"click('{submit}')", f"click(bid='{submit}')", "enter-text", 0, [fill])
+    assert r.outcome == "equivalent" and r.evidence["step"] == 1 and r.evidence["pos"]["reward"] == 1.0
+
+
+def test_clicking_the_other_button_is_harmful(backend, click_button):
+    axtree, bid = click_button
+    r = _replay(backend, axtree, f"click('{bid['submit']}')", f"click('{bid['cancel']}')")
+    assert r.outcome == "harmful" and r.kept
+    assert r.evidence["neg"]["done"] and r.evidence["neg"]["final_reward"] == 0.0
+    assert r.evidence["pos"]["hash"] != r.evidence["neg"]["hash"]
+
+
+def test_an_inert_click_then_the_solver_is_a_detour(backend, click_button):
+    axtree, bid = click_button
+    r = _replay(backend, axtree, f"click('{bid['submit']}')", f"click('{bid['']}')")
+    assert r.outcome == "detour" and r.kept
+    neg, pos = r.evidence["neg"], r.evidence["pos"]
+    assert not neg["done"] and neg["finished"] and neg["solver_steps"] > pos["solver_steps"] == 0
+
+
+def test_a_made_up_bid_is_not_executable(backend, click_button):
+    axtree, bid = click_button
+    r = _replay(backend, axtree, f"click('{bid['submit']}')", "click('9999')")
+    assert r.outcome == "not_executable" and r.kept and "9999" in r.evidence["neg"]["error"]
+
+
+def test_a_corrupted_recorded_observation_is_a_mismatch(backend, click_button):
+    axtree, bid = click_button
+    r = _replay(backend, axtree.replace("'submit'", "'sub mit'"), f"click('{bid['submit']}')",
+                f"click('{bid['cancel']}')")
+    assert r.outcome == "replay_mismatch" and not r.kept
+    assert r.evidence["mismatch"] == "observation" and "pos" not in r.evidence
+
+
+def test_normalization_ignores_the_checkout_path():
+    a = "RootWebArea 'T', focused, url='file:///a/b/miniwob/click-button.html'\n\t[1] button 'x'  "
+    b = "RootWebArea 'T', focused, url='file:///elsewhere/miniwob/click-button.html'\n\t[1] button 'x'"
+    assert normalize_axtree(a) == normalize_axtree(b) != normalize_axtree(b.replace("'x'", "'y'"))
+    assert episode_of("click-button.3", json.dumps({"benchmark": "search.miniwob"})) == ("click-button", 3)
+    assert episode_of("t", json.dumps({"task": "miniwob.enter-text", "seed": 7})) == ("enter-text", 7)
+    assert episode_of("click-button.3", "{}") is None and episode_of("t", "{}") is None
+
+
+# -- the stage: columns, verdicts, resume --------------------------------------------------------------
+def _make_run(root: Path, axtree: str, bid: dict) -> list[str]:
+    """A run of one recorded click-button episode (seed 3) and four sampled pairs on its step 0."""
+    from data.ingest import ingest
+    from data.rundir import RunDir, StageStats
+    from data.schema import AXIS_OF, CANDIDATE_SCHEMA, RULES, STORAGE_ORDER, TRAJECTORY_SCHEMA
+
+    meta = json.dumps({"task": "click-button", "seed": SEED})
+    base = {"source": "search", "site": "miniwob", "task_id": f"click-button.{SEED}", "traj_id": "r/click-button.3",
+            "intent": 'Click on the "submit" button.', "url": "file:///x/miniwob/click-button.html",
+            "obs_format": "indented", "html": None, "action_error": None, "thought": None, "success": True,
+            "source_path": "tasks/click-button.3.jsonl", "meta": meta}
+    pos = f"click('{bid['submit']}')"
+    rows = [{**base, "step_idx": 0, "observation": axtree, "action": pos},
+            {**base, "step_idx": 1, "observation": axtree, "action": None}]
+    src = root.parent / f"{root.name}_src.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=TRAJECTORY_SCHEMA).sort_by(STORAGE_ORDER), src)
+    ingest("canonical", [src], root, quiet=True)
+    negs = [f'click("{bid["submit"]}")', f"click('{bid['cancel']}')", f"click('{bid['']}')", "click('9999')"]
+    rules = RULES[:4]
+    cands = [{"pair_id": f"{i:016x}", "site": "miniwob", "traj_id": base["traj_id"], "task_id": base["task_id"],
+              "step_idx": 0, "rule": rule, "axis": AXIS_OF[rule], "action_pos": pos, "action_neg": neg, "gmcp": i == 1,
+              "sampled": True, "pos_kind": "element", "pos_bid": bid["submit"], "pos_node": "p",
+              "neg_bid": re.search(r"'(\w+)'|\"(\w+)\"", neg).group(0).strip("'\""), "neg_node": "n",
+              "op_pos": "click", "op_neg": "click", "value_source": None, "evidence": "{}", "mode": "graph"}
+             for i, (rule, neg) in enumerate(zip(rules, negs))]
+    run = RunDir(root)
+    run.check_inputs("proposals.mine", run.trajectories)
+    pq.write_table(pa.Table.from_pylist(cands, schema=CANDIDATE_SCHEMA), root / "candidates.parquet")
+    run.write_stage(StageStats("proposals.mine", n_in=len(cands), n_out=len(cands)), [])
+    return [c["pair_id"] for c in cands]
+
+
+KILLER = """
+import os, signal, sys
+from teacher.replay import MiniWoBBackend, ReplayConfig
+from teacher.verify import VerifyConfig, verify
+
+class Dying(MiniWoBBackend):
+    resets = 0
+
+    def open(self, task):
+        env, backend = super().open(task), self
+        reset = env.reset
+
+        def dying_reset(seed):
+            backend.resets += 1
+            if backend.resets == 5:     # the third pair's first reset (two per pair)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return reset(seed=seed)
+        env.reset = dying_reset
+        return env
+
+verify(sys.argv[1], VerifyConfig(verifier="replay"), progress=False,
+       replay_config=ReplayConfig(solver_steps=5, cache_dir=sys.argv[2]), replay_backend=Dying())
+"""
+
+
+class Counting:
+    """The module's backend, counting the resets (two per pair replayed)."""
+
+    def __init__(self, inner):
+        self.inner, self.resets, self.name = inner, 0, inner.name
+
+    def solve_step(self, task, obs):
+        return self.inner.solve_step(task, obs)
+
+    def open(self, task):
+        env, outer = self.inner.open(task), self
+
+        class Env:
+            task_done = property(lambda self: env.task_done)
+
+            def reset(self, seed):
+                outer.resets += 1
+                return env.reset(seed=seed)
+
+            def step(self, action):
+                return env.step(action)
+
+            def evaluate(self):
+                return env.evaluate()
+
+            def close(self):
+                pass
+        return Env()
+
+
+def test_stage_writes_outcomes_and_resumes_after_a_kill(backend, click_button, tmp_path):
+    axtree, bid = click_button
+    root = tmp_path / "run"
+    ids = _make_run(root, axtree, bid)
+    replay = ReplayConfig(solver_steps=5, cache_dir=str(tmp_path / "replay_cache"))
+    killed = subprocess.run([sys.executable, "-c", KILLER, str(root), replay.cache_dir], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not (root / "preferences.parquet").exists()
+
+    counting = Counting(backend)
+    stats = verify(root, VerifyConfig(verifier="replay"), progress=False, replay_config=replay,
+                   replay_backend=counting)
+    r = stats.extra["replay"]
+    # the two pairs finished before the kill are not replayed again: two pairs, two resets each
+    assert (r["cached"], r["replayed"], counting.resets) == (2, 2, 4)
+    assert r["outcomes"] == {"detour": 1, "equivalent": 1, "harmful": 1, "not_executable": 1}
+    kept, disc = (pq.read_table(root / f).to_pylist() for f in ("preferences.parquet", "discarded.parquet"))
+    assert pq.read_schema(root / "preferences.parquet").equals(PREFERENCE_SCHEMA)
+    assert pq.read_schema(root / "discarded.parquet").equals(DISCARD_SCHEMA)
+    by_id = {row["pair_id"]: row for row in kept + disc}
+    assert set(by_id) == set(ids)
+    assert [by_id[i]["replay_outcome"] for i in ids] == ["equivalent", "harmful", "detour", "not_executable"]
+    assert {row["replay_outcome"] for row in kept} <= set(KEPT) and [d["reason"] for d in disc] == ["equivalent"]
+    for row in kept + disc:
+        (v,) = row["verdicts"]
+        assert v["mode"] == "replay" and row["teacher_model"] == "replay:miniwob-solver"
+        ev = json.loads(row["replay_evidence"])
+        assert {"pos", "neg", "observation_hash"} <= set(ev) and ev["pos"]["hash"]
+    assert disc[0]["verdicts"][0]["verdict"] is None and all(k["judgment"].startswith("<Answer>") for k in kept)
+    first = (root / "preferences.parquet").read_bytes(), (root / "discarded.parquet").read_bytes()
+    again = verify(root, VerifyConfig(verifier="replay"), progress=False, replay_config=replay,
+                   replay_backend=Counting(backend))
+    assert again.extra["replay"]["cached"] == 4 and "replayed" not in again.extra["replay"]
+    assert first == ((root / "preferences.parquet").read_bytes(), (root / "discarded.parquet").read_bytes())
+
+    # the card and the report take the outcomes as they take a teacher's verdicts
+    from dataset.card import body
+    from dataset.report import render_markdown, collect
+
+    report = render_markdown(collect(root))
+    assert "## Replay outcomes (ground truth)" in report
+    (total,) = [line for line in report.splitlines() if line.startswith("| **all**")]
+    assert [c.strip() for c in total.strip("|").split("|")][1:6] == ["1", "1", "1", "1", "0"]
+    assert "25% [" in total         # 1 equivalent of 4: the false-negative rate and its interval
+    card = body(root)
+    assert "**Replay-verified**" in card and "`equivalent` 1" in card
