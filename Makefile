@@ -31,7 +31,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export DO_NOT_TRACK := 1
 
-.PHONY: setup run viewer prm-demo mag-demo test test-fast golden bench clean
+.PHONY: setup run viewer prm-demo mag-demo replay-demo test test-fast golden bench clean
 
 setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(CHROMIUM)
 
@@ -81,6 +81,22 @@ prm-demo: setup
 mag-demo: setup
 	$(PY) -m search.mag --demo --prm none --policy embedded --max-steps 4 --policy-max-tokens 80 --out runs/mag-demo/base
 	$(PY) -m search.mag --demo --prm embedded --policy embedded --n 3 --max-steps 4 --policy-max-tokens 80 --prm-max-tokens 48 --out runs/mag-demo/prm --baseline runs/mag-demo/base
+
+# Ground truth for mined negatives (issue 27) in a few minutes: solver demonstrations of four MiniWoB++
+# tasks (3 seeds each), graph-mined, every sampled pair replayed in the browser (teacher.verify
+# --verifier replay: equivalent / harmful / detour / not_executable / replay_mismatch), exported and
+# loaded with `datasets`; the outcome table with the false-negative rate is in
+# $(REPLAY_DEMO)/run/report/README.md. The full measurement (graph, No-Graph, random): bench/replay.py.
+REPLAY_DEMO ?= runs/replay-demo
+replay-demo: setup
+	$(PY) -m search.miniwob --policy solver --prm none --tasks click-button enter-text click-checkboxes login-user --seeds 0-2 --out $(REPLAY_DEMO)/demos
+	$(PY) -m data.ingest --source canonical --input $(REPLAY_DEMO)/demos/trajectories.parquet --out $(REPLAY_DEMO)/run
+	$(PY) -m graph.build --run $(REPLAY_DEMO)/run
+	$(PY) -m proposals.mine --run $(REPLAY_DEMO)/run --sample-size 24
+	$(PY) -m teacher.verify --run $(REPLAY_DEMO)/run --verifier replay
+	$(PY) -m dataset.export --run $(REPLAY_DEMO)/run --format trl --format webprmbench --tokenizer $(MODEL_DIR)
+	$(PY) -c 'import sys, datasets; print(datasets.load_dataset(sys.argv[1], "preferences"))' $(REPLAY_DEMO)/run
+	@echo "replay outcomes: $(REPLAY_DEMO)/run/report/README.md  card: $(REPLAY_DEMO)/run/README.md"
 
 # The one-way layering (pyproject.toml [tool.importlinter]) is part of the tests. The tests run on
 # pytest-xdist workers (auto: one per core, 2 here), a whole module per worker (its module-scoped
