@@ -1,0 +1,215 @@
+"""Ground truth for mined negatives (issue 27): replay every sampled pair in MiniWoB++ and measure the
+false negatives of graph, No-Graph and uniformly random negatives, and the embedded teacher against
+that truth.
+
+    .venv/bin/python bench/replay.py [--tasks axtree10] [--seeds 0-9] [--sample-size 60] [--out runs/bench-replay]
+    .venv/bin/python bench/replay.py --small        # 3 tasks x 2 seeds, 12 pairs per set: minutes
+
+1. Demonstrations: ``search.miniwob --policy solver`` on ``--tasks`` x ``--seeds`` (the solvers of
+   ``harness.solvers``; each episode's reward is the task's own validator's).
+2. Three candidate sets from them: ``graph`` (``proposals.mine``, the six rules), ``no_graph``
+   (``--no-graph``) and ``random``: for every pair of the graph sample, the negative replaced by
+   a uniformly random grounded element of O_t (not the positive's), its op by the same affordance
+   rules (``proposals.affordance.role_op``; a fill types a fixed word, a select the first option).
+3. ``teacher.verify --verifier replay`` on each set (one shared replay cache).
+4. The embedded teacher (score-both) on the graph and No-Graph sets: precision and recall of its
+   discard decision against ``equivalent``, and the share of ``harmful`` pairs it keeps.
+
+Prints the tables (Markdown) and writes them with the raw counts to ``OUT/summary.json``. Figures
+go to bench/RESULTS.md by hand, with the command and the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from data.config import Configurable, make_parser  # noqa: E402
+from dataset.report import FN_PAPER, FN_WEBARBITER, REPLAY_OUTCOMES as OUTCOMES, wilson  # noqa: E402
+
+SETS = ("graph", "no_graph", "random")
+SMALL = {"tasks": ["click-button", "enter-text", "login-user"], "seeds": "0-1", "sample_size": 12}
+
+
+@dataclass
+class ReplayBench(Configurable):
+    ARG_GROUP = "bench"
+
+    out: str = field(default="runs/bench-replay", metadata={"help": "working folder (reused: every stage resumes)"})
+    tasks: list[str] = field(default_factory=lambda: ["axtree10"], metadata={
+        "nargs": "*", "help": "MiniWoB tasks or a subset name"})
+    seeds: str = field(default="0-9", metadata={"help": "demonstration seeds per task"})
+    sample_size: int = field(default=60, metadata={"min": 1, "help": "pairs sampled per candidate set"})
+    seed: int = field(default=42, metadata={"help": "seeds the samples and the random floor"})
+    teacher: bool = field(default=True, metadata={"help": "also run the embedded teacher (score-both)"})
+    small: bool = field(default=False, metadata={"help": f"a few minutes: {SMALL}"})
+
+
+def _cli(*args: str) -> None:
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    print(f"  {' '.join(args[:1])} {' '.join(a for a in args[1:3])} ... {time.perf_counter() - t:.0f} s",
+          file=sys.stderr)
+
+
+def share(k: int, n: int) -> str:
+    lo, hi = wilson(k, n)
+    return f"{k / n:.0%} [{lo:.0%}, {hi:.0%}] (n={n})" if n else "n/a"
+
+
+def random_floor(graph_run: Path, run: Path, seed: int) -> None:
+    """``run``: the graph run's trajectories, and for each sampled graph pair one uniformly random
+    grounded element of O_t as the negative (its op by the affordance rules)."""
+    from data.actions import parse_action
+    from data.rundir import RunDir, StageStats
+    from data.schema import CANDIDATE_SCHEMA
+    from graph.axtree import parse_axtree
+    from proposals.affordance import options_of, role_op
+
+    if (run / "candidates.parquet").exists():
+        return
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    for name in ("trajectories.parquet", "stats.json"):
+        shutil.copy(graph_run / name, run / name)
+    cands = [c for c in pq.read_table(graph_run / "candidates.parquet").to_pylist() if c["sampled"]]
+    states = RunDir(run).states((c["traj_id"], c["step_idx"]) for c in cands)
+    rng, out = random.Random(seed), []
+    for c in sorted(cands, key=lambda c: c["pair_id"]):
+        tree = parse_axtree(states[(c["traj_id"], c["step_idx"])].axtree, "indented")
+        pos_bid = getattr(parse_action(c["action_pos"]), "bid", None)
+        nodes = [n for n in tree.nodes if n.bid is not None and n.bid != pos_bid]
+        if not nodes:
+            continue
+        node = rng.choice(nodes)
+        op = role_op(tree, node)[0]
+        if op == "fill":
+            neg = f"fill('{node.bid}', 'random')"
+        elif op == "select_option":
+            opts = options_of(tree, node)
+            neg = f"select_option('{node.bid}', {json.dumps(opts[0].name if opts else '')})"
+        else:
+            neg = f"click('{node.bid}')"
+        out.append({**c, "action_neg": neg, "neg_bid": node.bid, "neg_node": f"random:{node.bid}", "op_neg": op,
+                    "gmcp": False, "value_source": None, "evidence": "{}", "mode": "random",
+                    "pair_id": c["pair_id"][:-1] + "r"})
+    rd = RunDir(run)
+    rd.check_inputs("proposals.mine", rd.trajectories)
+    pq.write_table(pa.Table.from_pylist(out, schema=CANDIDATE_SCHEMA), run / "candidates.parquet")
+    rd.write_stage(StageStats("proposals.mine", n_in=len(out), n_out=len(out)), [])
+
+
+def outcomes(run: Path) -> list[dict]:
+    cols = ["pair_id", "rule", "axis", "gmcp", "replay_outcome", "action_pos", "action_neg"]
+    return [r for f in ("preferences.parquet", "discarded.parquet") for r in pq.read_table(run / f, columns=cols)
+            .to_pylist()]
+
+
+def teacher_decisions(run: Path, tdir: Path) -> dict[str, bool]:
+    """pair_id -> kept by the embedded teacher (score-both) on a copy of ``run``."""
+    if not (tdir / "preferences.parquet").exists():
+        shutil.rmtree(tdir, ignore_errors=True)
+        tdir.mkdir(parents=True)
+        for name in ("trajectories.parquet", "candidates.parquet", "stats.json"):
+            shutil.copy(run / name, tdir / name)
+        _cli("teacher.verify", "--run", str(tdir), "--backend", "local", "--quiet", "--axtree-chars", "2000")
+    return {r["pair_id"]: kept for f, kept in (("preferences.parquet", True), ("discarded.parquet", False))
+            for r in pq.read_table(tdir / f, columns=["pair_id"]).to_pylist()}
+
+
+def table(rows: list[dict], key: str | None) -> list[str]:
+    groups: dict[str, Counter] = {}
+    for r in rows:
+        groups.setdefault(r[key] if key else "all", Counter())[r["replay_outcome"]] += 1
+    lines = [f"| {key or 'set'} | " + " | ".join(OUTCOMES) + " | false negatives |", "|---" * (len(OUTCOMES) + 2) + "|"]
+    for g, c in sorted(groups.items()):
+        n = sum(c.values()) - c["replay_mismatch"]
+        lines.append(f"| {g} | " + " | ".join(share(c[o], sum(c.values())) if o != "replay_mismatch"
+                                               else str(c[o]) for o in OUTCOMES)
+                     + f" | {share(c['equivalent'], n)} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = make_parser("bench/replay.py", __doc__)
+    ReplayBench.add_args(ap)
+    cfg = ReplayBench.from_args(ap.parse_args(argv))
+    if cfg.small:
+        cfg.tasks, cfg.seeds, cfg.sample_size = SMALL["tasks"], SMALL["seeds"], SMALL["sample_size"]
+    out = (ROOT / cfg.out).resolve()
+    t0 = time.perf_counter()
+    demos = out / "demos"
+    _cli("search.miniwob", "--policy", "solver", "--prm", "none", "--tasks", *cfg.tasks, "--seeds", cfg.seeds,
+         "--out", str(demos))
+    summary = json.loads((demos / "summary.json").read_text())
+    runs = {s: out / s for s in SETS}
+    for name in ("graph", "no_graph"):
+        run = runs[name]
+        if not (run / "candidates.parquet").exists():
+            _cli("data.ingest", "--source", "canonical", "--input", str(demos / "trajectories.parquet"),
+                 "--out", str(run))
+            if name == "graph":
+                _cli("graph.build", "--run", str(run))
+            _cli("proposals.mine", "--run", str(run), "--sample-size", str(cfg.sample_size), "--seed", str(cfg.seed),
+                 *(["--no-graph"] if name == "no_graph" else []))
+    random_floor(runs["graph"], runs["random"], cfg.seed)
+    cache = out / "replay_cache"
+    for name in SETS:
+        if not (runs[name] / "preferences.parquet").exists():
+            _cli("teacher.verify", "--run", str(runs[name]), "--verifier", "replay", "--replay-cache-dir", str(cache),
+                 "--quiet")
+    result = {"demonstrations": {"per_task": {k: v["success_rate"] for k, v in summary["per_task"].items()},
+                                 "episodes": summary["tasks"]},
+              "config": {"tasks": cfg.tasks, "seeds": cfg.seeds, "sample_size": cfg.sample_size, "seed": cfg.seed}}
+    lines = [f"Demonstrations: {summary['tasks']} solver episodes, success per task "
+             f"{result['demonstrations']['per_task']}", "",
+             f"False negatives = `equivalent` among pairs replayed to a verdict; paper's audit: "
+             f"{FN_PAPER:.0%} (surfPRM-data), {FN_WEBARBITER:.0%} (WebArbiter's data). Wilson 95% intervals.", ""]
+    all_rows = {}
+    for name in SETS:
+        rows = all_rows[name] = outcomes(runs[name])
+        kept = [r for r in rows if r["replay_outcome"] in ("harmful", "detour", "not_executable")]
+        gmcp = sum(r["gmcp"] for r in kept)
+        result[name] = {"outcomes": dict(Counter(r["replay_outcome"] for r in rows)), "pairs": len(rows),
+                        "gmcp_kept": [gmcp, len(kept)]}
+        lines += [f"### {name} ({len(rows)} pairs)", "", *table(rows, None)]
+        if name != "random":
+            lines += ["", *table(rows, "rule"), "", *table(rows, "axis"), "",
+                      f"GMCP among kept: {share(gmcp, len(kept))}"]
+        lines.append("")
+    if cfg.teacher:
+        for name in ("graph", "no_graph"):
+            kept_by = teacher_decisions(runs[name], out / f"{name}_teacher")
+            rows = [r for r in all_rows[name] if r["replay_outcome"] != "replay_mismatch" and r["pair_id"] in kept_by]
+            disc = [r for r in rows if not kept_by[r["pair_id"]]]
+            eq = [r for r in rows if r["replay_outcome"] == "equivalent"]
+            tp = sum(r["replay_outcome"] == "equivalent" for r in disc)
+            harmful = [r for r in rows if r["replay_outcome"] == "harmful"]
+            kept_harmful = sum(kept_by[r["pair_id"]] for r in harmful)
+            result[name]["teacher"] = {"pairs": len(rows), "discarded": len(disc), "equivalent": len(eq),
+                                       "true_discards": tp, "harmful": len(harmful), "harmful_kept": kept_harmful}
+            lines += [f"Embedded teacher (score-both) on {name}: discard precision vs `equivalent` "
+                      f"{share(tp, len(disc))}, recall {share(tp, len(eq))}; keeps {share(kept_harmful, len(harmful))} "
+                      f"of the `harmful` pairs.", ""]
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    lines.append(f"Wall time {result['seconds']} s.")
+    (out / "summary.json").write_text(json.dumps(result, indent=1, sort_keys=True))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
