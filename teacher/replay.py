@@ -82,6 +82,8 @@ class Target:
     action_neg: str
 
     def key(self, config: ReplayConfig, backend: str) -> str:
+        """The cache key: everything the outcome depends on (``backend``: the harness and solver
+        versions)."""
         canon = json.dumps({"version": REPLAY_VERSION, "backend": backend, "solver_steps": config.solver_steps,
                             "task": self.task, "seed": self.seed, "history": list(self.history),
                             "observation": state_hash(self.observation), "pos": self.action_pos,
@@ -216,16 +218,17 @@ class ReplayVerifier:
     """Replays pairs with the cache of finished pairs, on one harness at a time (BrowserGym's
     Playwright is one per process: closing one harness stops it for every other), reused while
     the task stays the same: give it pairs grouped by task. ``backend`` opens harnesses
-    (``open(task)``) and plays the solver (``solve_step(task, obs)``); ``backend.name`` is part of
-    every cache key."""
+    (``open(task)``) and plays the solver (``solve_step(task, obs)``); ``backend.version`` (else its
+    ``name``) is part of every cache key."""
 
     def __init__(self, backend, config: ReplayConfig, cache=None):
         self.backend, self.config, self.cache = backend, config, cache
+        self.backend_key = getattr(backend, "version", backend.name)
         self.env, self.env_task = None, None
         self.counts = Counter()     # replayed, cached
 
     def __call__(self, target: Target) -> Replay:
-        key = target.key(self.config, self.backend.name)
+        key = target.key(self.config, self.backend_key)
         if self.cache is not None and (hit := self.cache.get(key)) is not None \
                 and hit.get("outcome") in OUTCOMES and isinstance(hit.get("evidence"), dict):
             self.counts["cached"] += 1
@@ -273,6 +276,18 @@ class MiniWoBBackend:
     the layer below ``teacher``."""
 
     name = "miniwob-solver"
+
+    @property
+    def version(self) -> str:
+        """The solvers' source and the task pages' versions: a changed solver or page set
+        invalidates cached outcomes."""
+        import importlib.metadata
+
+        import harness.solvers
+
+        source = hashlib.sha256(Path(harness.solvers.__file__).read_bytes()).hexdigest()[:16]
+        return (f"{self.name}/solvers-{source}/miniwob-{importlib.metadata.version('miniwob')}"
+                f"/browsergym-miniwob-{importlib.metadata.version('browsergym-miniwob')}")
 
     def open(self, task: str):
         from harness.miniwob import miniwob_harness
