@@ -50,6 +50,37 @@ def make_viewer_run(root: Path, n_pairs: int = 8) -> dict:
             "bench": root / "export" / "webprmbench.parquet"}
 
 
+def replay_evidence(pair_id: str, outcome: str) -> dict:
+    """Evidence shaped as ``teacher.replay.replay_target`` writes it: the step, both branches
+    (resulting state hash, reward, done, error, the solver's steps and actions after it); the two
+    hashes are equal for ``equivalent`` and differ otherwise."""
+    def branch(action, state_hash, steps, finished):
+        return {"action": action, "hash": state_hash, "reward": 0.0, "done": False, "error": None,
+                "solver_steps": steps, "solver_actions": [f"click('s{i}')" for i in range(steps)],
+                "final_reward": 1.0 if finished else 0.0, "finished": finished}
+    pos = branch("click('pos')", f"pos-{pair_id[:8]}", 1, True)
+    neg = branch("click('neg')", pos["hash"] if outcome == "equivalent" else f"neg-{pair_id[:8]}",
+                 {"equivalent": 1, "detour": 3}.get(outcome, 10), outcome in ("equivalent", "detour"))
+    return {"task": "click-test", "seed": 3, "step": 1, "observation_hash": "0123456789abcdef", "pos": pos, "neg": neg}
+
+
+def add_replay(root: Path, outcomes: dict[str, str]) -> None:
+    """Fill ``replay_outcome`` and ``replay_evidence`` of the run's rows named in ``outcomes``
+    (pair id -> outcome), as ``teacher.verify --verifier replay`` writes them, rewriting both
+    tables with the teacher's pinned schemas (so that ``dataset.tables.read_pinned`` accepts them)."""
+    import json
+
+    from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
+
+    for name, schema in (("preferences.parquet", PREFERENCE_SCHEMA), ("discarded.parquet", DISCARD_SCHEMA)):
+        rows = pq.read_table(root / name).to_pylist()
+        for r in rows:
+            if r["pair_id"] in outcomes:
+                r["replay_outcome"] = outcomes[r["pair_id"]]
+                r["replay_evidence"] = json.dumps(replay_evidence(r["pair_id"], r["replay_outcome"]), sort_keys=True)
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / name)
+
+
 class Served:
     """``app`` served by uvicorn in a thread on a free port of 127.0.0.1 (a context manager)."""
 

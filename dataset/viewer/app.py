@@ -30,9 +30,9 @@ LOCAL_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; form-action 'self'; "
        "base-uri 'none'; frame-ancestors 'none'")
 FACETS = {"rule": "rule", "axis": "axis", "gmcp": "GMCP", "kept": "kept", "site": "site",
-          "source": "verdict source"}
+          "source": "verdict source", "replay": "replay outcome"}
 API_FIELDS = ("pair_id", "kept", "rule", "axis", "gmcp", "site", "traj_id", "task_id", "step_idx", "label",
-              "action_pos", "action_neg", "verdict_source", "teacher_choice")
+              "action_pos", "action_neg", "verdict_source", "teacher_choice", "replay_outcome")
 MAX_FORM_BYTES = 16_384
 
 
@@ -44,6 +44,8 @@ def facet(pair: dict, key: str) -> str:
         return {True: "yes", False: "no"}.get(pair.get("gmcp"), "n/a")
     if key == "source":
         return pair.get("verdict_source") or "none"
+    if key == "replay":
+        return pair.get("replay_outcome") or "none"
     return str(pair.get(key) or "")
 
 
@@ -81,13 +83,18 @@ def make_app(source: PairSource, audit: str | None = None, sample: int = 100, se
         html = env.get_template(name).render(source=source, audit=log, request=request, **context)
         return HTMLResponse(html)
 
+    # the replay filter and column only where the run has a replay outcome (an LLM-verified run
+    # would show a filter whose one choice is "none")
+    replayed = any(p.get("replay_outcome") is not None for p in source.pairs)
+    facets = {k: v for k, v in FACETS.items() if k != "replay" or replayed}
+
     def pair_list(request: Request) -> HTMLResponse:
-        chosen = {k: request.query_params.get(k, "") for k in FACETS}
+        chosen = {k: request.query_params.get(k, "") for k in facets}
         shown = [p for p in source.pairs if all(not v or facet(p, k) == v for k, v in chosen.items())]
-        options = {k: sorted({facet(p, k) for p in source.pairs}) for k in FACETS}
-        counts = {k: {v: sum(facet(p, k) == v for p in source.pairs) for v in options[k]} for k in FACETS}
-        return page("list.html", request, pairs=shown, facets=FACETS, chosen=chosen, options=options,
-                    counts=counts, total=len(source.pairs))
+        options = {k: sorted({facet(p, k) for p in source.pairs}) for k in facets}
+        counts = {k: {v: sum(facet(p, k) == v for p in source.pairs) for v in options[k]} for k in facets}
+        return page("list.html", request, pairs=shown, facets=facets, chosen=chosen, options=options,
+                    counts=counts, total=len(source.pairs), replayed=replayed)
 
     def api_pairs(request: Request) -> JSONResponse:
         return JSONResponse([{k: p.get(k) for k in API_FIELDS} for p in source.pairs])
@@ -113,7 +120,7 @@ def make_app(source: PairSource, audit: str | None = None, sample: int = 100, se
         a = require_audit()
         nxt = a.next_position()
         if nxt is None:
-            summary = summarize(source.audit_dir)
+            summary = summarize(source.audit_dir, source.replay_outcomes())
             return page("audit_done.html", request, summary=summary, text=format_summary(summary))
         return RedirectResponse(f"/audit/{nxt}", status_code=303)
 

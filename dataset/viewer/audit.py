@@ -156,10 +156,11 @@ def cohen_kappa(a: list[str], b: list[str]) -> float | None:
     return None if math.isclose(p_e, 1.0) else (p_o - p_e) / (1 - p_e)
 
 
-def annotator_summary(rows: list[dict]) -> dict:
+def annotator_summary(rows: list[dict], replay: dict[str, str | None] | None = None) -> dict:
     """One annotator's figures: answers, false negatives overall and by rule and axis, agreement
     with the demonstration label (the positive preferred) and with the teacher (where it gave a
-    verdict), over the answers that prefer one action."""
+    verdict), over the answers that prefer one action; with ``replay`` (pair id -> the run's
+    ``replay_outcome``), also ``replay``: the agreement with the replay truth (``replay_agreement``)."""
     decisive = [r for r in rows if r["choice"] in ("pos", "neg")]
     with_teacher = [r for r in decisive if r["teacher_choice"] in ("pos", "neg")]
     out = {"answered": len(rows), "choices": {c: sum(r["choice"] == c for r in rows) for c in CHOICES},
@@ -171,7 +172,35 @@ def annotator_summary(rows: list[dict]) -> dict:
         for r in rows:
             groups.setdefault(r[key] or "(none)", []).append(r)
         out[f"by_{key}"] = {k: false_negatives(v) for k, v in sorted(groups.items())}
+    if replay:
+        out["replay"] = replay_agreement(rows, replay)
     return out
+
+
+# the replay outcomes that are a truth about the pair (``replay_mismatch`` is none: the replay did
+# not reach O_t); ``equivalent`` says the negative is as good, the others that the positive is better
+REPLAY_TRUTH = ("equivalent", "harmful", "detour", "not_executable")
+
+
+def replay_agreement(rows: list[dict], replay: dict[str, str | None]) -> dict | None:
+    """The annotator against the replay truth (``teacher.verify --verifier replay``) of the pairs
+    that have one, "cannot tell" left out: agreement (an ``equivalent`` pair answered "both are
+    valid", any other outcome answered "the positive is better"), the share of "both are valid"
+    answers among ``equivalent`` pairs and among the others, and the false-negative rate per
+    outcome. None when no answered pair has a replay truth. The sample is of kept pairs, and
+    replay discards ``equivalent`` ones, so on a replay-verified run that group is usually empty."""
+    judged = [{**r, "replay": replay[r["pair_id"]]} for r in rows
+              if replay.get(r["pair_id"]) in REPLAY_TRUTH and r["choice"] != "cannot_tell"]
+    if not judged:
+        return None
+    equivalent = [r for r in judged if r["replay"] == "equivalent"]
+    others = [r for r in judged if r["replay"] != "equivalent"]
+    return {"agree": wilson(sum(r["choice"] == ("both" if r["replay"] == "equivalent" else "pos") for r in judged),
+                            len(judged)),
+            "both_if_equivalent": wilson(sum(r["choice"] == "both" for r in equivalent), len(equivalent)),
+            "both_if_not": wilson(sum(r["choice"] == "both" for r in others), len(others)),
+            "by_outcome": {o: false_negatives([r for r in judged if r["replay"] == o])
+                           for o in REPLAY_TRUTH if any(r["replay"] == o for r in judged)}}
 
 
 def read_answers(audit_dir: Path) -> dict[str, list[dict]]:
@@ -184,9 +213,11 @@ def read_answers(audit_dir: Path) -> dict[str, list[dict]]:
     return out
 
 
-def summarize(audit_dir: Path) -> dict:
+def summarize(audit_dir: Path, replay: dict[str, str | None] | None = None) -> dict:
     """Every annotator's figures, and Cohen's kappa (on the four choices) of each two annotators
-    over the pairs both answered."""
+    over the pairs both answered. ``replay`` maps pair ids to the run's replay outcomes; it is
+    read from the run at summary time rather than stored with the answers, so an audit made
+    before the run was replay-verified is compared too."""
     answers = read_answers(audit_dir)
     names = sorted(answers)
     kappas = []
@@ -197,7 +228,7 @@ def summarize(audit_dir: Path) -> dict:
             common = sorted(set(ca) & set(cb))
             kappas.append({"annotators": [a, b], "pairs": len(common),
                            "kappa": cohen_kappa([ca[p] for p in common], [cb[p] for p in common])})
-    return {"annotators": {n: annotator_summary(answers[n]) for n in names}, "kappa": kappas}
+    return {"annotators": {n: annotator_summary(answers[n], replay) for n in names}, "kappa": kappas}
 
 
 def _rate(w: dict) -> str:
@@ -220,6 +251,11 @@ def format_summary(summary: dict) -> str:
                 lines.append(f"    {key} {k}: {_rate(w)}")
         lines += [f"  agreement with the demonstration label: {_rate(s['agree_label'])}",
                   f"  agreement with the teacher: {_rate(s['agree_teacher'])}"]
+        if r := s.get("replay"):
+            lines += [f"  agreement with the replay truth: {_rate(r['agree'])}",
+                      f"    'both are valid' among replay-equivalent pairs: {_rate(r['both_if_equivalent'])}",
+                      f"    'both are valid' among the other replayed pairs: {_rate(r['both_if_not'])}"]
+            lines += [f"    false negatives, replay {o}: {_rate(w)}" for o, w in r["by_outcome"].items()]
     for k in summary["kappa"]:
         value = "undefined" if k["kappa"] is None else f"{k['kappa']:.3f}"
         lines.append(f"Cohen's kappa {k['annotators'][0]} vs {k['annotators'][1]}: {value} over {k['pairs']} pairs")

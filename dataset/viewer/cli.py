@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "summary":
             from dataset.viewer.audit import format_summary, summarize
 
-            summary = summarize(open_source(ap, opts).audit_dir)
+            source = open_source(ap, opts)
+            summary = summarize(source.audit_dir, source.replay_outcomes())
             print(json.dumps(summary, sort_keys=True) if SummaryOptions.from_args(args).json else format_summary(summary))
             return 0
         from dataset.viewer.app import make_app

@@ -3,7 +3,9 @@
 A run directory gives every verified pair, kept (``preferences.parquet``) and discarded
 (``discarded.parquet``), read with their pinned schemas (``dataset.tables.read_pinned``), joined to
 ``candidates.parquet`` for the targets' bids, nodes and the rule's evidence, and to
-``trajectories.parquet`` for the state the teacher judged (intent, URLs, history, O_t). A
+``trajectories.parquet`` for the state the teacher judged (intent, URLs, history, O_t); a run
+verified with ``--verifier replay`` adds each pair's ``replay_outcome`` (listed) and
+``replay_evidence`` (read with the pair's page). A
 WebPRMBench file holds only prompts: the state is parsed back out of each row's prompt
 (``data.judgment.parse_prompt``) and the positive is the response at ``expected``.
 
@@ -33,6 +35,9 @@ _LIST_COLUMNS = ["pair_id", "site", "traj_id", "task_id", "step_idx", "rule", "a
 _CANDIDATE_COLUMNS = ["pair_id", "pos_bid", "neg_bid", "pos_node", "neg_node", "evidence", "value_source",
                       "pos_kind"]
 _BID = re.compile(r"^\s*\[([^\]\s]+)\]")
+# written by ``teacher.verify --verifier replay`` (teacher.replay); a run verified before the
+# replay verifier existed lacks them, and reads as one whose pairs have no replay outcome
+_REPLAY_COLUMNS = ["replay_outcome"]
 
 
 def decision(verdicts: list[dict]) -> dict | None:
@@ -41,11 +46,43 @@ def decision(verdicts: list[dict]) -> dict | None:
     return next((v for v in reversed(verdicts) if v["verdict"] is not None), None)
 
 
+def _with_replay(path: Path, columns: list[str]) -> list[str]:
+    """``columns`` and the replay columns the file has (none in a run older than the replay verifier)."""
+    names = set(pq.read_schema(path).names)
+    return [*columns, *(c for c in _REPLAY_COLUMNS if c in names)]
+
+
+def replay_view(outcome: str | None, evidence: str | None) -> dict | None:
+    """A pair's replay result as the page shows it: the outcome, where the replay stood (task,
+    seed, step), each branch (the action, its resulting state hash, reward, done flag, error, and
+    the solver's steps, actions and final reward after it), whether a⁺ and a⁻ led to the same
+    state, and for a ``replay_mismatch`` the recorded and replayed O_t hashes. None without an
+    outcome (an LLM-verified pair); an evidence string that is not a JSON object is shown raw."""
+    if outcome is None:
+        return None
+    try:
+        ev = json.loads(evidence or "{}")
+    except ValueError:
+        ev = None
+    if not isinstance(ev, dict):
+        return {"outcome": outcome, "raw": evidence, "branches": {}, "same_state": None, "mismatch": None, "where": {}}
+    branches = {k: ev[k] for k in ("pos", "neg") if isinstance(ev.get(k), dict)}
+    hashes = [branches[k].get("hash") for k in ("pos", "neg") if k in branches]
+    mismatch = None
+    if ev.get("mismatch"):
+        mismatch = {k: ev[k] for k in ("mismatch", "recorded_hash", "replayed_hash", "history_step", "action",
+                                       "error", "branch") if ev.get(k) is not None}
+    return {"outcome": outcome, "raw": None, "branches": branches, "mismatch": mismatch,
+            # equal resulting AXTree hashes are what makes a pair `equivalent` at once (teacher.replay.classify)
+            "same_state": hashes[0] == hashes[1] if len(hashes) == 2 and None not in hashes else None,
+            "where": {k: ev[k] for k in ("task", "seed", "step", "observation_hash") if k in ev}}
+
+
 def _summary(row: dict, kept: bool) -> dict:
     """A list row: the table's columns plus the derived fields the filters and the audit use."""
     pos_first = row["label"] == 1
     decided = decision(row["verdicts"])
-    row = {**row, "kept": kept,
+    row = {"replay_outcome": None, **row, "kept": kept,
            "action_pos": row["response_1"] if pos_first else row["response_2"],
            "action_neg": row["response_2"] if pos_first else row["response_1"],
            "verdict_source": decided["mode"] if decided else "none",
@@ -115,6 +152,10 @@ class PairSource:
         a WebPRMBench file."""
         return self.path if self.kind == "run" else self.path.with_name(self.path.stem + ".audit")
 
+    def replay_outcomes(self) -> dict[str, str | None]:
+        """pair id -> its replay outcome (None: not replay-verified), for the audit's summary."""
+        return {p["pair_id"]: p.get("replay_outcome") for p in self.pairs}
+
     @property
     def audit_dir(self) -> Path:
         return self.root / "audit" if self.kind == "run" else self.root
@@ -137,8 +178,9 @@ class PairSource:
         kept_path, disc_path = self.path / "preferences.parquet", self.path / "discarded.parquet"
         if not kept_path.exists() and not disc_path.exists():
             raise RunDirError(f"{self.path}: no preferences.parquet or discarded.parquet (run teacher.verify first)")
-        rows = [_summary(r, True) for r in (read_pinned(kept_path, _LIST_COLUMNS) if kept_path.exists() else [])]
-        rows += [_summary(r, False) for r in (read_pinned(disc_path, [*_LIST_COLUMNS, "reason"])
+        rows = [_summary(r, True) for r in (read_pinned(kept_path, _with_replay(kept_path, _LIST_COLUMNS))
+                                            if kept_path.exists() else [])]
+        rows += [_summary(r, False) for r in (read_pinned(disc_path, _with_replay(disc_path, [*_LIST_COLUMNS, "reason"]))
                                               if disc_path.exists() else [])]
         cands = self.path / "candidates.parquet"
         extra = {c["pair_id"]: c for c in read_pinned(cands, _CANDIDATE_COLUMNS)} if cands.exists() else {}
@@ -150,6 +192,8 @@ class PairSource:
         """The pair's heavy columns: messages and judgment (kept) or reason and texts (discarded)."""
         name, cols = (("preferences.parquet", ["judgment", "messages"]) if pair["kept"]
                       else ("discarded.parquet", ["reason", "texts"]))
+        if pair.get("replay_outcome") is not None:
+            cols.append("replay_evidence")
         table = pq.read_table(self.path / name, columns=["pair_id", *cols], filters=[("pair_id", "=", pair["pair_id"])])
         return table.to_pylist()[0]
 
@@ -186,7 +230,7 @@ class PairSource:
                         "gmcp": None, "site": r.get("source_name") or "", "traj_id": r.get("traj_id") or "",
                         "task_id": r.get("task_id") or "", "step_idx": r.get("step_idx"), "label": label,
                         "response_1": parts.response_1, "response_2": parts.response_2, "action_pos": pos,
-                        "action_neg": neg, "verdicts": [], "verdict_source": "none", "teacher_choice": None,
+                        "action_neg": neg, "verdicts": [], "verdict_source": "none", "teacher_choice": None, "replay_outcome": None,
                         "intent": parts.intent, "url": parts.current_url, "row": i})
         return out
 
@@ -254,4 +298,5 @@ class PairSource:
         messages, rerendered = self.prompt(pair, heavy, state)
         return {"pair": pair, "state": state, "obs": obs, "evidence": evidence, "residual": self.residual(pair, obs, step),
                 "attempts": self.attempts(pair, heavy), "reason": heavy.get("reason"),
-                "messages": messages, "rerendered": rerendered}
+                "messages": messages, "rerendered": rerendered,
+                "replay": replay_view(pair.get("replay_outcome"), heavy.get("replay_evidence"))}

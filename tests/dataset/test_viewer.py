@@ -3,7 +3,9 @@ the audit's answers file and the §4.3 figures. The Chromium tests are in test_v
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 
 import networkx as nx
 import pyarrow.parquet as pq
@@ -16,7 +18,7 @@ from dataset.viewer.audit import (HUMAN_SCHEMA, AuditLog, annotator_summary, ans
                                   summarize, wilson)
 from dataset.viewer.graphview import neighbourhood_layout
 from dataset.viewer.source import PairSource
-from viewer_run import make_viewer_run
+from viewer_run import add_replay, make_viewer_run, replay_evidence
 
 LOCAL = "http://127.0.0.1:8765"
 
@@ -50,6 +52,86 @@ def test_api_lists_every_pair_kept_and_discarded(viewer_run, source):
     page = client.get("/", params={"rule": rule}).text
     assert page.count('<tr class="') == sum(p["rule"] == rule for p in made["pairs"])
     assert client.get("/", params={"kept": "discarded"}).text.count('<tr class="') == 1
+
+
+@pytest.fixture(scope="module")
+def replay_run(viewer_run, tmp_path_factory):
+    """The viewer run with replay outcomes, as ``teacher.verify --verifier replay`` writes them:
+    the discarded pair ``equivalent``, the kept ones ``harmful``, ``detour``, ``not_executable``
+    in turn, and the last kept pair left without one (null: shown as none)."""
+    root, made = viewer_run
+    copy = tmp_path_factory.mktemp("replay_run") / "run"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("audit", "*.audit", ".llm_cache"))
+    kept = sorted(p["pair_id"] for p in made["pairs"] if p["pair_id"] != made["discarded"])
+    outcomes = {pid: ("harmful", "detour", "not_executable")[i % 3] for i, pid in enumerate(kept[:-1])}
+    outcomes[made["discarded"]] = "equivalent"
+    add_replay(copy, outcomes)
+    return copy, outcomes, kept[-1]
+
+
+def test_replay_outcomes_in_the_api_the_list_filter_and_the_pair_page(replay_run):
+    root, outcomes, unreplayed = replay_run
+    client = TestClient(make_app(PairSource.open(root)), base_url=LOCAL)
+    got = {p["pair_id"]: p["replay_outcome"] for p in client.get("/api/pairs").json()}
+    assert got == {**outcomes, unreplayed: None}
+
+    # the list: a replay filter with its counts, and the filter keeps the pairs of that outcome
+    page = client.get("/").text
+    assert 'name="replay"' in page and "replay outcome" in page
+    for outcome in set(outcomes.values()) | {"none"}:
+        n = sum(v == outcome for v in outcomes.values()) or 1     # "none": the one unreplayed pair
+        assert f'<option value="{outcome}">{outcome} ({n})</option>' in page
+        shown = client.get("/", params={"replay": outcome}).text
+        assert shown.count('<tr class="') == n, outcome
+    equivalent = client.get("/", params={"replay": "equivalent"}).text
+    assert f'data-pair="{[p for p, o in outcomes.items() if o == "equivalent"][0]}"' in equivalent
+
+    # the pair page: the outcome, the two hashes' comparison, rewards, the solver's steps and actions
+    for pid, outcome in outcomes.items():
+        page = client.get(f"/pair/{pid}").text
+        ev = replay_evidence(pid, outcome)
+        assert f'class="outcome outcome-{outcome}">{outcome}</span>' in page
+        same = "the same (equal AXTree hashes)" if outcome == "equivalent" else "different (the AXTree hashes differ)"
+        assert f"resulting states: {same}" in page
+        for k in ("pos", "neg"):
+            row = page.split(f'<tr class="branch-{k}">')[1].split("</tr>")[0]
+            assert f"<code>{ev[k]['hash']}</code>" in row and f"<td>{ev[k]['solver_steps']}</td>" in row
+            assert f"<td>{ev[k]['final_reward']}</td>" in row
+        assert ("solver: <code>click(&#39;s0&#39;)</code>" in page)
+    page = client.get(f"/pair/{unreplayed}").text
+    assert 'id="replay"' not in page and "resulting states" not in page
+
+
+def test_replay_mismatch_and_unreadable_evidence_are_shown(tmp_path):
+    from dataset.viewer.source import replay_view
+
+    ev = {"task": "click-test", "seed": 1, "step": 2, "observation_hash": "aa", "mismatch": "observation",
+          "recorded_hash": "aa", "replayed_hash": "bb"}
+    v = replay_view("replay_mismatch", json.dumps(ev))
+    assert v["mismatch"] == {"mismatch": "observation", "recorded_hash": "aa", "replayed_hash": "bb"}
+    assert v["branches"] == {} and v["same_state"] is None and v["where"]["seed"] == 1
+    assert replay_view(None, json.dumps(ev)) is None
+    assert replay_view("harmful", "not json")["raw"] == "not json"
+
+
+def test_a_run_without_replay_shows_none(viewer_run, source, tmp_path):
+    root, made = viewer_run
+    client = TestClient(make_app(source), base_url=LOCAL)
+    assert all(p["replay_outcome"] is None for p in client.get("/api/pairs").json())
+    assert 'name="replay"' not in client.get("/").text
+    for pid in (made["discarded"], made["pairs"][0]["pair_id"]):
+        assert 'id="replay"' not in client.get(f"/pair/{pid}").text
+
+    # a run verified before the replay verifier existed has no replay columns at all: read as none
+    old = tmp_path / "old"
+    shutil.copytree(root, old, ignore=shutil.ignore_patterns("audit", "*.audit", ".llm_cache"))
+    for name in ("preferences.parquet", "discarded.parquet"):
+        table = pq.read_table(old / name)
+        pq.write_table(table.drop_columns(["replay_outcome", "replay_evidence"]), old / name)
+    old_source = PairSource.open(old)
+    assert len(old_source.pairs) == len(made["pairs"])
+    assert all(p["replay_outcome"] is None for p in old_source.pairs)
+    assert TestClient(make_app(old_source), base_url=LOCAL).get(f"/pair/{made['discarded']}").status_code == 200
 
 
 def test_pair_page_shows_state_targets_attempts_and_prompt(viewer_run, source):
@@ -164,8 +246,41 @@ def test_summary_figures_and_cli(viewer_run, source, tmp_path, capsys):
     assert main(["summary", "--run", str(viewer_run[0])]) == 0
     out = capsys.readouterr().out
     assert "annotator ann: 3 answers" in out and "Cohen's kappa ann vs bob" in out and "95% Wilson" in out
+    assert "replay" not in out          # an LLM-verified run has no replay truth to compare with
     for path in source.audit_dir.glob("human-*.parquet"):
         path.unlink()
+
+
+def test_summary_against_the_replay_truth(replay_run, capsys):
+    rows = [{"pair_id": p, "choice": c, "teacher_choice": "pos", "rule": "r", "axis": "a"} for p, c in
+            [("e1", "both"), ("e2", "pos"), ("e3", "cannot_tell"), ("h1", "pos"), ("h2", "both"), ("d1", "neg"),
+             ("m1", "both"), ("x1", "both")]]
+    replay = {"e1": "equivalent", "e2": "equivalent", "e3": "equivalent", "h1": "harmful", "h2": "harmful",
+              "d1": "detour", "m1": "replay_mismatch", "x1": None}
+    r = annotator_summary(rows, replay)["replay"]
+    # judged: e1 e2 (equivalent), h1 h2 d1 (positive better); e3 cannot tell, m1 and x1 have no truth
+    assert (r["agree"]["k"], r["agree"]["n"]) == (2, 5)              # e1 (both), h1 (pos)
+    assert (r["both_if_equivalent"]["k"], r["both_if_equivalent"]["n"]) == (1, 2)
+    assert (r["both_if_not"]["k"], r["both_if_not"]["n"]) == (1, 3)
+    assert {o: (w["k"], w["n"]) for o, w in r["by_outcome"].items()} == \
+        {"equivalent": (1, 2), "harmful": (1, 2), "detour": (1, 1)}
+    assert "replay" not in annotator_summary(rows) and annotator_summary(rows, {"x1": None})["replay"] is None
+
+    # the CLI on a replay-verified run: an audit of its kept pairs, compared with their outcomes
+    root, outcomes, unreplayed = replay_run
+    source = PairSource.open(root)
+    sample = draw_sample(source.pairs, 4, seed=42)
+    log = AuditLog(answers_path(source.audit_dir, "ann"), "ann", sample, 42)
+    for i, p in enumerate(sample):          # the positive everywhere but in the first pair: "both"
+        log.answer(i, "both" if i == 0 else str(p["pos_shown"]))
+    truth = [p for p in sample if outcomes.get(p["pair_id"])]
+    assert len(truth) >= 3
+    assert main(["summary", "--run", str(root), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["annotators"]["ann"]["replay"]
+    assert got["agree"]["n"] == len(truth) and got["agree"]["k"] == len(truth) - (sample[0] in truth)
+    assert got["both_if_equivalent"]["n"] == 0          # replay discards equivalent pairs: none sampled
+    assert main(["summary", "--run", str(root)]) == 0
+    assert "agreement with the replay truth" in capsys.readouterr().out
 
 
 def test_cli_needs_one_source(capsys):
