@@ -224,8 +224,15 @@ class ReplayVerifier:
     def __init__(self, backend, config: ReplayConfig, cache=None):
         self.backend, self.config, self.cache = backend, config, cache
         self.backend_key = getattr(backend, "version", backend.name)
+        self.tasks = getattr(backend, "tasks", None)      # None: every task
         self.env, self.env_task = None, None
         self.counts = Counter()     # replayed, cached
+
+    def check(self, targets: list[Target]) -> None:
+        """``NotReplayable`` naming the targets' tasks that no solver of the backend finishes."""
+        if self.tasks is not None and (unknown := sorted({t.task for t in targets} - set(self.tasks))):
+            raise NotReplayable(f"--verifier replay: no scripted solver for MiniWoB task(s) {unknown}; "
+                                f"solvers: {', '.join(sorted(self.tasks))}")
 
     def __call__(self, target: Target) -> Replay:
         key = target.key(self.config, self.backend_key)
@@ -288,6 +295,13 @@ class MiniWoBBackend:
         source = hashlib.sha256(Path(harness.solvers.__file__).read_bytes()).hexdigest()[:16]
         return (f"{self.name}/solvers-{source}/miniwob-{importlib.metadata.version('miniwob')}"
                 f"/browsergym-miniwob-{importlib.metadata.version('browsergym-miniwob')}")
+
+    @property
+    def tasks(self) -> set[str]:
+        """The tasks a scripted solver can finish (``harness.solvers.SOLVERS``)."""
+        from harness.solvers import SOLVERS
+
+        return set(SOLVERS)
 
     def open(self, task: str):
         from harness.miniwob import miniwob_harness

@@ -307,6 +307,7 @@ def replay_all(run: RunDir, pairs: list[Pair], config: VerifyConfig, replay_conf
 
     targets = rp.load_targets(run, pairs)
     verifier = rp.ReplayVerifier(backend or rp.MiniWoBBackend(), replay_config, rp.cache_for(replay_config))
+    verifier.check(targets)
     decisions, done = [None] * len(pairs), []
     # grouped by task (one harness at a time, teacher.replay.ReplayVerifier), decisions in pair order
     order = sorted(range(len(pairs)), key=lambda i: (targets[i].task, targets[i].seed, pairs[i].row["pair_id"]))

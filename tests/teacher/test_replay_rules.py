@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from teacher.replay import classify, episode_of, normalize_axtree, state_hash
+from teacher.replay import (MiniWoBBackend, NotReplayable, ReplayConfig, ReplayVerifier, Target, classify,
+                            episode_of, normalize_axtree, state_hash)
 
 
 def branch(hash="h", reward=0.0, done=False, error=None, steps=0, finished=True):
@@ -57,3 +58,11 @@ def test_episode_of():
     assert episode_of("click-button.3", json.dumps({"benchmark": "search.miniwob"})) == ("click-button", 3)
     assert episode_of("click-button.3", "{}") is None            # not known to be a MiniWoB episode
     assert episode_of("t", json.dumps({"task": "x", "seed": "3"})) is None and episode_of("t", "not json") is None
+
+
+def test_tasks_without_a_solver_are_refused_before_any_replay():
+    verifier = ReplayVerifier(MiniWoBBackend(), ReplayConfig(no_cache=True))
+    ok = Target("click-button", 0, (), "", "click('1')", "click('2')")
+    verifier.check([ok])
+    with pytest.raises(NotReplayable, match="draw-circle"):
+        verifier.check([ok, Target("draw-circle", 0, (), "", "click('1')", "click('2')")])
