@@ -35,6 +35,7 @@ from flows.common import (PENDING, StageError, cli_flow, exit_code, post_markdow
 from flows.propose_negatives import propose_negatives_flow
 from llm import LLMConfig
 from proposals.mine import MineConfig
+from teacher.replay import ReplayConfig
 from teacher.verify import VerifyConfig, done_summary, format_summary, verify
 
 BUNDLED = str(Path(__file__).resolve().parents[1] / "data" / "bundled" / "agentlab_workarena.parquet")
@@ -67,8 +68,8 @@ def ingest_task(source: str, inputs: list[str], run: str) -> dict:
 
 @task(name="verify-sampled-pairs", retries=2, retry_delay_seconds=30, retry_condition_fn=retry_unless_refused)
 @stage_task
-def verify_task(run: str, config: VerifyConfig, llm: LLMConfig) -> dict:
-    stats = verify(run, config, llm, progress=True)
+def verify_task(run: str, config: VerifyConfig, llm: LLMConfig, replay: ReplayConfig | None = None) -> dict:
+    stats = verify(run, config, llm, progress=True, replay_config=replay)
     text = format_summary(stats) + "\n" + done_summary(stats, run)
     print(text)
     post_markdown("verify-pairs-summary", "```\n" + text + "\n```", f"teacher.verify of {run}")
@@ -95,11 +96,12 @@ def post_report(run: str) -> None:
 @flow(name="verify-pairs", log_prints=True)
 @cli_flow
 def verify_pairs_flow(run: str, config: VerifyConfig | None = None, llm: LLMConfig | None = None,
-                      split_seed: int | None = None) -> dict:
+                      split_seed: int | None = None, replay: ReplayConfig | None = None) -> dict:
     """Verify a run's sampled pairs (``config``: ``teacher.verify``'s settings; ``llm``: the
-    teacher, default the embedded model), then export (TRL, WebPRMBench; ``split_seed``: the
-    export's ``--seed``), card and report."""
-    stats = unwrap(verify_task(run, config or VerifyConfig(), llm or LLMConfig(), return_state=True))
+    teacher, default the embedded model; ``replay``: the replay verifier's settings when
+    ``config.verifier`` is ``replay``), then export (TRL, WebPRMBench; ``split_seed``: the export's
+    ``--seed``), card and report."""
+    stats = unwrap(verify_task(run, config or VerifyConfig(), llm or LLMConfig(), replay, return_state=True))
     written = []
     for i, fmt in enumerate(FORMATS):
         written += unwrap(export_task(run, fmt, split_seed, card=i == len(FORMATS) - 1, return_state=True))
@@ -113,14 +115,15 @@ def verify_pairs_flow(run: str, config: VerifyConfig | None = None, llm: LLMConf
 @cli_flow
 def synthesize_flow(run: str = "runs/demo", inputs: list[str] | None = None, source: str = SynthesizeCommand.source,
                     mine: MineConfig | None = None, verify: VerifyConfig | None = None,
-                    llm: LLMConfig | None = None, fill_llm: LLMConfig | None = None) -> dict:
+                    llm: LLMConfig | None = None, fill_llm: LLMConfig | None = None,
+                    replay: ReplayConfig | None = None) -> dict:
     """Trajectories to a preference dataset: ingest (``source``, ``inputs``; default the bundled
     AgentLab sample), graphs, negatives (``mine``, fill values by ``fill_llm``), verification
     (``verify``, teacher ``llm``), exports; both models default to the embedded one."""
     unwrap(ingest_task(source, inputs or [BUNDLED], run, return_state=True))
     unwrap(build_graphs_flow(run=run, return_state=True))
     unwrap(propose_negatives_flow(run=run, config=mine, fill_llm=fill_llm, return_state=True))
-    return unwrap(verify_pairs_flow(run=run, config=verify, llm=llm, return_state=True))
+    return unwrap(verify_pairs_flow(run=run, config=verify, llm=llm, replay=replay, return_state=True))
 
 
 def build_parser():
@@ -134,18 +137,20 @@ def build_parser():
     LLMConfig.add_args(ap, prefix="fill-")                 # the model that completes fill values
     VerifyConfig.add_args(ap, skip=("budget",))            # --budget is the sample size here, as it always was
     LLMConfig.add_args(ap, skip=("seed", "temperature", "max_tokens"))   # those three come from VerifyConfig
+    ReplayConfig.add_args(ap, prefix="replay-")           # --verifier replay, as teacher.verify
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cmd, verify_config, llm = SynthesizeCommand.from_args(args), VerifyConfig.from_args(args), LLMConfig.from_args(args)
+    replay = ReplayConfig.from_args(args, prefix="replay-")
     if cmd.verify_only:
-        state = verify_pairs_flow(run=cmd.run, config=verify_config, llm=llm, return_state=True)
+        state = verify_pairs_flow(run=cmd.run, config=verify_config, llm=llm, replay=replay, return_state=True)
     else:
         state = synthesize_flow(run=cmd.run, inputs=cmd.input, source=cmd.source, mine=MineConfig.from_args(args),
                                 verify=verify_config, llm=llm, fill_llm=LLMConfig.from_args(args, prefix="fill-"),
-                                return_state=True)
+                                replay=replay, return_state=True)
     return exit_code(state)
 
 
