@@ -116,12 +116,13 @@ class _Pending:
     fill_error: str | None = None    # why the last answer was refused (``valid_fill``)
 
 
-def load_rows(run: RunDir) -> list[dict]:
+def load_rows(run: RunDir, filters=None) -> list[dict]:
+    """The trajectories' rows (``filters``: pyarrow's, e.g. one site's trajectories)."""
     cols = require_columns(run.trajectories, COLUMNS, INGEST)
     with reading(run.trajectories, INGEST):
-        rows = pq.read_table(run.trajectories, columns=COLUMNS).to_pylist()
+        rows = pq.read_table(run.trajectories, columns=COLUMNS, filters=filters).to_pylist()
         if "html" in cols and any(r["obs_format"] == "flat" for r in rows):
-            html = pq.read_table(run.trajectories, columns=["html"]).column("html").to_pylist()
+            html = pq.read_table(run.trajectories, columns=["html"], filters=filters).column("html").to_pylist()
             for r, h in zip(rows, html):
                 r["html"] = h if r["obs_format"] == "flat" else None
         else:
@@ -453,11 +454,8 @@ def _mine_chunk(args):
     return pending, miner.tallies()
 
 
-def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
-         workers: int | None = None, show_progress: bool = True) -> StageStats:
-    """Mine the full candidate pool of a run; write ``candidates.parquet`` and the audit
-    (``show_progress``: bars of the trajectories mined and the fill values asked, on stderr)."""
-    config = config or MineConfig()
+def open_run(run_dir: str | Path, config: MineConfig) -> RunDir:
+    """The run directory to mine, checked (inputs, graphs, writable outputs) and locked for this stage."""
     run = RunDir(run_dir)
     if not run.trajectories.exists():
         raise FileNotFoundError(f"{run.trajectories} not found: run `python -m data.ingest` first")
@@ -468,8 +466,11 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     check_outputs(run, files=("candidates.parquet", "audit/candidates.json"), dirs=("audit",))
     if not config.no_graph:
         check_graphs(run)      # the graph tables open (the trajectories: in load_rows)
-    t0 = time.perf_counter()
-    rows = load_rows(run)
+    return run
+
+
+def successful_trajectories(rows: list[dict]) -> tuple[dict[str, list[dict]], list[str]]:
+    """The rows by trajectory (in step order) and the ids of the successful trajectories, sorted."""
     by_traj: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by_traj[r["traj_id"]].append(r)
@@ -478,6 +479,18 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
         by_traj[traj].sort(key=lambda r: r["step_idx"])
         if by_traj[traj][0]["success"]:
             trajs.append(traj)
+    return by_traj, trajs
+
+
+def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
+         workers: int | None = None, show_progress: bool = True) -> StageStats:
+    """Mine the full candidate pool of a run; write ``candidates.parquet`` and the audit
+    (``show_progress``: bars of the trajectories mined and the fill values asked, on stderr)."""
+    config = config or MineConfig()
+    run = open_run(run_dir, config)
+    t0 = time.perf_counter()
+    rows = load_rows(run)
+    by_traj, trajs = successful_trajectories(rows)
     miner = Miner(run, config)
     pending: list[_Pending] = []
     workers = min(workers or os.cpu_count() or 1, max(len(trajs) // 8, 1))
@@ -504,6 +517,14 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
             for traj in trajs:
                 pending += miner.trajectory(by_traj[traj])
                 bar.update(1)
+    return write_pool(run, config, rows, miner, pending, llm_config, show_progress, t0)
+
+
+def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, pending: list[_Pending],
+               llm_config, show_progress: bool, t0: float) -> StageStats:
+    """What follows the rules: the fill values (each distinct prompt asked once, through the LLM
+    cache), the last checks, the pool and its seeded sample, the audit and the stage's stats and
+    rejects (``rows``: the run's rows, for the WebPRM rejected-action audit; ``t0``: the stage's start)."""
     if llm_config is None:
         from llm import LLMConfig
         llm_config = LLMConfig()
@@ -583,6 +604,49 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     run.write_stage(stats, miner.step_rejects + miner.rejects)
     return stats
 
+
+
+# -- per site (the propose-negatives flow's tasks, on Dask) ------------------------------------------
+def site_trajectories(run: RunDir) -> dict[str, list[str]]:
+    """The successful trajectories of each site (a trajectory's site: its first step's), sorted,
+    from four light columns: what the flow hands its per-site tasks."""
+    with reading(run.trajectories, INGEST):
+        rows = pq.read_table(run.trajectories, columns=["site", "traj_id", "step_idx", "success"]).to_pylist()
+    by_traj, trajs = successful_trajectories(rows)
+    sites: dict[str, list[str]] = defaultdict(list)
+    for traj in trajs:
+        sites[by_traj[traj][0]["site"]].append(traj)
+    return dict(sorted(sites.items()))
+
+
+def mine_site(run_dir: str | Path, config: MineConfig, traj_ids: list[str]) -> tuple[list[_Pending], tuple]:
+    """The rules over one site's successful trajectories ``traj_ids`` (their rows read here), grounded:
+    the negatives still pending and the miner's tallies. Fill values are left to
+    :func:`write_sites`, which asks each distinct prompt once for the whole run."""
+    run = RunDir(run_dir)
+    by_traj, trajs = successful_trajectories(load_rows(run, filters=[("traj_id", "in", list(traj_ids))]))
+    miner = Miner(run, config)
+    pending: list[_Pending] = []
+    for traj in trajs:
+        pending += miner.trajectory(by_traj[traj])
+    return pending, miner.tallies()
+
+
+def write_sites(run: RunDir, config: MineConfig, results: list[tuple[list[_Pending], tuple]], llm_config,
+                show_progress: bool, t0: float) -> StageStats:
+    """:func:`write_pool` on the sites' results (``mine_site``), put back in the order a one-process
+    run mines in (a stable sort by trajectory id: each trajectory is mined whole, in step order, by
+    one site), so the fill requests, the pool, the sample, the stats and the rejects are the same."""
+    miner = Miner(run, config)
+    pending: list[_Pending] = []
+    for part, tallies in results:
+        pending += part
+        miner.absorb(tallies)
+    pending.sort(key=lambda p: p.row["traj_id"])
+    for rejects in (miner.rejects, miner.step_rejects):
+        rejects.sort(key=lambda r: r.key["traj_id"])
+    webprm = load_rows(run, filters=[("source", "==", "webprm")])      # the one audit that reads rows
+    return write_pool(run, config, webprm, miner, pending, llm_config, show_progress, t0)
 
 def format_audit(stats: StageStats) -> str:
     """The stage summary and its audit, as text."""
