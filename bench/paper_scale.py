@@ -1,0 +1,471 @@
+"""The paper's job end to end on a pool of the paper's size (issue 29 item 1).
+
+    .venv/bin/python bench/paper_scale.py [--scale 1] [--latency 0.2] [--out DIR] [--keep]
+                                          [--sample-size 10000] [--concurrency 64] [--sites 50]
+
+The pool: the 34 successful trajectories of the 53 shared AgentLab runs (ingested once, as
+``bench/graphs.py`` does), copied with distinct task ids, trajectory ids and ``source_path``s onto
+``--sites`` sites (``servicenow-s00``, ...), every bid of a copy renamed (its number shifted by
+the copy, its letter frame prefix kept; in the observation and the action), so no two copies are
+byte-identical. Copies are drawn in proportion to length**a, with ``a`` set so that 854 x scale
+trajectories hold ~9,497 x scale observations (the paper: 854 trajectories, 9,497 observations,
+50 sites). The HTML column is left empty: no stage after ingest reads it, and the shared runs
+carry ~220 KB of it per step (2 GB at 1x).
+
+The job, each stage the real CLI in its own process (``python -m ...``) on one run directory:
+``data.ingest --source canonical`` on the pool, ``graph.build``, ``proposals.mine --sample-size
+10000 --seed 42`` (fill values from the scripted server, then the same command again with every fill
+served from the LLM cache: timed separately, the mining goal's figure), ``teacher.verify --k 5
+--concurrency 64``, ``dataset.export --format trl --format webprmbench`` and
+``datasets.load_dataset`` on every config the run's card lists. ``--scale 10`` runs the same
+job on 10x the trajectories and observations over the same ``--sites`` sites; the sample stays
+``--sample-size`` (10,000), so the teacher's work does not grow.
+
+The teacher: ``llm.serve.ChatServer`` in a process of its own, answering after ``--latency``
+seconds (from the request's arrival) with the scripted verdicts of ``tests/scripted_teacher.py``
+(full judgments in the benchmark format). A pair's script comes from its id: 95% agree on the
+first attempt, 1.8% on the second, 1% on the third, 0.5% on the fourth and on the fifth, 1.2%
+never (expected 1.121 calls per pair: the paper's 11,210 calls for 10,000 pairs at K=5). Fill
+requests (any prompt that is not a pairwise judgment) get ``{"value": "Zoom"}``.
+
+Per stage: wall time, CPU time (user + sys of the stage process and the workers it waited for),
+peak RSS (sampled every 20 ms over the stage process and its children: ``bench/graphs.py``'s
+sampler, less the wrapper's own RSS), in/out/rejected from ``stats.json`` and throughput. For the
+LLM stages, the endpoint-bound floor (calls x latency / concurrency) and its ratio to the
+stage's wall time, and to the span from the first request's arrival to the last answer (as the
+server saw it). The job's total is given with and without that floor. Writes
+``OUT/summary.json`` and the stage logs (``OUT/logs``); the run directory, the pool and the
+caches are removed unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from graphs import measure  # noqa: E402
+
+from data.actions import parse_action  # noqa: E402
+from data.config import make_parser  # noqa: E402
+from data.ingest import ingest  # noqa: E402
+from data.schema import TRAJECTORY_SCHEMA  # noqa: E402
+
+PAPER = {"trajectories": 854, "observations": 9497, "sites": 50, "candidates": 31648, "pairs": 10000,
+         "teacher_calls": 11210}
+MODEL = "scripted-teacher"
+FILL_ANSWER = '{"value": "Zoom"}'
+# (attempt at which a pair's first agreement comes, or None: never; share of pairs), first attempt excluded
+LATER = ((2, 0.018), (3, 0.010), (4, 0.005), (5, 0.005), (None, 0.012))
+FIRST_AGREE = 1 - sum(share for _, share in LATER)
+GOALS = {"graph.build": 2500, "proposals.mine (cached fills)": 5000}     # throughput for the whole command
+RSS_GOAL_MB = 4096
+JOB_GOAL_S = 600
+_BID = re.compile(r"^(\t*)\[([A-Za-z]*)(\d+)\]", re.M)
+
+# A stage as a child of the sampler's process: wall and CPU of the command (and what it waited
+# for), peak RSS of its process tree without the wrapper's own.
+_STAGE = """
+import os, subprocess
+base = psutil.Process().memory_info().rss
+with open(sys.argv[1], "w") as log:
+    t0, t = os.times(), time.perf_counter()
+    rc = subprocess.run(sys.argv[2:], stdout=log, stderr=subprocess.STDOUT).returncode
+    wall, t1 = time.perf_counter() - t, os.times()
+time.sleep(0.05)
+print(json.dumps({"seconds": wall, "rc": rc, "peak_rss_mb": max(peak[0] - base, 0) / 2**20,
+                  "cpu": t1.children_user - t0.children_user + t1.children_system - t0.children_system}))
+"""
+
+# datasets.load_dataset on every config the run's card lists; prints {config: {split: rows}}.
+_LOAD = """
+import json, sys, datasets, yaml
+run, cache = sys.argv[1], sys.argv[2]
+head = yaml.safe_load(open(f"{run}/README.md", encoding="utf-8").read().split("---\\n")[1])
+rows = {}
+for c in head["configs"]:
+    ds = datasets.load_dataset(run, c["config_name"], cache_dir=cache)
+    rows[c["config_name"]] = {split: len(ds[split]) for split in ds}
+print(json.dumps(rows))
+"""
+
+
+# -- the pool -----------------------------------------------------------------------------------
+def copy_counts(lengths: list[int], n_traj: int, n_obs: int) -> list[int]:
+    """How many copies of each trajectory: in proportion to length**a (stride scheduling, so the
+    counts are deterministic and as even as the weights allow), ``a`` bisected so that the
+    ``n_traj`` copies hold about ``n_obs`` observations."""
+    def counts(a: float) -> list[int]:
+        w = [n ** a for n in lengths]
+        c = [0] * len(lengths)
+        for _ in range(n_traj):
+            i = min(range(len(w)), key=lambda j: ((c[j] + 1) / w[j], j))
+            c[i] += 1
+        return c
+
+    lo, hi = -2.0, 4.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if sum(c * n for c, n in zip(counts(mid), lengths)) < n_obs:
+            lo = mid
+        else:
+            hi = mid
+    return counts((lo + hi) / 2)
+
+
+def _shift_bid(bid: str, shift: int) -> str:
+    m = re.fullmatch(r"([A-Za-z]*)(\d+)", bid)
+    return f"{m.group(1)}{int(m.group(2)) + shift}" if m else bid
+
+
+def copy_row(row: dict, copy: int, site: str) -> dict:
+    """One step of copy ``copy``: ids suffixed, bids shifted by (copy + 1) * 100000, HTML dropped."""
+    shift = (copy + 1) * 100_000
+    out = {**row, "site": site, "task_id": f"{row['task_id']}-c{copy}", "traj_id": f"{row['traj_id']}-c{copy}",
+           "source_path": f"{row['source_path']}~c{copy}", "html": None,
+           "observation": _BID.sub(lambda m: f"{m.group(1)}[{m.group(2)}{int(m.group(3)) + shift}]",
+                                   row["observation"])}
+    if row["action"]:
+        action = parse_action(row["action"])
+        args = tuple((name, _shift_bid(v, shift) if name.endswith("bid") else v) for name, v in action.args)
+        out["action"] = type(action)(action.op, args).to_string()
+    return out
+
+
+def build_pool(base: Path, dst: Path, n_traj: int, n_obs: int, n_sites: int) -> dict:
+    """Write the pool (``dst``, canonical Parquet) from the successful trajectories of ``base``."""
+    rows = [r for r in pq.read_table(base).to_pylist() if r["success"]]
+    trajs: dict[str, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: (r["traj_id"], r["step_idx"])):
+        trajs.setdefault(r["traj_id"], []).append(r)
+    names = sorted(trajs)
+    counts = copy_counts([len(trajs[t]) for t in names], n_traj, n_obs)
+    # Copies in rounds (every trajectory's c-th copy, then the (c+1)-th), dealt over the sites.
+    order = [(c, t) for c in range(max(counts)) for t, k in zip(names, counts) if c < k]
+    n_sites = min(n_sites, len(order))
+    written = 0
+    with pq.ParquetWriter(dst, TRAJECTORY_SCHEMA) as writer:
+        for start in range(0, len(order), 200):
+            chunk = [copy_row(r, copy, f"servicenow-s{slot % n_sites:02d}")
+                     for slot, (copy, t) in enumerate(order[start:start + 200], start) for r in trajs[t]]
+            writer.write_table(pa.Table.from_pylist(chunk, schema=TRAJECTORY_SCHEMA))
+            written += len(chunk)
+    return {"trajectories": len(order), "observations": written, "sites": n_sites,
+            "source_trajectories": len(names), "max_copies": max(counts), "min_copies": min(counts)}
+
+
+# -- the scripted teacher -----------------------------------------------------------------------
+def script_for(pair_id: str) -> list[str]:
+    """A pair's outcomes by attempt (``ScriptedTeacher.script``), from its id's hash."""
+    u = int(hashlib.sha256(pair_id.encode()).hexdigest()[:12], 16) / 16 ** 12
+    edge = FIRST_AGREE
+    if u < edge:
+        return []
+    for attempt, share in LATER:
+        edge += share
+        if u < edge or attempt is None:
+            return ["disagree"] * ((attempt or 6) - 1)
+    return []
+
+
+def _serve(latency: float, run_dir: str, port, ready, counts, times) -> None:
+    """The bench's endpoint (a spawned process): fills and scripted judgments after ``latency``."""
+    import threading
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from data.judgment import parse_prompt
+    from llm.serve import ChatServer, fixed_answer
+    from scripted_teacher import ScriptedTeacher
+
+    fill = fixed_answer(FILL_ANSWER)
+    state, lock = {}, threading.Lock()
+
+    def teacher() -> ScriptedTeacher:
+        with lock:       # loaded at the first judgment request: the candidates exist by then
+            if "teacher" not in state:
+                table = pq.read_table(Path(run_dir) / "candidates.parquet",
+                                      columns=["pair_id", "action_pos", "action_neg", "sampled"])
+                pairs = [p for p in table.to_pylist() if p["sampled"]]
+                t = ScriptedTeacher(pairs)
+                t.script = {p["pair_id"]: script_for(p["pair_id"]) for p in pairs}
+                state["teacher"] = t
+            return state["teacher"]
+
+    def complete(request: dict) -> dict:
+        arrived = time.time()
+        if parse_prompt(request["messages"]) is None:
+            kind, body = 0, fill(request)
+        else:
+            t = teacher()
+            try:
+                _, outcome, label = t.outcome(request)
+            except KeyError:         # a judgment of no sampled pair: answered 500, counted
+                with counts.get_lock():
+                    counts[2] += 1
+                raise
+            text = t.text(outcome, label)
+            kind, body = 1, {"id": "scripted", "object": "chat.completion", "model": request["model"],
+                             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                          "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": len(request["messages"][-1]["content"]) // 4,
+                                       "completion_tokens": len(text) // 4}}
+        time.sleep(max(0.0, arrived + latency - time.time()))
+        with counts.get_lock():
+            counts[kind] += 1
+            if kind:
+                times[0] = min(times[0], arrived) if times[0] else arrived
+                times[1] = max(times[1], time.time())
+        return body
+
+    server = ChatServer(("127.0.0.1", 0), complete, MODEL, max_connections=None)
+    port.value = server.server_address[1]
+    ready.set()
+    server.serve_forever(poll_interval=0.05)
+
+
+class Endpoint:
+    """The scripted server in its own process; ``calls()`` = (fill, judgment) requests answered,
+    ``unknown()`` = judgment requests of no sampled pair (answered 500)."""
+
+    def __init__(self, latency: float, run_dir: Path):
+        ctx = multiprocessing.get_context("spawn")
+        self.port, self.ready = ctx.Value("i", 0), ctx.Event()
+        self.counts, self.times = ctx.Array("l", 3), ctx.Array("d", 2)
+        self.proc = ctx.Process(target=_serve, args=(latency, str(run_dir), self.port, self.ready, self.counts,
+                                                     self.times), daemon=True)
+
+    def __enter__(self) -> "Endpoint":
+        self.proc.start()
+        if not self.ready.wait(60):
+            raise RuntimeError("the scripted teacher server did not start")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.join(5)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port.value}/v1"
+
+    def calls(self) -> tuple[int, int]:
+        return self.counts[0], self.counts[1]
+
+    def unknown(self) -> int:
+        return self.counts[2]
+
+    def judgment_span(self) -> float:
+        return self.times[1] - self.times[0]
+
+
+# -- stages -------------------------------------------------------------------------------------
+def run_stage(name: str, cmd: list[str], logs: Path) -> dict:
+    """``cmd`` in its own process under the sampler; its figures, plus the load average."""
+    log = logs / (re.sub(r"[^\w.]+", "_", name) + ".log")
+    r = measure(_STAGE, log, *cmd)
+    r.pop("wall", None)          # the wrapper's start-up: not the stage
+    shown = ["python"] + ["<code>" if "\n" in a else a for a in cmd[1:]]
+    r.update(name=name, command=" ".join(shown), log=str(log),
+             load=round(os.getloadavg()[0], 2))
+    tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
+    print(f"  {name}: {r['seconds']:.1f} s, rc {r['rc']}" + (f"  | {tail[-1][:150]}" if tail else ""), flush=True)
+    if r["rc"] not in (0, 3):        # teacher.verify: 3 = pairs pending (reported below)
+        raise RuntimeError(f"{name} failed (exit {r['rc']}); see {log}:\n" + "\n".join(tail))
+    return r
+
+
+def stage_counts(run: Path, prefixes: tuple[str, ...]) -> dict:
+    """in/out/rejected of the ``stats.json`` entries named ``prefix`` or ``prefix.*`` (the export
+    records one per format), summed, and whether each entry balances (in = out + rejected)."""
+    stats = json.loads((run / "stats.json").read_text())
+    entries = {k: v for k, v in stats.items() if any(k == p or k.startswith(p + ".") for p in prefixes)}
+    if not entries:
+        raise RuntimeError(f"no stats.json entry for {prefixes} in {run}")
+    rejected = {k: sum(v.get("rejected", {}).values()) for k, v in entries.items()}
+    return {"in": sum(v["in"] for v in entries.values()), "out": sum(v["out"] for v in entries.values()),
+            "rejected": sum(rejected.values()),
+            "balanced": all(v["in"] == v["out"] + rejected[k] for k, v in entries.items()), "entries": entries}
+
+
+def commit() -> str:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    return head.strip() + (" (+ uncommitted changes)" if dirty else "")
+
+
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.platform()}, Python {platform.python_version()}"
+
+
+def run_job(args, out: Path) -> dict:
+    py = sys.executable
+    run, cache, logs = out / "run", out / "llm-cache", out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    n_traj = max(1, round(PAPER["trajectories"] * args.scale))
+    n_obs = max(n_traj, round(PAPER["observations"] * args.scale))
+    summary = {"commit": commit(), "machine": machine(), "scale": args.scale, "latency_s": args.latency,
+               "concurrency": args.concurrency, "sample_size": args.sample_size, "k": args.k,
+               "load_start": [round(x, 2) for x in os.getloadavg()], "paper": PAPER}
+
+    t = time.perf_counter()
+    ingest("agentlab", [args.shared / "agentlab_workarena"], out / "base", quiet=True)
+    pool = build_pool(out / "base" / "trajectories.parquet", out / "pool.parquet", n_traj, n_obs, args.sites)
+    pool["seconds"] = round(time.perf_counter() - t, 1)
+    summary["pool"] = pool
+    print(f"pool: {pool['trajectories']} trajectories, {pool['observations']} observations, {pool['sites']} sites "
+          f"({pool['min_copies']}-{pool['max_copies']} copies of each of {pool['source_trajectories']}; "
+          f"built in {pool['seconds']} s, not timed as a stage)", flush=True)
+
+    stages = []
+    with Endpoint(args.latency, run) as ep:
+        llm = ["--concurrency", str(args.concurrency), "--cache-dir", str(cache)]
+        mine = [py, "-m", "proposals.mine", "--run", str(run), "--sample-size", str(args.sample_size),
+                "--seed", "42", "--quiet", "--fill-base-url", ep.url, "--fill-model", MODEL,
+                *[f"--fill-{a[2:]}" if a.startswith("--") else a for a in llm]]
+        workers = ["--workers", str(args.workers)] if args.workers else []
+        plan = [
+            ("ingest", [py, "-m", "data.ingest", "--source", "canonical", "--input", str(out / "pool.parquet"),
+                        "--out", str(run)], ("ingest",), "observations"),
+            ("graph.build", [py, "-m", "graph.build", "--run", str(run), *workers], ("graph.build",), "observations"),
+            ("proposals.mine (fills)", mine + workers, ("proposals.mine",), "candidates"),
+            ("proposals.mine (cached fills)", mine + workers, ("proposals.mine",), "candidates"),
+            ("teacher.verify", [py, "-m", "teacher.verify", "--run", str(run), "--k", str(args.k), "--quiet",
+                                "--base-url", ep.url, "--model", MODEL, *llm], ("teacher.verify",), "pairs"),
+            ("dataset.export", [py, "-m", "dataset.export", "--run", str(run), "--format", "trl", "--format",
+                                "webprmbench"], ("dataset.export", "data.export"), "rows"),
+            ("datasets.load_dataset", [py, "-c", _LOAD, str(run), str(out / "hf-cache")], None, "rows"),
+        ]
+        for name, cmd, stage, unit in plan:
+            before = ep.calls()
+            r = run_stage(name, cmd, logs)
+            fills, judgments = (a - b for a, b in zip(ep.calls(), before))
+            if stage:
+                r.update(stage_counts(run, stage))
+            if name == "datasets.load_dataset":
+                loaded = json.loads(Path(r["log"]).read_text().strip().splitlines()[-1])
+                r["loaded"] = loaded
+                r["out"] = sum(sum(s.values()) for s in loaded.values())
+            r["unit"] = unit
+            r["per_s"] = (r["in"] if unit in ("observations", "pairs") else r["out"]) / r["seconds"]
+            if fills or judgments:
+                calls = fills + judgments
+                r["endpoint"] = {"fill_calls": fills, "judgment_calls": judgments,
+                                 "floor_s": calls * args.latency / args.concurrency}
+                r["endpoint"]["ratio"] = r["endpoint"]["floor_s"] / r["seconds"]
+                if judgments:
+                    span = ep.judgment_span()
+                    r["endpoint"].update(span_s=span, span_ratio=r["endpoint"]["floor_s"] / span)
+            stages.append(r)
+        summary["unknown_judgments"] = ep.unknown()
+    summary["stages"] = stages
+    summary["load_end"] = [round(x, 2) for x in os.getloadavg()]
+    return summary
+
+
+def _fmt_int(x) -> str:
+    return f"{x:,}" if isinstance(x, int) else "-"
+
+
+def report(summary: dict) -> None:
+    stages = summary["stages"]
+    print(f"\npaper_scale x{summary['scale']}: commit {summary['commit']}; {summary['machine']}")
+    print(f"load average at start {summary['load_start']}, at end {summary['load_end']}; endpoint latency "
+          f"{summary['latency_s'] * 1000:.0f} ms, concurrency {summary['concurrency']}")
+    print(f"{'stage':<30} {'wall s':>7} {'CPU s':>7} {'peak RSS MB':>11} {'in':>8} {'out':>8} {'rejected':>8} "
+          f"{'throughput':>20} {'load':>5}")
+    for r in stages:
+        print(f"{r['name']:<30} {r['seconds']:>7.1f} {r['cpu']:>7.1f} {r['peak_rss_mb']:>11.0f} "
+              f"{_fmt_int(r.get('in')):>8} {_fmt_int(r.get('out')):>8} {_fmt_int(r.get('rejected')):>8} "
+              f"{r['per_s']:>11.0f} {r['unit'] + '/s':<8} {r['load']:>5.1f}")
+    for r in stages:
+        e = r.get("endpoint")
+        if e:
+            span = f"; over the server's span {e['span_s']:.1f} s: {e['span_ratio']:.1%}" if "span_s" in e else ""
+            print(f"{r['name']}: {e['fill_calls']:,} fill + {e['judgment_calls']:,} judgment calls; endpoint-bound floor "
+                  f"{e['floor_s']:.1f} s (calls x latency / concurrency) = {e['ratio']:.1%} of the stage's wall time{span}")
+    by = {r["name"]: r for r in stages}
+    job = [r for r in stages if r["name"] != "proposals.mine (cached fills)"]
+    wall = sum(r["seconds"] for r in job)
+    floor = sum(r.get("endpoint", {}).get("floor_s", 0.0) for r in job)
+    cpu = sum(r["cpu"] for r in job)
+    summary["job"] = {"wall_s": wall, "cpu_s": cpu, "endpoint_floor_s": floor, "wall_less_floor_s": wall - floor}
+    print(f"whole job (every stage once, mining with its fills): {wall:.0f} s wall, {cpu:.0f} s CPU; less the "
+          f"endpoint-bound floors ({floor:.0f} s): {wall - floor:.0f} s (goal < {JOB_GOAL_S} s)")
+    teacher = by.get("teacher.verify", {})
+    ex = teacher.get("entries", {}).get("teacher.verify", {})
+    if ex:
+        print(f"teacher: {ex.get('sampled', 0):,} pairs sampled, {teacher['out']:,} kept, {teacher['rejected']:,} "
+              f"discarded, {ex.get('pending', 0)} pending; kept at attempt {ex.get('kept_at_attempt')}; "
+              f"calls decided {ex.get('calls_decided', 0):,} (paper: {PAPER['teacher_calls']:,} for "
+              f"{PAPER['pairs']:,} pairs)")
+    goals = {}
+    for name, goal in GOALS.items():
+        if name in by:
+            goals[f"{name} >= {goal} {by[name]['unit']}/s"] = by[name]["per_s"] >= goal
+    if teacher.get("endpoint"):
+        goals["teacher.verify >= 95% of the endpoint bound (stage wall)"] = teacher["endpoint"]["ratio"] >= 0.95
+    goals[f"peak RSS < {RSS_GOAL_MB} MB every stage"] = all(r["peak_rss_mb"] < RSS_GOAL_MB for r in stages)
+    goals[f"job less endpoint floor < {JOB_GOAL_S} s"] = wall - floor < JOB_GOAL_S
+    goals["in = out + rejected every stage"] = all(r.get("balanced", True) for r in stages)
+    summary["goals"] = goals
+    for goal, ok in goals.items():
+        print(f"  {'PASS' if ok else 'FAIL'}  {goal}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = make_parser(prog="bench/paper_scale.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--scale", type=float, default=1.0, help="x the paper's 854 trajectories / 9,497 observations")
+    ap.add_argument("--sites", type=int, default=PAPER["sites"], help="sites the copies are dealt over")
+    ap.add_argument("--sample-size", type=int, default=PAPER["pairs"], help="pairs sampled for the teacher")
+    ap.add_argument("--k", type=int, default=5, help="teacher attempts per pair at most")
+    ap.add_argument("--latency", type=float, default=0.2, help="the endpoint's seconds per answer")
+    ap.add_argument("--concurrency", type=int, default=64, help="requests in flight (teacher and fills)")
+    ap.add_argument("--workers", type=int, default=0, help="graph.build / proposals.mine processes (0: theirs)")
+    ap.add_argument("--out", type=Path, default=None, help="folder for the run, logs and summary.json "
+                                                           "(default: runs/paper-scale/xSCALE)")
+    ap.add_argument("--keep", action="store_true", help="keep the run directory, the pool and the caches")
+    args = ap.parse_args(argv)
+    if not (args.shared / "agentlab_workarena").is_dir():
+        print(f"skip: shared traces not found at {args.shared}")
+        return 0
+    out = (args.out or ROOT / "runs" / "paper-scale" / f"x{args.scale:g}").resolve()
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TQDM_DISABLE="1",
+                      TOKENIZERS_PARALLELISM="false")
+    try:
+        summary = run_job(args, out)
+        report(summary)
+    finally:
+        if not args.keep:
+            for bulky in ("run", "base", "pool.parquet", "llm-cache", "hf-cache"):
+                path = out / bulky
+                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    print(f"summary: {out / 'summary.json'}")
+    return 0 if all(summary["goals"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
