@@ -11,6 +11,7 @@ trl-labels``): both see the same order and the same prompt for the same seed.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import pyarrow.parquet as pq
@@ -42,13 +43,15 @@ def coin_label(pair_id: str, seed: int) -> int:
     return 1 + (digest[0] & 1)
 
 
-def load_pairs(run: RunDir, seed: int, fmt: JudgmentFormat) -> list[Pair]:
-    """The sampled pairs of a run in pair-id order, each with its state, label and prompt."""
+def load_pairs(run: RunDir, seed: int, fmt: JudgmentFormat, pair_ids: Collection[str] | None = None) -> list[Pair]:
+    """The sampled pairs of a run in pair-id order, each with its state, label and prompt
+    (``pair_ids``: only those, e.g. a shard of the verify-pairs flow; the others are not rendered)."""
     path = run.root / "candidates.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run `python -m proposals.mine` first")
     cands = pq.read_table(path, columns=PAIR_COLUMNS + ["sampled"]).to_pylist()
-    cands = sorted((c for c in cands if c["sampled"]), key=lambda c: c["pair_id"])
+    cands = sorted((c for c in cands if c["sampled"] and (pair_ids is None or c["pair_id"] in pair_ids)),
+                   key=lambda c: c["pair_id"])
     states = run.states((c["traj_id"], c["step_idx"]) for c in cands)
     pairs = []
     for c in cands:
