@@ -29,6 +29,19 @@ def run_with_rejects(tmp_path):
     return tmp_path / "base"
 
 
+@pytest.fixture(scope="module")
+def fill_flags(tmp_path_factory):
+    """Fill values from a scripted OpenAI-protocol server: these tests compare the flow with the
+    CLI, and the embedded model writing the sample's values (~100 s on a fresh clone, where the
+    LLM cache is empty) would test nothing more."""
+    from llm.serve import fixed_answer, serve_in_thread
+
+    server = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "scripted-fill")
+    cache = tmp_path_factory.mktemp("fill_cache")
+    yield ["--fill-base-url", server.base_url, "--fill-model", "scripted-fill", "--fill-cache-dir", str(cache)]
+    server.shutdown()
+
+
 def _stats(run) -> dict:
     """stats.json with the run directory's path taken out (the two runs live in two folders)."""
     return json.loads((run / "stats.json").read_text().replace(str(run), "RUN"))
@@ -42,7 +55,7 @@ def _later_stage(run) -> None:
 
 
 @pytest.mark.slow      # a Prefect API (prefect_harness)
-def test_build_graphs_flow_writes_what_the_cli_writes(prefect_harness, run_with_rejects, tmp_path):
+def test_build_graphs_flow_writes_what_the_cli_writes(prefect_harness, run_with_rejects, fill_flags, tmp_path):
     from flows.build_graphs import build_graphs_flow, main as flow_main
     from graph.build import main as cli_main
 
@@ -75,8 +88,8 @@ def test_build_graphs_flow_writes_what_the_cli_writes(prefect_harness, run_with_
     from flows.propose_negatives import main as mine_flow_main
     from proposals.mine import main as mine_main
 
-    assert mine_main(["--run", str(cli), "--sample-size", "8", "--workers", "1", "--quiet"]) == 0
-    assert mine_flow_main(["--run", str(fl), "--sample-size", "8"]) == 0
+    assert mine_main(["--run", str(cli), "--sample-size", "8", "--workers", "1", "--quiet", *fill_flags]) == 0
+    assert mine_flow_main(["--run", str(fl), "--sample-size", "8", *fill_flags]) == 0
 
     def without_times(stats):
         mined = {k: v for k, v in stats["proposals.mine"].items() if k not in ("seconds", "llm")}
@@ -96,7 +109,7 @@ def test_build_graphs_flow_writes_what_the_cli_writes(prefect_harness, run_with_
 
 
 @pytest.mark.slow      # a Prefect API (prefect_harness)
-def test_flows_take_the_stages_settings(prefect_harness, run_with_rejects, tmp_path):
+def test_flows_take_the_stages_settings(prefect_harness, run_with_rejects, fill_flags, tmp_path):
     """Settings other than the defaults reach the flow's stage as they reach the CLI: graph.build's
     --identity/--max-nodes/--include-failed (the manifest records them; too_large rejects) and
     proposals.mine's --near-hops/--max-per-rule/--prefer-same-op."""
@@ -118,7 +131,7 @@ def test_flows_take_the_stages_settings(prefect_harness, run_with_rejects, tmp_p
     assert _stats(fl) == _stats(cli)
     assert (fl / "rejects.jsonl").read_bytes() == (cli / "rejects.jsonl").read_bytes()
 
-    mine = ["--sample-size", "8", "--near-hops", "1", "--max-per-rule", "1", "--prefer-same-op"]
+    mine = ["--sample-size", "8", "--near-hops", "1", "--max-per-rule", "1", "--prefer-same-op", *fill_flags]
     assert mine_main(["--run", str(cli), "--workers", "1", "--quiet", *mine]) == 0
     assert mine_flow_main(["--run", str(fl), "--workers", "1", "--quiet", *mine]) == 0
     mined = {k: v for k, v in _stats(fl)["proposals.mine"].items() if k not in ("seconds", "llm")}
