@@ -2,7 +2,8 @@
 false negatives of graph, No-Graph and uniformly random negatives, and the embedded teacher against
 that truth.
 
-    .venv/bin/python bench/replay.py [--tasks axtree10] [--seeds 0-9] [--sample-size 60] [--out runs/bench-replay]
+    .venv/bin/python bench/replay.py [--tasks axtree10] [--seeds 0-9] [--sample-size 60] [--workers 2]
+                                     [--out runs/bench-replay] [--teacher-base-url URL --teacher-model M]
     .venv/bin/python bench/replay.py --small        # 3 tasks x 2 seeds, 12 pairs per set: minutes
 
 1. Demonstrations: ``search.miniwob --policy solver`` on ``--tasks`` x ``--seeds`` (the solvers of
@@ -11,9 +12,11 @@ that truth.
    (``--no-graph``) and ``random``: for every pair of the graph sample, the negative replaced by
    a uniformly random grounded element of O_t (not the positive's), its op by the same affordance
    rules (``proposals.affordance.role_op``; a fill types a fixed word, a select the first option).
-3. ``teacher.verify --verifier replay`` on each set (one shared replay cache).
+3. ``teacher.verify --verifier replay --replay-workers N`` on each set (one shared replay cache).
 4. The embedded teacher (score-both) on the graph and No-Graph sets: precision and recall of its
-   discard decision against ``equivalent``, and the share of ``harmful`` pairs it keeps.
+   discard decision against ``equivalent``, and the share of ``harmful`` pairs it keeps. With
+   ``--teacher-base-url``/``--teacher-model`` (``llm.LLMConfig``'s flags, prefixed) an endpoint
+   teacher is measured the same way on the same pairs.
 
 Prints the tables (Markdown) and writes them with the raw counts to ``OUT/summary.json``. Figures
 go to bench/RESULTS.md by hand, with the command and the machine.
@@ -56,6 +59,7 @@ class ReplayBench(Configurable):
     seed: int = field(default=42, metadata={"help": "seeds the samples and the random floor"})
     teacher: bool = field(default=True, metadata={"help": "also run the embedded teacher (score-both)"})
     small: bool = field(default=False, metadata={"help": f"a few minutes: {SMALL}"})
+    workers: int = field(default=2, metadata={"min": 1, "help": "replay worker processes (--replay-workers)"})
 
 
 def _cli(*args: str) -> None:
@@ -118,16 +122,43 @@ def outcomes(run: Path) -> list[dict]:
             .to_pylist()]
 
 
-def teacher_decisions(run: Path, tdir: Path) -> dict[str, bool]:
-    """pair_id -> kept by the embedded teacher (score-both) on a copy of ``run``."""
+def teacher_decisions(run: Path, tdir: Path, llm: list[str]) -> dict[str, bool]:
+    """pair_id -> kept by the teacher (``llm``: teacher.verify's model flags) on a copy of ``run``."""
     if not (tdir / "preferences.parquet").exists():
         shutil.rmtree(tdir, ignore_errors=True)
         tdir.mkdir(parents=True)
         for name in ("trajectories.parquet", "candidates.parquet", "stats.json"):
             shutil.copy(run / name, tdir / name)
-        _cli("teacher.verify", "--run", str(tdir), "--backend", "local", "--quiet", "--axtree-chars", "2000")
+        _cli("teacher.verify", "--run", str(tdir), *llm, "--quiet", "--axtree-chars", "2000")
     return {r["pair_id"]: kept for f, kept in (("preferences.parquet", True), ("discarded.parquet", False))
             for r in pq.read_table(tdir / f, columns=["pair_id"]).to_pylist()}
+
+
+def teacher_accuracy(rows: list[dict], kept_by: dict[str, bool]) -> dict:
+    """The teacher's discard decision against the replay's truth, on the pairs replayed to a verdict."""
+    rows = [r for r in rows if r["replay_outcome"] != "replay_mismatch" and r["pair_id"] in kept_by]
+    disc = [r for r in rows if not kept_by[r["pair_id"]]]
+    harmful = [r for r in rows if r["replay_outcome"] == "harmful"]
+    return {"pairs": len(rows), "discarded": len(disc),
+            "equivalent": sum(r["replay_outcome"] == "equivalent" for r in rows),
+            "true_discards": sum(r["replay_outcome"] == "equivalent" for r in disc),
+            "harmful": len(harmful), "harmful_kept": sum(kept_by[r["pair_id"]] for r in harmful)}
+
+
+def endpoint_flags(llm) -> list[str]:
+    """teacher.verify's flags for the endpoint teacher ``llm`` (the settings that differ from the defaults)."""
+    from dataclasses import fields
+
+    from llm import LLMConfig
+
+    flags = []
+    for f in fields(LLMConfig):
+        value = getattr(llm, f.name)
+        if f.name in ("seed", "temperature", "max_tokens") or value == getattr(LLMConfig(), f.name):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        flags += [flag] if value is True else [flag.replace("--", "--no-", 1)] if value is False else [flag, str(value)]
+    return flags
 
 
 def table(rows: list[dict], key: str | None) -> list[str]:
@@ -146,7 +177,11 @@ def table(rows: list[dict], key: str | None) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = make_parser("bench/replay.py", __doc__)
     ReplayBench.add_args(ap)
-    cfg = ReplayBench.from_args(ap.parse_args(argv))
+    from llm import LLMConfig
+
+    LLMConfig.add_args(ap, prefix="teacher-", skip=("seed", "temperature", "max_tokens"))
+    args = ap.parse_args(argv)
+    cfg, endpoint = ReplayBench.from_args(args), LLMConfig.from_args(args, prefix="teacher-")
     if cfg.small:
         cfg.tasks, cfg.seeds, cfg.sample_size = SMALL["tasks"], SMALL["seeds"], SMALL["sample_size"]
     out = (ROOT / cfg.out).resolve()
@@ -170,10 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in SETS:
         if not (runs[name] / "preferences.parquet").exists():
             _cli("teacher.verify", "--run", str(runs[name]), "--verifier", "replay", "--replay-cache-dir", str(cache),
-                 "--quiet")
+                 "--replay-workers", str(cfg.workers), "--quiet")
     result = {"demonstrations": {"per_task": {k: v["success_rate"] for k, v in summary["per_task"].items()},
                                  "episodes": summary["tasks"]},
-              "config": {"tasks": cfg.tasks, "seeds": cfg.seeds, "sample_size": cfg.sample_size, "seed": cfg.seed}}
+              "config": {"tasks": cfg.tasks, "seeds": cfg.seeds, "sample_size": cfg.sample_size, "seed": cfg.seed,
+                         "workers": cfg.workers}}
     lines = [f"Demonstrations: {summary['tasks']} solver episodes, success per task "
              f"{result['demonstrations']['per_task']}", "",
              f"False negatives = `equivalent` among pairs replayed to a verdict; paper's audit: "
@@ -190,20 +226,17 @@ def main(argv: list[str] | None = None) -> int:
             lines += ["", *table(rows, "rule"), "", *table(rows, "axis"), "",
                       f"GMCP among kept: {share(gmcp, len(kept))}"]
         lines.append("")
-    if cfg.teacher:
+    teachers = {"teacher": ("embedded teacher (score-both)", ["--backend", "local"])} if cfg.teacher else {}
+    if endpoint.base_url:
+        teachers["teacher_endpoint"] = (f"endpoint teacher {endpoint.model} at {endpoint.base_url}",
+                                        endpoint_flags(endpoint))
+    for key, (label, llm) in teachers.items():
         for name in ("graph", "no_graph"):
-            kept_by = teacher_decisions(runs[name], out / f"{name}_teacher")
-            rows = [r for r in all_rows[name] if r["replay_outcome"] != "replay_mismatch" and r["pair_id"] in kept_by]
-            disc = [r for r in rows if not kept_by[r["pair_id"]]]
-            eq = [r for r in rows if r["replay_outcome"] == "equivalent"]
-            tp = sum(r["replay_outcome"] == "equivalent" for r in disc)
-            harmful = [r for r in rows if r["replay_outcome"] == "harmful"]
-            kept_harmful = sum(kept_by[r["pair_id"]] for r in harmful)
-            result[name]["teacher"] = {"pairs": len(rows), "discarded": len(disc), "equivalent": len(eq),
-                                       "true_discards": tp, "harmful": len(harmful), "harmful_kept": kept_harmful}
-            lines += [f"Embedded teacher (score-both) on {name}: discard precision vs `equivalent` "
-                      f"{share(tp, len(disc))}, recall {share(tp, len(eq))}; keeps {share(kept_harmful, len(harmful))} "
-                      f"of the `harmful` pairs.", ""]
+            t = result[name][key] = teacher_accuracy(all_rows[name],
+                                                     teacher_decisions(runs[name], out / f"{name}_{key}", llm))
+            lines += [f"{label.capitalize()} on {name}: discard precision vs `equivalent` "
+                      f"{share(t['true_discards'], t['discarded'])}, recall {share(t['true_discards'], t['equivalent'])}; "
+                      f"keeps {share(t['harmful_kept'], t['harmful'])} of the `harmful` pairs.", ""]
     result["seconds"] = round(time.perf_counter() - t0, 1)
     lines.append(f"Wall time {result['seconds']} s.")
     (out / "summary.json").write_text(json.dumps(result, indent=1, sort_keys=True))

@@ -27,6 +27,12 @@ Kept: ``harmful``, ``detour``, ``not_executable`` (``KEPT``). Every sampled pair
 given: a negative that only writes the positive differently (``click("12")`` for
 ``click('12')``) reaches the positive's state and is ``equivalent``.
 
+A replay in which any browser action hit a Playwright timeout (BrowserGym allows its actions 500
+ms, which a loaded machine exceeds) is replayed again, up to ``TIMEOUT_RETRIES`` more times.
+
+``--replay-workers N`` replays in N spawned processes, each with its own harness and browser, by
+whole episodes (task, seed); the outcomes and outputs are those of one worker (``replay_all``).
+
 A finished pair's outcome is stored in a disk cache (``llm.cache.ResponseCache``, the LLM
 teacher's resume mechanism) keyed by everything the replay depends on, so a killed run resumes
 without replaying a finished pair, and a rerun writes the same bytes.
@@ -51,7 +57,11 @@ from data.rundir import RunDir
 OUTCOMES = ("equivalent", "harmful", "detour", "not_executable", "replay_mismatch")
 KEPT = ("harmful", "detour", "not_executable")
 # Bump when the replay's rules change: cached outcomes of another version are not reused.
-REPLAY_VERSION = 1
+REPLAY_VERSION = 2
+# A replay in which a browser action hit a Playwright timeout (BrowserGym gives its actions 500 ms,
+# which a loaded machine can exceed) is replayed again, at most this many more times; a timeout that
+# recurs every time (a click on a covered element) stands.
+TIMEOUT_RETRIES = 2
 _TASK_ID = re.compile(r"^(?:miniwob\.)?(?P<task>[a-z0-9-]+)\.(?P<seed>\d+)$")
 # url='file:///any/checkout/.../miniwob/click-button.html' -> url='click-button.html'
 _PAGE_URL = re.compile(r"url='[^']*/([^/']+)'")
@@ -68,6 +78,9 @@ class ReplayConfig(Configurable):
     cache_dir: str = field(default=".cache/replay", metadata={
         "help": "finished pairs' outcomes; a rerun (after a kill) replays only the others"})
     no_cache: bool = field(default=False, metadata={"help": "replay every pair, store nothing"})
+    workers: int = field(default=1, metadata={
+        "min": 1, "help": "worker processes, each with its own browser, replaying whole episodes (task, seed); "
+                          "the outputs are those of one worker"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,16 +166,17 @@ def _state(env, obs) -> dict:
 
 def _finish(env, backend, task: str, obs, limit: int) -> dict:
     """The solver's steps from ``obs`` until the task is done or ``limit`` steps; the final reward."""
-    actions = []
+    actions, errors = [], []
     while not env.task_done and len(actions) < limit:
         action = backend.solve_step(task, obs)
         if action is None:
             break
         obs = env.step(action)
         actions.append(action)
+        errors += [obs.last_action_error] if obs.last_action_error else []
     reward, _ = env.evaluate()
-    return {"solver_steps": len(actions), "solver_actions": actions, "final_reward": float(reward),
-            "finished": bool(env.task_done) and reward >= 1}
+    return {"solver_steps": len(actions), "solver_actions": actions, "solver_errors": errors,
+            "final_reward": float(reward), "finished": bool(env.task_done) and reward >= 1}
 
 
 def _replay_to_step(env, target: Target) -> tuple[object, dict | None]:
@@ -191,7 +205,17 @@ def classify(pos: dict, neg: dict) -> str:
 
 
 def replay_target(env, backend, target: Target, config: ReplayConfig) -> Replay:
-    """One pair's replay on ``env`` (a harness for ``target.task``; see the module doc)."""
+    """One pair's replay on ``env`` (a harness for ``target.task``; see the module doc), replayed
+    again while an action timed out (``TIMEOUT_RETRIES``); ``evidence["attempts"]``."""
+    for attempt in range(1, TIMEOUT_RETRIES + 2):
+        replay = _replay_once(env, backend, target, config)
+        if "TimeoutError" not in json.dumps(replay.evidence):
+            break
+    replay.evidence["attempts"] = attempt
+    return replay
+
+
+def _replay_once(env, backend, target: Target, config: ReplayConfig) -> Replay:
     base = {"task": target.task, "seed": target.seed, "step": len(target.history),
             "observation_hash": state_hash(target.observation)}
     obs, mismatch = _replay_to_step(env, target)
@@ -209,8 +233,8 @@ def replay_target(env, backend, target: Target, config: ReplayConfig) -> Replay:
             return Replay("replay_mismatch", {**base, "mismatch": "positive_failed", "pos": state})
         finish = {} if name == "neg" and state["error"] else _finish(env, backend, target.task, after,
                                                                        config.solver_steps)
-        branches[name] = {**state, "solver_steps": 0, "solver_actions": [], "final_reward": state["reward"],
-                          "finished": False, **finish}
+        branches[name] = {**state, "solver_steps": 0, "solver_actions": [], "solver_errors": [],
+                          "final_reward": state["reward"], "finished": False, **finish}
     return Replay(classify(branches["pos"], branches["neg"]), {**base, **branches})
 
 
@@ -234,12 +258,18 @@ class ReplayVerifier:
             raise NotReplayable(f"--verifier replay: no scripted solver for MiniWoB task(s) {unknown}; "
                                 f"solvers: {', '.join(sorted(self.tasks))}")
 
-    def __call__(self, target: Target) -> Replay:
-        key = target.key(self.config, self.backend_key)
-        if self.cache is not None and (hit := self.cache.get(key)) is not None \
-                and hit.get("outcome") in OUTCOMES and isinstance(hit.get("evidence"), dict):
+    def cached(self, target: Target) -> Replay | None:
+        """The target's stored outcome, None when it was not replayed yet."""
+        hit = self.cache.get(target.key(self.config, self.backend_key)) if self.cache is not None else None
+        if hit is not None and hit.get("outcome") in OUTCOMES and isinstance(hit.get("evidence"), dict):
             self.counts["cached"] += 1
             return Replay(hit["outcome"], hit["evidence"])
+        return None
+
+    def __call__(self, target: Target) -> Replay:
+        if (hit := self.cached(target)) is not None:
+            return hit
+        key = target.key(self.config, self.backend_key)
         if target.task != self.env_task:
             self.close()
             self.env, self.env_task = self.backend.open(target.task), target.task
@@ -253,6 +283,76 @@ class ReplayVerifier:
         env, self.env, self.env_task = self.env, None, None
         if env is not None:
             env.close()
+
+
+def episodes(targets: list[Target]) -> list[list[int]]:
+    """The targets' indices grouped by episode (task, seed), episodes and their pairs in a fixed
+    order (by task, then seed, then index): one harness per task while a worker stays on it."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i in sorted(range(len(targets)), key=lambda i: (targets[i].task, targets[i].seed, i)):
+        groups.setdefault((targets[i].task, targets[i].seed), []).append(i)
+    return list(groups.values())
+
+
+def replay_all(targets: list[Target], config: ReplayConfig, backend, on_done=None) -> tuple[list[Replay], Counter]:
+    """Every target's replay, in the order of ``targets``, and the counts (``replayed``, ``cached``).
+    Cached pairs are served here; the others are replayed by whole episodes, here when
+    ``config.workers`` is 1, else in that many spawned worker processes, each with its own harness
+    and browser (BrowserGym's Playwright is one per process) and the same disk cache (one file per
+    pair, renamed into place: concurrent writers are safe). Outcomes do not depend on the worker
+    that replays a pair: each replay starts from a reset. ``on_done(replay)`` after every pair."""
+    verifier = ReplayVerifier(backend, config, cache_for(config))
+    verifier.check(targets)
+    results: list[Replay | None] = [verifier.cached(t) for t in targets]
+    for r in results:
+        if r is not None and on_done is not None:
+            on_done(r)
+    todo = [[i for i in ep if results[i] is None] for ep in episodes(targets)]
+    todo = [ep for ep in todo if ep]
+    counts = verifier.counts
+    if config.workers == 1 or len(todo) <= 1:
+        try:
+            for i in (i for ep in todo for i in ep):
+                results[i] = verifier(targets[i])
+                if on_done is not None:
+                    on_done(results[i])
+        finally:
+            verifier.close()
+        return results, counts
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(min(config.workers, len(todo)), multiprocessing.get_context("spawn"),
+                               initializer=_start_worker, initargs=(backend, config))
+    try:
+        futures = {pool.submit(_replay_episode, [targets[i] for i in ep]): ep for ep in todo}
+        for future in as_completed(futures):
+            replays, worker_counts = future.result()
+            counts.update(worker_counts)
+            for i, r in zip(futures[future], replays):
+                results[i] = r
+                if on_done is not None:
+                    on_done(r)
+    finally:
+        pool.shutdown(cancel_futures=True)
+    return results, counts
+
+
+_WORKER: ReplayVerifier | None = None       # a worker process's verifier (replay_all)
+
+
+def _start_worker(backend, config: ReplayConfig) -> None:
+    import atexit
+
+    global _WORKER
+    _WORKER = ReplayVerifier(backend, config, cache_for(config))
+    atexit.register(_WORKER.close)      # the harness's browser ends with the worker
+
+
+def _replay_episode(targets: list[Target]) -> tuple[list[Replay], Counter]:
+    before = Counter(_WORKER.counts)
+    replays = [_WORKER(t) for t in targets]
+    return replays, _WORKER.counts - before
 
 
 def verdict_fields(pair: Pair, replay: Replay, seed: int) -> dict:

@@ -56,7 +56,7 @@ import json
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -300,33 +300,27 @@ def summarize_decisions(decisions: list[Decision]) -> dict:
 
 def replay_all(run: RunDir, pairs: list[Pair], config: VerifyConfig, replay_config, backend=None,
                progress: Progress | None = None) -> tuple[list[Decision], dict]:
-    """``--verifier replay``: every pair replayed in MiniWoB++ (``teacher.replay``), one after
-    another in this thread (Playwright is synchronous), finished pairs served by the replay cache.
+    """``--verifier replay``: every pair replayed in MiniWoB++ (``teacher.replay.replay_all``: by
+    episode, in ``replay_config.workers`` processes), finished pairs served by the replay cache.
     Returns the decisions in the order of ``pairs`` and the replay's figures for stats.json."""
     from teacher import replay as rp
 
-    targets = rp.load_targets(run, pairs)
-    verifier = rp.ReplayVerifier(backend or rp.MiniWoBBackend(), replay_config, rp.cache_for(replay_config))
-    verifier.check(targets)
-    decisions, done = [None] * len(pairs), []
-    # grouped by task (one harness at a time, teacher.replay.ReplayVerifier), decisions in pair order
-    order = sorted(range(len(pairs)), key=lambda i: (targets[i].task, targets[i].seed, pairs[i].row["pair_id"]))
+    backend = backend or rp.MiniWoBBackend()
+    on_done = (lambda r: progress.update("kept" if r.kept else "discarded")) if progress is not None else None
     try:
-        for i in order:
-            pair, result = pairs[i], verifier(targets[i])
-            f = rp.verdict_fields(pair, result, config.seed)
-            attempt = Attempt(1, f["seed"], f["verdict"], f["outcome"], f["text"], 0, 0, 0.0, mode="replay")
-            decisions[i] = Decision(pair, f["status"], [attempt], judgment=f["judgment"], reason=f["reason"],
-                                    replay=result)
-            done.append((pair, result))
-            if progress is not None:
-                progress.update(f["status"])
+        results, counts = rp.replay_all(rp.load_targets(run, pairs), replay_config, backend, on_done)
     finally:
-        verifier.close()
         if progress is not None:
             progress.close()
-    return decisions, {"replay": {**rp.summarize(done), "backend": verifier.backend.name,
-                                  "solver_steps": replay_config.solver_steps, **dict(verifier.counts)}}
+    decisions = []
+    for pair, result in zip(pairs, results):
+        f = rp.verdict_fields(pair, result, config.seed)
+        attempt = Attempt(1, f["seed"], f["verdict"], f["outcome"], f["text"], 0, 0, 0.0, mode="replay")
+        decisions.append(Decision(pair, f["status"], [attempt], judgment=f["judgment"], reason=f["reason"],
+                                  replay=result))
+    return decisions, {"replay": {**rp.summarize(list(zip(pairs, results))), "backend": backend.name,
+                                  "solver_steps": replay_config.solver_steps, "workers": replay_config.workers,
+                                  **dict(counts)}}
 
 
 def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=None,
@@ -337,17 +331,58 @@ def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=N
     from llm import LLMClient, LLMConfig
 
     config = config or VerifyConfig()
+    run, pairs, t0 = open_pairs(run_dir, config)
+    if config.verifier == "replay":
+        return _verify_by_replay(run, pairs, config, replay_config, replay_backend, progress, t0)
+    client = LLMClient(llm_config or LLMConfig())
+    decisions = asyncio.run(verify_all(client, pairs, config, Progress(len(pairs)) if progress else None)) \
+        if pairs else []
+    return write_verification(run, pairs, decisions, config, client.config, client.usage.get(STAGE), t0)
+
+
+def open_pairs(run_dir: str | Path, config: VerifyConfig) -> tuple[RunDir, list[Pair], float]:
+    """The run (inputs checked, locked for this stage), its sampled pairs and the stage's start time."""
     check_ranges(config, "verify config")    # settings built in Python: the flags are checked when parsed
     run = RunDir(run_dir)
     t0 = time.perf_counter()
     run.check_inputs(STAGE, run.root / "candidates.parquet", run.trajectories)   # same upstream run
-    pairs = load_pairs(run, config.seed, config.format)
-    if config.verifier == "replay":
-        return _verify_by_replay(run, pairs, config, replay_config, replay_backend, progress, t0)
-    client = LLMClient(llm_config or LLMConfig())
-    teacher_model = client.config.model_id
-    decisions = asyncio.run(verify_all(client, pairs, config, Progress(len(pairs)) if progress else None)) \
-        if pairs else []
+    return run, load_pairs(run, config.seed, config.format), t0
+
+
+def verify_shard(run_dir: str | Path, config: VerifyConfig, llm_config, pair_ids: list[str]
+                 ) -> tuple[list[Decision], object]:
+    """The decisions of the sampled pairs ``pair_ids`` (a shard: the verify-pairs flow's task on a
+    Dask worker), each carrying its pair id in place of its pair (the prompts stay here), and the
+    teacher's usage (``llm.cost.UsageTotals``, None without calls). A pair's order coin and
+    requests come from the pair alone, so it gets the same verdict in any shard, and a retried
+    shard is answered by the LLM cache for every call an earlier try got."""
+    from llm import LLMClient
+
+    pairs = load_pairs(RunDir(run_dir), config.seed, config.format, pair_ids=set(pair_ids))
+    client = LLMClient(llm_config)
+    decisions = asyncio.run(verify_all(client, pairs, config)) if pairs else []
+    return [replace(d, pair=d.pair.row["pair_id"]) for d in decisions], client.usage.get(STAGE)
+
+
+def merge_shards(pairs: list[Pair], shards: list[tuple[list[Decision], object]]) -> tuple[list[Decision], object]:
+    """The shards' decisions in the order of ``pairs`` (each given its pair back) and their usage summed."""
+    from llm.cost import UsageTotals
+
+    by_id, usage = {}, None
+    for decisions, part in shards:
+        by_id.update((d.pair, d) for d in decisions)
+        if part is not None:
+            usage = usage or UsageTotals()
+            for f in fields(UsageTotals):
+                setattr(usage, f.name, getattr(usage, f.name) + getattr(part, f.name))
+    return [replace(by_id[p.row["pair_id"]], pair=p) for p in pairs], usage
+
+
+def write_verification(run: RunDir, pairs: list[Pair], decisions: list[Decision], config: VerifyConfig,
+                       llm_config, usage, t0: float) -> StageStats:
+    """The outputs, stats and rejects of the decided ``pairs`` (``llm_config``: the teacher's,
+    validated; ``usage``: its ``UsageTotals`` for this stage, None without calls)."""
+    teacher_model = llm_config.model_id
     n_kept, n_disc = write_outputs(run, decisions, teacher_model)
 
     pending = [d for d in decisions if d.status == "pending"]
@@ -358,11 +393,11 @@ def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=N
         "sampled": len(pairs), "pending": len(pending),
         "pending_errors": dict(Counter((d.infra_error or "").split(":")[0] for d in pending)),
         "pending_pair_ids": sorted(d.pair.row["pair_id"] for d in pending)[:50],
-        "teacher_model": teacher_model, "endpoint": client.config.endpoint,
+        "teacher_model": teacher_model, "endpoint": llm_config.endpoint,
         "config": {"k": config.k, "seed": config.seed, "temperature": config.temperature,
                    "max_tokens": config.max_tokens, **config.format.describe(),
-                   "verdict_mode": config.mode_for(client.config.is_local),
-                   **effective_k(config, config.mode_for(client.config.is_local)),
+                   "verdict_mode": config.mode_for(llm_config.is_local),
+                   **effective_k(config, config.mode_for(llm_config.is_local)),
                    **({"prompt_template": str(config.prompt_template)} if config.prompt_template else {})},
         **summarize_decisions(decisions),
         "prompt": {"axtrees_cut": sum(c["truncated"] for c in cut),
@@ -370,7 +405,7 @@ def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=N
                    "axtree_chars_cut": sum(c["chars_cut"] for c in cut),
                    "targets_missing": sum(len(c["targets"]) - len(c["targets_found"]) for c in cut),
                    "neutralized_tokens": sum(c["neutralized"] for c in cut)},
-        "llm": client.usage[STAGE].as_dict() if STAGE in client.usage else {},
+        "llm": usage.as_dict() if usage is not None else {},
         "seconds": round(time.perf_counter() - t0, 2),
     }
     rejects = [Reject(STAGE, d.reason, "candidates.parquet",

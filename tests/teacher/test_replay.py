@@ -3,6 +3,7 @@ pages in Debian's chromium: one case per outcome, the run-level columns, and res
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import signal
@@ -250,3 +251,79 @@ def test_stage_writes_outcomes_and_resumes_after_a_kill(backend, click_button, t
     assert "25% [" in total         # 1 equivalent of 4: the false-negative rate and its interval
     card = body(root)
     assert "**Replay-verified**" in card and "`equivalent` 1" in card
+
+
+# -- workers: the same outputs as one worker, the cache shared ---------------------------------------
+EPISODES = (("click-button", 3), ("click-button", 5), ("enter-text", 0))
+
+
+def _solver_run(root: Path, backend) -> list[str]:
+    """A run of the solver's episodes ``EPISODES`` (recorded on the module's harness) and, at every
+    step, four sampled pairs: the positive in another spelling, two other elements clicked, a
+    made-up bid."""
+    from data.ingest import ingest
+    from data.rundir import RunDir, StageStats
+    from data.schema import AXIS_OF, CANDIDATE_SCHEMA, RULES, STORAGE_ORDER, TRAJECTORY_SCHEMA
+
+    rows, cands = [], []
+    for task, seed in EPISODES:
+        env = backend.open(task)
+        obs, steps = env.reset(seed=seed), []
+        while not env.task_done and len(steps) < 5:
+            action = backend.solve_step(task, obs)
+            steps.append((obs, action))
+            obs = env.step(action)
+        assert env.evaluate()[0] == 1.0, (task, seed)
+        traj = f"r/{task}.{seed}"
+        base = {"source": "search", "site": "miniwob", "task_id": f"{task}.{seed}", "traj_id": traj,
+                "intent": obs.goal, "url": f"file:///x/miniwob/{task}.html", "obs_format": "indented", "html": None,
+                "action_error": None, "thought": None, "success": True, "source_path": f"tasks/{task}.{seed}.jsonl",
+                "meta": json.dumps({"task": task, "seed": seed})}
+        rows += [{**base, "step_idx": i, "observation": o.axtree, "action": a} for i, (o, a) in enumerate(steps)]
+        rows.append({**base, "step_idx": len(steps), "observation": obs.axtree, "action": None})
+        for i, (o, pos) in enumerate(steps):
+            pos_bid = re.search(r"'(\w+)'", pos).group(1)
+            others = [b for b in re.findall(r"^\s*\[(\w+)\]", o.axtree, re.M) if b != pos_bid][:2]
+            negs = [pos.replace(f"'{pos_bid}'", f'"{pos_bid}"', 1), *(f"click('{b}')" for b in others), "click('9999')"]
+            cands += [{"pair_id": hashlib.sha256(f"{traj}/{i}/{neg}".encode()).hexdigest()[:16], "site": "miniwob",
+                       "traj_id": traj, "task_id": base["task_id"], "step_idx": i, "rule": RULES[k],
+                       "axis": AXIS_OF[RULES[k]], "action_pos": pos, "action_neg": neg, "gmcp": False, "sampled": True,
+                       "pos_kind": "element", "pos_bid": pos_bid, "pos_node": "p",
+                       "neg_bid": re.search(r"""['"](\w+)['"]""", neg).group(1), "neg_node": "n",
+                       "op_pos": pos.split("(")[0], "op_neg": "click", "value_source": None, "evidence": "{}",
+                       "mode": "graph"} for k, neg in enumerate(negs)]
+    src = root.parent / f"{root.name}_src.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=TRAJECTORY_SCHEMA).sort_by(STORAGE_ORDER), src)
+    ingest("canonical", [src], root, quiet=True)
+    run = RunDir(root)
+    run.check_inputs("proposals.mine", run.trajectories)
+    pq.write_table(pa.Table.from_pylist(cands, schema=CANDIDATE_SCHEMA), root / "candidates.parquet")
+    run.write_stage(StageStats("proposals.mine", n_in=len(cands), n_out=len(cands)), [])
+    return [c["pair_id"] for c in cands]
+
+
+def _outputs(root: Path) -> tuple[bytes, bytes, dict]:
+    rows = [r for f in ("preferences.parquet", "discarded.parquet") for r in pq.read_table(root / f).to_pylist()]
+    return ((root / "preferences.parquet").read_bytes(), (root / "discarded.parquet").read_bytes(),
+            {r["pair_id"]: r["replay_outcome"] for r in rows})
+
+
+def test_two_workers_write_what_one_writes_and_share_the_cache(backend, tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    ids = _solver_run(one, backend)
+    assert _solver_run(two, backend) == ids and len(ids) >= 12
+    single = verify(one, VerifyConfig(verifier="replay"), progress=False,
+                    replay_config=ReplayConfig(solver_steps=5, no_cache=True), replay_backend=Counting(backend))
+    cache = tmp_path / "replay_cache"
+    replay = ReplayConfig(solver_steps=5, cache_dir=str(cache), workers=2)
+    double = verify(two, VerifyConfig(verifier="replay"), progress=False, replay_config=replay)
+    assert single.extra["replay"]["replayed"] == double.extra["replay"]["replayed"] == len(ids)
+    first = _outputs(two)
+    assert first == _outputs(one)       # the same bytes, the same outcome for every pair
+    assert set(first[2]) == set(ids) and {"equivalent", "harmful", "not_executable"} <= set(first[2].values())
+    assert double.n_in == double.n_out + sum(double.rejected.values()) == len(ids)
+    # each pair's outcome stored once, whole, by whichever worker replayed it; a rerun replays nothing
+    assert len(list(cache.glob("*/*.json"))) == len(ids) and not list(cache.glob("*/.*.tmp"))
+    again = verify(two, VerifyConfig(verifier="replay"), progress=False, replay_config=replay)
+    assert again.extra["replay"]["cached"] == len(ids) and "replayed" not in again.extra["replay"]
+    assert _outputs(two) == first

@@ -66,3 +66,58 @@ def test_tasks_without_a_solver_are_refused_before_any_replay():
     verifier.check([ok])
     with pytest.raises(NotReplayable, match="draw-circle"):
         verifier.check([ok, Target("draw-circle", 0, (), "", "click('1')", "click('2')")])
+
+
+class FlakyEnv:
+    """A one-button page whose click hits a Playwright timeout the first ``timeouts`` times."""
+
+    def __init__(self, timeouts: int):
+        self.timeouts, self.task_done, self.resets = timeouts, False, 0
+
+    def _obs(self, error=""):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(axtree="[1] button 'ok'" if not self.task_done else "done", goal="g",
+                               last_action_error=error)
+
+    def reset(self, seed):
+        self.task_done, self.resets = False, self.resets + 1
+        return self._obs()
+
+    def step(self, action):
+        if action != "click('1')":
+            return self._obs("ValueError: Could not find element")
+        if self.timeouts:
+            self.timeouts -= 1
+            return self._obs("TimeoutError: Locator.click: Timeout 500ms exceeded.")
+        self.task_done = True
+        return self._obs()
+
+    def evaluate(self):
+        return (1.0 if self.task_done else 0.0), None
+
+
+class NoSolver:
+    def solve_step(self, task, obs):
+        return None
+
+
+@pytest.mark.parametrize("timeouts, outcome, attempts", [(0, "not_executable", 1), (1, "not_executable", 2),
+                                                         (5, "replay_mismatch", 3)])
+def test_a_timed_out_replay_is_replayed_again(timeouts, outcome, attempts):
+    """A load-induced timeout of a+ is replayed away; one that recurs every time stands."""
+    from teacher.replay import TIMEOUT_RETRIES, replay_target
+
+    env = FlakyEnv(timeouts)
+    r = replay_target(env, NoSolver(), Target("t", 0, (), "[1] button 'ok'", "click('1')", "click('2')"),
+                      ReplayConfig())
+    assert (r.outcome, r.evidence["attempts"]) == (outcome, attempts) and attempts <= TIMEOUT_RETRIES + 1
+    assert env.resets == attempts + (outcome != "replay_mismatch")     # two resets per finished attempt
+
+
+def test_episodes_group_pairs_by_task_and_seed():
+    from teacher.replay import episodes
+
+    targets = [Target(task, seed, (), "", "a", "b") for task, seed in
+               (("b", 1), ("a", 2), ("b", 1), ("a", 0), ("a", 2))]
+    assert episodes(targets) == [[3], [1, 4], [0, 2]]
