@@ -1,15 +1,15 @@
 """The ``build-graphs`` Prefect flow: one task per site, cached and retried.
 
     python -m flows.build_graphs --run RUN [--identity paper|ours --max-depth N --max-nodes N --include-failed \
-        --workers N] [--dask-address tcp://host:8786 | --dask-local]
+        --workers N] [--dask-address tcp://host:8786 | --dask-local --dask-workers N]
 
 Threads by default; ``--dask-address`` sends the per-site tasks to a Dask cluster through
-``prefect-dask`` (``--dask-local`` starts a local one), the path for users who outgrow one
-machine. The logic lives in :mod:`graph.build`, and the flow runs the CLI's own steps: its checks
-and plan (``graph.build.prepare``: the same one-line errors, the input fingerprints in
-``stats.json``), one task per site (``build_and_write_site``), then ``finalize`` (the same
-manifest, ``stats.json`` entry and ``rejects.jsonl`` lines). The summary is posted as a markdown
-artifact. The flow takes ``graph.build.BuildConfig`` (``config``: the CLI's flags as fields, so
+``prefect-dask`` (``--dask-local`` starts a local one of ``--dask-workers`` processes:
+``flows.common.DaskConfig``), the path for users who outgrow one machine. The logic lives in
+:mod:`graph.build`, and the flow runs the CLI's own steps: its checks and plan
+(``graph.build.prepare``: the same one-line errors, the input fingerprints in ``stats.json``), one
+task per site (``build_and_write_site``), then ``finalize`` (the same manifest, ``stats.json``
+entry and ``rejects.jsonl`` lines). The summary is posted as a markdown artifact. The flow takes ``graph.build.BuildConfig`` (``config``: the CLI's flags as fields, so
 flags and defaults come from one place); ``workers`` sizes the thread pool of the per-site tasks.
 """
 
@@ -18,17 +18,17 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from data.config import Configurable
 from data.rundir import Reject, RunDir
 import data
 import graph
-from flows.common import cli_flow, exit_code, post_markdown, retry_unless_refused, stage_task, unwrap
+from flows.common import (DaskConfig, cli_flow, dask_scheduler, exit_code, on_dask, post_markdown,
+                          retry_unless_refused, stage_task, unwrap)
 from graph.build import BuildConfig, build_and_write_site, finalize, prepare
 
 # The code a site's graph depends on: a change to any of these files invalidates cached builds.
@@ -101,46 +101,20 @@ def build_graphs_flow(run: str, config: BuildConfig | None = None) -> dict:
     return stats.as_dict()
 
 
-def with_dask(address: str | None = None, local: bool = False, workers: int | None = None):
-    """The flow on a Dask cluster (an address, or a local cluster of ``workers`` (default 2)
-    processes when ``local``, else threads)."""
-    from prefect_dask import DaskTaskRunner
-
-    if address:
-        runner = DaskTaskRunner(address=address)
-    else:
-        runner = DaskTaskRunner(cluster_kwargs={"n_workers": workers or 2, "threads_per_worker": 1,
-                                                "processes": local})
-    return build_graphs_flow.with_options(task_runner=runner)
-
-
-@dataclass
-class DaskOptions(Configurable):
-    """Where the per-site tasks run when not on threads."""
-
-    ARG_GROUP = "Dask"
-
-    dask_address: str | None = field(default=None, metadata={
-        "metavar": "ADDRESS", "help": "scheduler address of an existing Dask cluster (tcp://host:8786)"})
-    dask_local: bool = field(default=False, metadata={"help": "start a local Dask cluster"})
-
-
 def build_parser():
-    """``graph.build``'s own parser (``--run``, ``BuildConfig``) and ``DaskOptions``."""
+    """``graph.build``'s own parser (``--run``, ``BuildConfig``) and ``DaskConfig``."""
     ap = graph.build.build_parser("python -m flows.build_graphs", __doc__)
-    DaskOptions.add_args(ap)
+    DaskConfig.add_args(ap)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    dask = DaskOptions.from_args(args)
     config = BuildConfig.from_args(args)
-    if dask.dask_address or dask.dask_local:
-        fl = with_dask(dask.dask_address, True, config.workers)
-    else:
-        fl = build_graphs_flow.with_options(task_runner=ThreadPoolTaskRunner(max_workers=config.workers or 4))
-    state = fl(run=args.run, config=config, return_state=True)
+    with dask_scheduler(DaskConfig.from_args(args)) as address:
+        fl = on_dask(build_graphs_flow, address) if address else \
+            build_graphs_flow.with_options(task_runner=ThreadPoolTaskRunner(max_workers=config.workers or 4))
+        state = fl(run=args.run, config=config, return_state=True)
     code = exit_code(state)
     return code if code or state.result()["out"] else 1       # as graph.build: nothing built is a failure
 

@@ -13,10 +13,15 @@ exits with the CLI's code (:func:`exit_code`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from data.config import Configurable
 
 # The exception every stage CLI prints as one ``error:`` line (a missing input; RunDirError and
 # StaleInputError are FileNotFoundErrors too); a task whose CLI refuses more names them (``refused``).
@@ -121,6 +126,13 @@ def unwrap(state):
     return state.result()
 
 
+def final_state(future):
+    """A submitted task's final state, waited for (a Dask future's state then holds its result;
+    read before ``wait``, it is fetched from the API without it)."""
+    future.wait()
+    return future.state
+
+
 def cli_flow(fn):
     """Wrap a flow body so that a failed task or subflow (:func:`unwrap`) or a refusal in the
     body itself ends the flow in that ``Failed`` state (its one line), not with a traceback."""
@@ -162,3 +174,57 @@ def post_markdown(key: str, markdown: str, description: str | None = None) -> No
     if FlowRunContext.get() is None:
         return
     create_markdown_artifact(markdown=markdown, key=key, description=description)
+
+
+# -- Dask (the flows' --dask-* flags) ----------------------------------------------------------------
+@dataclass
+class DaskConfig(Configurable):
+    """Where a flow's tasks run when they leave the calling process: an existing Dask cluster
+    (``--dask-address``) or a local one (``--dask-local``, ``--dask-workers`` processes), through
+    ``prefect-dask``'s ``DaskTaskRunner``. The run directory and the LLM cache folder must be paths
+    every worker sees (a shared filesystem on a real cluster)."""
+
+    ARG_GROUP = "Dask"
+
+    dask_address: str | None = field(default=None, metadata={
+        "metavar": "ADDRESS", "help": "scheduler address of an existing Dask cluster (tcp://host:8786)"})
+    dask_local: bool = field(default=False, metadata={"help": "start a local Dask cluster for the command"})
+    dask_workers: int = field(default=2, metadata={
+        "min": 1, "metavar": "N", "help": "--dask-local: worker processes of the local cluster (one thread each)"})
+
+
+@contextlib.contextmanager
+def dask_scheduler(dask: DaskConfig | None) -> Iterator[str | None]:
+    """The scheduler address a command's flows send their tasks to: ``--dask-address``, or a local
+    cluster started here for the whole command (its workers report to this process's Prefect API,
+    ``search.workers.prefect_api_url``; without it each would start a temporary API of its own) and
+    closed at the end; None without Dask."""
+    if dask is None or not (dask.dask_address or dask.dask_local):
+        yield None
+    elif dask.dask_address:
+        yield dask.dask_address
+    else:
+        from distributed import LocalCluster
+
+        from search.workers import prefect_api_url
+
+        with LocalCluster(n_workers=dask.dask_workers, threads_per_worker=1, processes=True,
+                          env={"PREFECT_API_URL": prefect_api_url()}) as cluster:
+            yield cluster.scheduler_address
+
+
+def on_dask(fl, address: str | None):
+    """The flow ``fl`` with its tasks on the Dask scheduler at ``address`` (None: ``fl`` as it is)."""
+    if address is None:
+        return fl
+    from prefect_dask import DaskTaskRunner
+
+    return fl.with_options(task_runner=DaskTaskRunner(address=address))
+
+
+def dask_threads(address: str) -> int:
+    """Worker threads of the Dask cluster at ``address`` (how many tasks it runs at once)."""
+    from distributed import Client
+
+    with Client(address, timeout=60) as client:
+        return max(sum(client.nthreads().values()), 1)

@@ -1,60 +1,103 @@
 """The ``propose-negatives`` Prefect flow: mine grounded negatives for a run.
 
     python -m flows.propose_negatives --run RUN [--sample-size 10000 --seed 42 --axes spatial,temporal --no-graph \
-        --max-per-rule 3 --near-hops 2 --prefer-same-op --fill-model FOLDER --fill-base-url URL ...]
+        --max-per-rule 3 --near-hops 2 --prefer-same-op --fill-model FOLDER --fill-base-url URL ...] \
+        [--dask-address tcp://host:8786 | --dask-local --dask-workers N]
 
-One task (the rules run per step, then fill values are completed in one batch through the LLM
-layer, whose cache makes a retried or resumed run free) that calls ``proposals.mine.mine`` as the
-CLI does: the same flags (``proposals.mine.build_parser``: ``MineCommand``, ``MineConfig`` and the
-fill model's ``LLMConfig`` under ``--fill-``), the same one-line errors (``flows.common``), the same files; the
-summary is posted as a markdown artifact. The logic lives in ``proposals.mine``.
+By default one task (the rules run per step, then fill values are completed in one batch through
+the LLM layer, whose cache makes a retried or resumed run free) that calls ``proposals.mine.mine``
+as the CLI does. On Dask (``flows.common.DaskConfig``) the rules run as one ``mine-site`` task per
+site on the cluster's workers (``proposals.mine.mine_site``); this process then asks the fill
+values (each distinct prompt once for the whole run, through the fill model's LLM cache), samples
+the pool (seed 42) and writes the files once (``proposals.mine.write_sites``), so the outputs are
+byte-identical to the CLI's. Either way: the same flags (``proposals.mine.build_parser``:
+``MineCommand``, ``MineConfig`` and the fill model's ``LLMConfig`` under ``--fill-``), the same
+one-line errors (``flows.common``), the same files; the summary is posted as a markdown artifact.
+The logic lives in ``proposals.mine``.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
 from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import as_completed
 
-from flows.common import cli_flow, exit_code, post_markdown, retry_unless_refused, stage_task, unwrap
+from data.progress import progress as progress_bar
+from data.rundir import StageStats
+from flows.common import (DaskConfig, cli_flow, dask_scheduler, exit_code, final_state, on_dask, post_markdown,
+                          retry_unless_refused, stage_task, unwrap)
 from llm import LLMConfig
-from proposals.mine import MineCommand, MineConfig, done_summary, format_audit, mine
+from proposals.mine import (STAGE, MineCommand, MineConfig, done_summary, format_audit, mine, mine_site, open_run,
+                            site_trajectories, write_sites)
 from proposals.mine import build_parser as mine_parser
 
 
-@task(name="mine-candidates", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_unless_refused)
-@stage_task
-def mine_candidates(run: str, config: MineConfig, fill_llm: LLMConfig | None, workers: int | None = None,
-                    progress: bool = True) -> dict:
-    stats = mine(run, config, fill_llm, workers=workers, show_progress=progress)
+def _report(stats: StageStats, run: str) -> dict:
     text = format_audit(stats) + "\n" + done_summary(stats, run)
     print(text)
     post_markdown("propose-negatives-summary", "```\n" + text + "\n```", f"proposals.mine of {run}")
     return stats.as_dict()
 
 
+@task(name="mine-candidates", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_unless_refused)
+@stage_task
+def mine_candidates(run: str, config: MineConfig, fill_llm: LLMConfig | None, workers: int | None = None,
+                    progress: bool = True) -> dict:
+    return _report(mine(run, config, fill_llm, workers=workers, show_progress=progress), run)
+
+
+@task(name="mine-site", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_unless_refused,
+      cache_policy=NO_CACHE)
+@stage_task
+def mine_site_task(run: str, config: MineConfig, traj_ids: list[str]) -> tuple:
+    """One site's negatives before their fill values (``proposals.mine.mine_site``)."""
+    return mine_site(run, config, traj_ids)
+
+
+def mine_by_site(run: str, config: MineConfig, fill_llm: LLMConfig | None, progress: bool) -> dict:
+    """One ``mine-site`` task per site, then the fills, the sample and the files here, once."""
+    rundir = open_run(run, config)              # the CLI's checks and the stage lock, held by this process
+    t0 = time.perf_counter()
+    root = str(rundir.root.resolve())           # the workers' path to the run (a shared filesystem)
+    futures = [mine_site_task.submit(root, config, trajs) for trajs in site_trajectories(rundir).values()]
+    with progress_bar(len(futures), f"{STAGE} mining", unit="site", enabled=progress) as bar:
+        for _ in as_completed(futures):
+            bar.update(1)
+    results = [unwrap(final_state(future)) for future in futures]      # in site order
+    return _report(write_sites(rundir, config, results, fill_llm, progress, t0), run)
+
+
 @flow(name="propose-negatives", log_prints=True)
 @cli_flow
 def propose_negatives_flow(run: str, config: MineConfig | None = None, fill_llm: LLMConfig | None = None,
-                           workers: int | None = None, progress: bool = True) -> dict:
+                           workers: int | None = None, progress: bool = True, by_site: bool = False) -> dict:
     """Mine the candidate pool and the seeded sample of a run directory. ``config``: how
     (``proposals.mine``'s flags as fields, the rules' ``params`` nested); ``fill_llm``: the model
     that completes fill values (default: ``LLMConfig()``, the embedded model); ``workers``:
-    processes (default: one per core); ``progress``: bars on stderr."""
+    processes (default: one per core); ``progress``: bars on stderr; ``by_site``: one task per
+    site on the flow's task runner (Dask) instead of one task (``workers`` then unused)."""
+    if by_site:
+        return mine_by_site(run, config or MineConfig(), fill_llm, progress)
     return unwrap(mine_candidates(run, config or MineConfig(), fill_llm, workers, progress, return_state=True))
 
 
 def build_parser():
-    """``proposals.mine``'s own flags (one parser for both commands)."""
-    return mine_parser("python -m flows.propose_negatives", __doc__)
+    """``proposals.mine``'s own flags (one parser for both commands) and ``DaskConfig``."""
+    ap = mine_parser("python -m flows.propose_negatives", __doc__)
+    DaskConfig.add_args(ap)
+    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cmd = MineCommand.from_args(args)
-    state = propose_negatives_flow(run=cmd.run, config=MineConfig.from_args(args),
-                                   fill_llm=LLMConfig.from_args(args, prefix="fill-"), workers=cmd.workers,
-                                   progress=not cmd.quiet, return_state=True)
+    with dask_scheduler(DaskConfig.from_args(args)) as address:
+        state = on_dask(propose_negatives_flow, address)(
+            run=cmd.run, config=MineConfig.from_args(args), fill_llm=LLMConfig.from_args(args, prefix="fill-"),
+            workers=cmd.workers, progress=not cmd.quiet, by_site=address is not None, return_state=True)
     code = exit_code(state)
     return code if code or state.result()["out"] else 1       # as proposals.mine: an empty pool is a failure
 

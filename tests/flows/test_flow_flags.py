@@ -62,7 +62,9 @@ def test_every_config_field_is_a_flag():
     import flows.build_graphs
     import flows.prm
     import flows.propose_negatives
+    import flows.synthesize
     from data.config import flag_name
+    from flows.common import DaskConfig
     from graph.build import BuildConfig
     from llm import LLMConfig
     from prm.evaluate import EvaluateOptions
@@ -83,8 +85,9 @@ def test_every_config_field_is_a_flag():
             else:
                 yield flag_name(f.name, prefix)
 
-    cases = [(flows.build_graphs, None, [(BuildConfig, "")]),
-             (flows.propose_negatives, None, [(MineConfig, ""), (LLMConfig, "fill-")]),
+    cases = [(flows.build_graphs, None, [(BuildConfig, ""), (DaskConfig, "")]),
+             (flows.propose_negatives, None, [(MineConfig, ""), (LLMConfig, "fill-"), (DaskConfig, "")]),
+             (flows.synthesize, None, [(DaskConfig, "")]),
              (flows.prm, "evaluate", [(EvaluateOptions, ""), (LLMConfig, "")])]
     for module, sub, configs in cases:
         flags = _flags(_parser_of(module, sub))
