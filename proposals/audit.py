@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import sys
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,17 +188,37 @@ def mined_identity(run_root: Path) -> str:
     return graph_identity(RunDir(run_root))
 
 
-def _observations(run_root: Path, targets: dict[tuple[str, int], set[str]]
+def _observations(run_root: Path, targets: dict[tuple[str, int], set[str]], workers: int = 1
                   ) -> dict[tuple[str, int], tuple[Counter, dict[str, int]] | None]:
-    """(bid counts, node bid counts) of the observations of the given steps, parsed and resolved
-    from ``trajectories.parquet`` batch by batch (only the steps asked for are kept); None
-    for an observation that does not parse."""
-    got: dict[tuple[str, int], tuple[Counter, dict[str, int]] | None] = {}
+    """(bid counts, node bid counts) of the observations of the given steps, restricted to each
+    step's targets (the only bids ``classify`` looks up), parsed and resolved from
+    ``trajectories.parquet`` (only the steps asked for are kept; the first row of a step wins);
+    None for an observation that does not parse. ``workers`` > 1: contiguous runs of row groups
+    in forked processes."""
     identity = mined_identity(run_root)
-    f = pq.ParquetFile(run_root / "trajectories.parquet")
+    path = run_root / "trajectories.parquet"
+    f = pq.ParquetFile(path)
     cols = [c for c in ("traj_id", "step_idx", "site", "url", "observation", "obs_format", "html")
             if c in f.schema_arrow.names]
-    for batch in f.iter_batches(columns=cols, batch_size=256):
+    groups = list(range(f.num_row_groups))
+    n = max(1, min(workers, len(groups)))
+    if n == 1:
+        return _observe_groups(path, cols, groups, targets, identity)
+    spans = [groups[i * len(groups) // n:(i + 1) * len(groups) // n] for i in range(n)]
+    got: dict[tuple[str, int], tuple[Counter, dict[str, int]] | None] = {}
+    with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
+        for part in pool.map(_observe_groups, [path] * n, [cols] * n, spans, [targets] * n, [identity] * n):
+            for key, value in part.items():
+                got.setdefault(key, value)
+    return got
+
+
+def _observe_groups(path: Path, cols: list[str], groups: list[int], targets: dict[tuple[str, int], set[str]],
+                    identity: str) -> dict[tuple[str, int], tuple[Counter, dict[str, int]] | None]:
+    """:func:`_observations` over some row groups of the file, in file order."""
+    got: dict[tuple[str, int], tuple[Counter, dict[str, int]] | None] = {}
+    f = pq.ParquetFile(path)
+    for batch in f.iter_batches(columns=cols, row_groups=groups, batch_size=256):
         d = batch.to_pydict()
         for i, key in enumerate(zip(d["traj_id"], d["step_idx"])):
             if key not in targets or key in got:
@@ -207,8 +229,11 @@ def _observations(run_root: Path, targets: dict[tuple[str, int], set[str]]
                 got[key] = None
                 continue
             html = d["html"][i] if "html" in d else None
-            got[key] = (bid_counts(tree, None),
-                        node_bid_counts(tree, d["site"][i], d["url"][i], html, tuple(sorted(targets[key])), identity))
+            wanted = tuple(sorted(targets[key]))
+            counts = bid_counts(tree, None)
+            node_bids = node_bid_counts(tree, d["site"][i], d["url"][i], html, wanted, identity)
+            got[key] = (Counter({b: counts[b] for b in wanted if b in counts}),
+                        {b: node_bids[b] for b in wanted if b in node_bids})
     return got
 
 
@@ -227,15 +252,16 @@ def _pairs(path: Path, table: str) -> list[dict]:
     return out
 
 
-def audit_table(run_dir: str | Path, table: str = "candidates") -> dict:
-    """The audit of one table of a run, re-derived from the files (see the module docstring)."""
+def audit_table(run_dir: str | Path, table: str = "candidates", workers: int = 1) -> dict:
+    """The audit of one table of a run, re-derived from the files (see the module docstring);
+    ``workers``: processes that parse and resolve the observations."""
     root = Path(run_dir)
     path = root / f"{table}.parquet"
     for need in (path, root / "trajectories.parquet"):
         if not need.exists():
             raise FileNotFoundError(f"{need} not found")
     pairs = _pairs(path, table)
-    obs = _observations(root, _targets(pairs))
+    obs = _observations(root, _targets(pairs), workers)
     records = []
     for p in pairs:
         key = (p["traj_id"], p["step_idx"])
@@ -251,9 +277,9 @@ def audit_table(run_dir: str | Path, table: str = "candidates") -> dict:
     return out
 
 
-def write_audit(run_dir: str | Path, table: str = "candidates") -> dict:
+def write_audit(run_dir: str | Path, table: str = "candidates", workers: int = 1) -> dict:
     """Audit a table and write the result to ``RUN/audit/<table>.json``."""
-    audit = audit_table(run_dir, table)
+    audit = audit_table(run_dir, table, workers)
     atomic_write_text(Path(run_dir) / "audit" / f"{table}.json", json.dumps(audit, indent=1, sort_keys=True) + "\n")
     return audit
 

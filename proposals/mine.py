@@ -517,14 +517,15 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
             for traj in trajs:
                 pending += miner.trajectory(by_traj[traj])
                 bar.update(1)
-    return write_pool(run, config, rows, miner, pending, llm_config, show_progress, t0)
+    return write_pool(run, config, rows, miner, pending, llm_config, show_progress, t0, workers)
 
 
 def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, pending: list[_Pending],
-               llm_config, show_progress: bool, t0: float) -> StageStats:
+               llm_config, show_progress: bool, t0: float, workers: int = 1) -> StageStats:
     """What follows the rules: the fill values (each distinct prompt asked once, through the LLM
-    cache), the last checks, the pool and its seeded sample, the audit and the stage's stats and
-    rejects (``rows``: the run's rows, for the WebPRM rejected-action audit; ``t0``: the stage's start)."""
+    cache), the last checks, the pool and its seeded sample, the audit (its observations parsed
+    by ``workers`` forked processes) and the stage's stats and rejects (``rows``: the run's rows,
+    for the WebPRM rejected-action audit; ``t0``: the stage's start)."""
     if llm_config is None:
         from llm import LLMConfig
         llm_config = LLMConfig()
@@ -592,7 +593,7 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
         # Demonstrated steps of successful trajectories: mined, or not (by reason, in rejects.jsonl).
         "steps": {"in": miner.steps_in, "out": miner.steps_mined, "rejected": dict(sorted(miner.step_rejected.items()))},
         # Re-derived from the files just written, as ``python -m proposals.audit`` does.
-        "audit": write_audit(run.root, "candidates"),
+        "audit": write_audit(run.root, "candidates", workers),
         "fill": fill_counts,
         "llm": usage,
         "seconds": round(time.perf_counter() - t0, 2),

@@ -264,3 +264,19 @@ def test_max_per_rule_is_checked_when_parsed(capsys):
     assert done.value.code == 2 and "--max-per-rule" in capsys.readouterr().err
     with pytest.raises(ValueError, match="max_per_rule"):
         MineConfig(max_per_rule=-2)
+
+
+def test_audit_in_worker_processes_equals_one_process(mined, bundled_run, tmp_path):
+    """The audit's observations parsed by forked workers over runs of row groups: the same audit
+    as one process (trajectories.parquet rewritten with 16-row groups, so that three workers each
+    get several groups and every step's row lies in one of them)."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(bundled_run, run)
+    table = pq.read_table(run / "trajectories.parquet")
+    pq.write_table(table, run / "trajectories.parquet", row_group_size=16)
+    assert pq.ParquetFile(run / "trajectories.parquet").num_row_groups >= 3
+    one = audit_table(run, "candidates")
+    assert audit_table(run, "candidates", workers=3) == one == mined[0].extra["audit"]
+    assert one["pairs"] == len(mined[2]) and one["hallucinated_targets"] == 0
