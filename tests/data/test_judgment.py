@@ -53,7 +53,9 @@ def test_render_has_the_benchmarks_structure_and_is_action_only():
     assert not cut["truncated"] and cut["targets_found"] == ["102", "400"] and cut["neutralized"] == 0
 
     parts = parse_prompt(msgs)
-    assert parts.intent == "Search for red shoes" and parts.axtree == AXTREE
+    # the root line's URL is the current URL, which its own section shows: it is not repeated
+    assert parts.intent == "Search for red shoes"
+    assert parts.axtree == AXTREE.replace(", url='http://shop.test/'", "", 1) != AXTREE
     assert parts.trajectory == "Step 1: ACTION: click('10')"
     assert (parts.start_url, parts.current_url) == ("http://shop.test/home", "http://shop.test/")
     assert (parts.response_1, parts.response_2) == ("fill('102', 'red shoes')", "click('400')")
@@ -213,6 +215,26 @@ def test_long_lines_are_shortened():
     tree = "RootWebArea 'x'\n\t[1] StaticText '" + "y" * 5000 + "'"
     text, cut = budget_axtree(tree, {"1"}, budget=100_000)
     assert cut["long_lines_shortened"] == 1 and len(text) < 600 and cut["chars_cut"] > 4000
+
+
+def test_the_root_url_is_dropped_only_when_the_current_url_section_shows_it(tmp_path):
+    frame = "\t[5] Iframe 'Main'\n\t\tRootWebArea 'Inner', url='http://shop.test/'"
+    state = _state(axtree=AXTREE + "\n" + frame)
+    parts = parse_prompt(render_pair(state, "click('103')", "click('400')", budget=100_000)[0])
+    assert parts.axtree.split("\n")[0] == "RootWebArea 'Shop', focused"
+    assert parts.axtree.endswith("\t\tRootWebArea 'Inner'")           # a frame's root of the same page too
+    assert "url='http://shop.test/'" not in parts.axtree and parts.current_url == "http://shop.test/"
+    # another page's URL stays, as does a URL property on any other line
+    other = _state(url="http://shop.test/cart", axtree=AXTREE + "\n\t[7] link 'Home', url='http://shop.test/cart'")
+    kept = parse_prompt(render_pair(other, "click('103')", "click('400')", budget=100_000)[0]).axtree
+    assert kept.startswith("RootWebArea 'Shop', focused, url='http://shop.test/'")
+    assert kept.endswith("[7] link 'Home', url='http://shop.test/cart'")
+    # a user's template may not show the current URL: the tree is left whole
+    template = tmp_path / "t.yaml"
+    template.write_text("user: |\n  {axtree}\n  {response_1} | {response_2}\n")
+    msgs, _ = render_pair(_state(), "click('103')", "click('400')", budget=100_000,
+                          fmt=JudgmentFormat.from_options(template))
+    assert msgs[0]["content"].startswith(AXTREE.split("\n")[0] + "\n")
 
 
 def test_rerender_keeps_fields_in_a_template():
