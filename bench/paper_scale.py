@@ -22,8 +22,10 @@ job on 10x the trajectories and observations over the same ``--sites`` sites; th
 ``--sample-size`` (10,000), so the teacher's work does not grow.
 
 The teacher: ``llm.serve.ChatServer`` in a process of its own, answering after ``--latency``
-seconds (from the request's arrival) with the scripted verdicts of ``tests/scripted_teacher.py``
-(full judgments in the benchmark format). A pair's script comes from its id: 95% agree on the
+seconds (from the request's arrival) with full judgments in the benchmark format
+(``tests/scripted_teacher.judgment``). Before the teacher's stage the bench renders every
+sampled pair's prompt as ``teacher.verify`` will (``data.pairs.load_pairs``) and hands the server
+each prompt's hash with the positive's position; a pair's script comes from its id: 95% agree on the
 first attempt, 1.8% on the second, 1% on the third, 0.5% on the fourth and on the fifth, 1.2%
 never (expected 1.121 calls per pair: the paper's 11,210 calls for 10,000 pairs at K=5). Fill
 requests (any prompt that is not a pairwise judgment) get ``{"value": "Zoom"}``.
@@ -133,9 +135,11 @@ def _shift_bid(bid: str, shift: int) -> str:
     return f"{m.group(1)}{int(m.group(2)) + shift}" if m else bid
 
 
-def copy_row(row: dict, copy: int, site: str) -> dict:
-    """One step of copy ``copy``: ids suffixed, bids shifted by (copy + 1) * 100000, HTML dropped."""
-    shift = (copy + 1) * 100_000
+def copy_row(row: dict, copy: int, slot: int, site: str) -> dict:
+    """One step of the ``copy``-th copy of its trajectory, the ``slot``-th copy of the pool: ids
+    suffixed with ``copy`` (two runs of one task stay one task), bids shifted by (slot + 1) * 100000
+    (no two copies share a bid), HTML dropped."""
+    shift = (slot + 1) * 100_000
     out = {**row, "site": site, "task_id": f"{row['task_id']}-c{copy}", "traj_id": f"{row['traj_id']}-c{copy}",
            "source_path": f"{row['source_path']}~c{copy}", "html": None,
            "observation": _BID.sub(lambda m: f"{m.group(1)}[{m.group(2)}{int(m.group(3)) + shift}]",
@@ -161,7 +165,7 @@ def build_pool(base: Path, dst: Path, n_traj: int, n_obs: int, n_sites: int) -> 
     written = 0
     with pq.ParquetWriter(dst, TRAJECTORY_SCHEMA) as writer:
         for start in range(0, len(order), 200):
-            chunk = [copy_row(r, copy, f"servicenow-s{slot % n_sites:02d}")
+            chunk = [copy_row(r, copy, slot, f"servicenow-s{slot % n_sites:02d}")
                      for slot, (copy, t) in enumerate(order[start:start + 200], start) for r in trajs[t]]
             writer.write_table(pa.Table.from_pylist(chunk, schema=TRAJECTORY_SCHEMA))
             written += len(chunk)
@@ -170,55 +174,74 @@ def build_pool(base: Path, dst: Path, n_traj: int, n_obs: int, n_sites: int) -> 
 
 
 # -- the scripted teacher -----------------------------------------------------------------------
-def script_for(pair_id: str) -> list[str]:
-    """A pair's outcomes by attempt (``ScriptedTeacher.script``), from its id's hash."""
+def script_for(pair_id: str) -> int | None:
+    """The attempt at which a pair's verdict first agrees with its label (None: never), from a
+    hash of its id: ``FIRST_AGREE`` of the pairs at the first, then ``LATER``."""
     u = int(hashlib.sha256(pair_id.encode()).hexdigest()[:12], 16) / 16 ** 12
     edge = FIRST_AGREE
     if u < edge:
-        return []
+        return 1
     for attempt, share in LATER:
         edge += share
-        if u < edge or attempt is None:
-            return ["disagree"] * ((attempt or 6) - 1)
-    return []
+        if u < edge:
+            return attempt
+    return None
 
 
-def _serve(latency: float, run_dir: str, port, ready, counts, times) -> None:
-    """The bench's endpoint (a spawned process): fills and scripted judgments after ``latency``."""
+def prompt_key(messages: list[dict]) -> str:
+    """The hash of a prompt as the client sends it (``llm.client.build_request`` keeps role and
+    content)."""
+    canon = json.dumps([[m["role"], m["content"]] for m in messages], ensure_ascii=False)
+    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+
+def write_labels(run: Path, dst: Path) -> dict:
+    """What the scripted teacher needs to know of each sampled pair: its prompt as ``teacher.verify``
+    renders it (``data.pairs.load_pairs`` with the teacher's default seed and format), the
+    positive's position and the attempt of its first agreement. Exact, where the actions alone
+    (``ScriptedTeacher.by_actions``) collide between steps that swap the same two actions."""
+    from data.pairs import load_pairs
+    from data.rundir import RunDir
+    from teacher.verify import VerifyConfig
+
+    cfg = VerifyConfig()
+    labels = {prompt_key(p.messages): [p.label, script_for(p.row["pair_id"])]
+              for p in load_pairs(RunDir(run), cfg.seed, cfg.format)}
+    dst.write_text(json.dumps(labels))
+    return labels
+
+
+def _serve(latency: float, labels_path: str, port, ready, counts, times) -> None:
+    """The bench's endpoint (a spawned process): fills and scripted judgments after ``latency``.
+    A judgment's attempt is its seed (``teacher.verify``'s default base seed is 0)."""
     import threading
 
     sys.path.insert(0, str(ROOT / "tests"))
     from data.judgment import parse_prompt
     from llm.serve import ChatServer, fixed_answer
-    from scripted_teacher import ScriptedTeacher
+    from scripted_teacher import judgment
 
     fill = fixed_answer(FILL_ANSWER)
-    state, lock = {}, threading.Lock()
+    labels, lock = {}, threading.Lock()
 
-    def teacher() -> ScriptedTeacher:
-        with lock:       # loaded at the first judgment request: the candidates exist by then
-            if "teacher" not in state:
-                table = pq.read_table(Path(run_dir) / "candidates.parquet",
-                                      columns=["pair_id", "action_pos", "action_neg", "sampled"])
-                pairs = [p for p in table.to_pylist() if p["sampled"]]
-                t = ScriptedTeacher(pairs)
-                t.script = {p["pair_id"]: script_for(p["pair_id"]) for p in pairs}
-                state["teacher"] = t
-            return state["teacher"]
+    def label_of(messages: list[dict]) -> list | None:
+        with lock:       # written before the teacher's stage starts; read at its first request
+            if not labels and Path(labels_path).exists():
+                labels.update(json.loads(Path(labels_path).read_text()))
+        return labels.get(prompt_key(messages))
 
     def complete(request: dict) -> dict:
         arrived = time.time()
-        if parse_prompt(request["messages"]) is None:
-            kind, body = 0, fill(request)
-        else:
-            t = teacher()
-            try:
-                _, outcome, label = t.outcome(request)
-            except KeyError:         # a judgment of no sampled pair: answered 500, counted
+        found = label_of(request["messages"])
+        if found is None:
+            if parse_prompt(request["messages"]) is not None:   # a judgment of no sampled pair: 500, counted
                 with counts.get_lock():
                     counts[2] += 1
-                raise
-            text = t.text(outcome, label)
+                raise RuntimeError("no sampled pair has this prompt")
+            kind, body = 0, fill(request)
+        else:
+            label, agrees_at = found
+            text = judgment(label if request["seed"] + 1 == agrees_at else 3 - label)
             kind, body = 1, {"id": "scripted", "object": "chat.completion", "model": request["model"],
                              "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                                           "finish_reason": "stop"}],
@@ -242,11 +265,11 @@ class Endpoint:
     """The scripted server in its own process; ``calls()`` = (fill, judgment) requests answered,
     ``unknown()`` = judgment requests of no sampled pair (answered 500)."""
 
-    def __init__(self, latency: float, run_dir: Path):
+    def __init__(self, latency: float, labels: Path):
         ctx = multiprocessing.get_context("spawn")
         self.port, self.ready = ctx.Value("i", 0), ctx.Event()
         self.counts, self.times = ctx.Array("l", 3), ctx.Array("d", 2)
-        self.proc = ctx.Process(target=_serve, args=(latency, str(run_dir), self.port, self.ready, self.counts,
+        self.proc = ctx.Process(target=_serve, args=(latency, str(labels), self.port, self.ready, self.counts,
                                                      self.times), daemon=True)
 
     def __enter__(self) -> "Endpoint":
@@ -336,7 +359,7 @@ def run_job(args, out: Path) -> dict:
           f"built in {pool['seconds']} s, not timed as a stage)", flush=True)
 
     stages = []
-    with Endpoint(args.latency, run) as ep:
+    with Endpoint(args.latency, out / "labels.json") as ep:
         llm = ["--concurrency", str(args.concurrency), "--cache-dir", str(cache)]
         mine = [py, "-m", "proposals.mine", "--run", str(run), "--sample-size", str(args.sample_size),
                 "--seed", "42", "--quiet", "--fill-base-url", ep.url, "--fill-model", MODEL,
@@ -355,6 +378,11 @@ def run_job(args, out: Path) -> dict:
             ("datasets.load_dataset", [py, "-c", _LOAD, str(run), str(out / "hf-cache")], None, "rows"),
         ]
         for name, cmd, stage, unit in plan:
+            if name == "teacher.verify":
+                t = time.perf_counter()
+                n = len(write_labels(run, out / "labels.json"))
+                summary["labels_s"] = round(time.perf_counter() - t, 1)
+                print(f"  (the scripted teacher's labels of {n:,} pairs: {summary['labels_s']} s, not timed as a stage)")
             before = ep.calls()
             r = run_stage(name, cmd, logs)
             fills, judgments = (a - b for a, b in zip(ep.calls(), before))
