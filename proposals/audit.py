@@ -35,6 +35,7 @@ flag disagrees with the re-derived one, 2 when a file is missing.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -56,6 +57,9 @@ from graph.resolve import resolve_observation
 
 TABLES = ("candidates", "preferences")
 CATEGORIES = ("gmcp", "virtual_positive", "affordance_mismatch", "other")
+# Each action text parsed once (a step's positive is in every pair of the step; a text is read by
+# both _targets and classify). Actions are immutable; a text that does not parse raises each time.
+_parse = functools.lru_cache(maxsize=1 << 16)(parse_action)
 
 
 def _ratio(n: int, d: int) -> float:
@@ -95,7 +99,7 @@ def classify(pos_text: str, neg_text: str, counts: Counter | None, node_bids: di
     does not parse). ``node_bids`` (bid -> bids of its node in O_t, see ``node_bid_counts``)
     adds the node check; without it only bids are checked."""
     try:
-        pos, neg = parse_action(pos_text), parse_action(neg_text)
+        pos, neg = _parse(pos_text), _parse(neg_text)
     except ActionParseError:
         return {"category": "other", "reason": "unparseable_action", "hallucinated": False, "ambiguous": False,
                 "op_pos": None, "op_neg": None}
@@ -169,7 +173,7 @@ def _targets(pairs: list[dict]) -> dict[tuple[str, int], set[str]]:
         got = out.setdefault((p["traj_id"], p["step_idx"]), set())
         for text in (p["pos"], p["neg"]):
             try:
-                got.update(element_targets(parse_action(text)))
+                got.update(element_targets(_parse(text)))
             except ActionParseError:
                 pass
     return out

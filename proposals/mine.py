@@ -304,6 +304,7 @@ class Miner:
         rng = random.Random(f"{self.config.seed}:{row['traj_id']}:{row['step_idx']}")
         kept: dict[str, _Pending] = {}
         cap = self.config.max_per_rule
+        slim, pos_str = self.slim(row), ctx.positive.to_string()     # shared by the step's candidates
         for rule in self.config.rules:
             grounded = 0
             for prop in RULE_FUNCS[rule](ctx, self.config.params):
@@ -311,15 +312,15 @@ class Miner:
                     break
                 self.proposed += 1
                 self.rule_in[rule] += 1
-                grounded += self.ground(rule, prop, row, ctx, rng, kept)
+                grounded += self.ground(rule, prop, row, ctx, rng, kept, slim, pos_str)
         return list(kept.values())
 
     def ground(self, rule: str, prop: Proposal, row: dict, ctx: StepContext, rng: random.Random,
-               kept: dict[str, _Pending]) -> bool:
+               kept: dict[str, _Pending], slim: dict, pos_str: str) -> bool:
         """Ground one candidate: a concrete element whose node resolves to exactly one enabled
-        bid of O_t, with its op and value, different from the positive and from what an earlier
-        rule proposed at this step. True when it is kept (in ``kept``), else dropped with the
-        reason."""
+        bid of O_t, with its op and value, different from the positive (``pos_str``) and from
+        what an earlier rule proposed at this step. True when it is kept (in ``kept``, with the
+        step's ``slim`` row), else dropped with the reason."""
         if prop.kind == NodeKind.VIRTUAL:
             self.drop("virtual_target", row, f"{rule}: {prop.node} has no DOM anchor", rule)
             return False
@@ -335,8 +336,7 @@ class Miner:
         if is_disabled(ax):
             self.drop("disabled_target", row, f"{rule}: [{bid}] {ax.role} {ax.name!r} is disabled", rule)
             return False
-        pos_str = ctx.positive.to_string()
-        p = _Pending(self.slim(row), pos_str, ctx.positive.op, ctx.pos_kind, ctx.pos_bid, ctx.pos_node, rule,
+        p = _Pending(slim, pos_str, ctx.positive.op, ctx.pos_kind, ctx.pos_bid, ctx.pos_node, rule,
                      prop, "")
         source = "action"
         if prop.action is not None:            # a demonstrated action, replayed here

@@ -88,11 +88,19 @@ class StepContext:
         return got
 
     def structural_distance(self, a: int, b: int) -> float:
-        pos = {n: k for k, n in enumerate(self.chain(a))}
-        for k, n in enumerate(self.chain(b)):
-            if n in pos:
-                return k + pos[n]
-        return INF
+        return self.meeting({n: k for k, n in enumerate(self.chain(a))}, b)[0]
+
+    def meeting(self, src: dict[int, int], b: int, limit: float = INF) -> tuple[float, int | None]:
+        """(structural distance, nearest common anchor) between the element whose chain
+        positions are ``src`` (node -> hops up from it) and ``b``; (INF, None) when they share
+        no anchor or when the distance exceeds ``limit`` (the walk up from ``b`` stops there)."""
+        anchor, k, i = self.res.page.anchor, 0, b
+        while i is not None and k <= limit:
+            up = src.get(i)
+            if up is not None:
+                return (k + up, i) if k + up <= limit else (INF, None)
+            i, k = anchor(i), k + 1
+        return INF, None
 
     def elements(self) -> list[tuple[str, str, int]]:
         """(node, bid, AX index) of every element that resolves to exactly one bid here and can
@@ -167,16 +175,14 @@ def structurally_near(ctx: StepContext, p: Params) -> Iterator[Proposal]:
     """Elements a few containment hops from the positive target on the current page."""
     if ctx.pos_kind != NodeKind.ELEMENT or ctx.pos_bid is None:
         return
-    src = ctx.ax(ctx.pos_bid).index
+    src = {n: k for k, n in enumerate(ctx.chain(ctx.ax(ctx.pos_bid).index))}
     scored = []
     for node, bid, idx in _others(ctx):
-        d = ctx.structural_distance(src, idx)
-        if d <= p.near_hops:
-            scored.append((ctx.rank_op(node, bid), d, idx, node, bid))
+        d, common = ctx.meeting(src, idx, p.near_hops)
+        if common is not None:
+            scored.append((ctx.rank_op(node, bid), d, idx, node, bid, common))
     scored.sort()
-    src_chain = set(ctx.chain(src))
-    for _, d, idx, node, bid in scored:
-        common = next(i for i in ctx.chain(idx) if i in src_chain)
+    for _, d, idx, node, bid, common in scored:
         shared = ctx.res.tree.nodes[common]
         yield Proposal(node, bid, {"hops": d, "near_hops": p.near_hops,
                                    "shared_container": [shared.role, shared.name[:60]]})
