@@ -123,25 +123,30 @@ class AXTree:
     unparsed: list[str] = field(default_factory=list)    # lines that are not nodes
     inferred: bool = False       # flat tree whose parents come from :func:`infer_structure`
     _by_bid: dict | None = None
+    _dups: list | None = None    # repeated bids, found while parsing
 
     def by_bid(self) -> dict[str, AXNode]:
         """bid -> node (the first one when a bid repeats; see :meth:`duplicate_bids`)."""
         if self._by_bid is None:
-            out: dict[str, AXNode] = {}
-            for n in self.nodes:
-                if n.bid is not None and n.bid not in out:
-                    out[n.bid] = n
-            self._by_bid = out
+            self._index_bids()
         return self._by_bid
 
     def duplicate_bids(self) -> list[str]:
-        seen, dups = set(), []
+        """The bids that more than one node carries, in document order."""
+        if self._dups is None:
+            self._index_bids()
+        return list(self._dups)
+
+    def _index_bids(self) -> None:
+        out: dict[str, AXNode] = {}
+        dups: list[str] = []
         for n in self.nodes:
             if n.bid is not None:
-                if n.bid in seen and n.bid not in dups:
+                if n.bid not in out:
+                    out[n.bid] = n
+                elif n.bid not in dups:
                     dups.append(n.bid)
-                seen.add(n.bid)
-        return dups
+        self._by_bid, self._dups = out, dups
 
     def ancestors(self, node: AXNode) -> list[AXNode]:
         """Parent first, root last."""
@@ -169,55 +174,85 @@ def parse_line(line: str) -> tuple[dict | None, str | None]:
             "value": _literal(value) if value is not None else None, "props": props}, None
 
 
-def parse_axtree(text: str, obs_format: str | None = None) -> AXTree:
-    """Parse AXTree text. ``obs_format`` is detected when not given (tabs => indented)."""
-    lines = (text or "").splitlines()
+def _read_line(raw: str, indented: bool) -> tuple | None:
+    """(depth, bid, role, name, value, rest) of one node line, names and values decoded; None
+    for a line that is no node (a ``Tab`` header, noise)."""
+    m = _LINE_TABS.match(raw)
+    if m is None:
+        return None
+    tabs, bid, role, name, value, rest = m.groups()
+    if rest and rest[0] != "," and rest.strip() and (indented or _FLAT_REST.match(rest) is None):
+        return None   # trailing text that is no property list
+    if role == "Tab" and not tabs and raw.startswith("Tab "):
+        return None
+    if name:
+        name = name[1:-1] if "\\" not in name else _unquote(name)
+    else:
+        name = ""
+    if value is not None:
+        value = _literal(value)
+    return len(tabs), bid or None, role, name, value, rest
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def parse_axtree(text: str, obs_format: str | None = None, lines: dict | None = None) -> AXTree:
+    """Parse AXTree text. ``obs_format`` is detected when not given (tabs => indented).
+
+    ``lines`` (optional) remembers parsed lines by their text across calls: the observations of
+    one site show the same pages again and again (the shared traces: 62k lines, 4.3k distinct),
+    so a build passes one dict per site and reads each distinct line once."""
+    texts = (text or "").splitlines()
     if obs_format is None:
-        obs_format = "indented" if any(l.startswith("\t") for l in lines) else "flat"
+        obs_format = "indented" if any(l.startswith("\t") for l in texts) else "flat"
     indented = obs_format == "indented"
+    memo = {} if lines is None else lines.setdefault(obs_format, {})
     nodes: list[AXNode] = []
     tree = AXTree(nodes=nodes, obs_format=obs_format)
+    by_bid: dict[str, AXNode] = {}
+    dups: list[str] = []
     stack: list[AXNode] = []   # ancestors of the current line, for indented trees
     depths: list[int] = []     # their depths (kept apart: attribute access costs on this path)
-    match = _LINE_TABS.match
-    for raw in lines:
-        m = match(raw)
-        if m is not None:
-            tabs, bid, role, name, value, rest = m.groups()
-            if rest and rest[0] != "," and rest.strip() and (indented or _FLAT_REST.match(rest) is None):
-                m = None   # trailing text that is no property list
-        if m is None or (role == "Tab" and not tabs and raw.startswith("Tab ")):
+    get = memo.get
+    for raw in texts:
+        f = get(raw, False)
+        if f is False:
+            f = _read_line(raw, indented)
+            if f is None or type(f[4]) in _SCALARS:   # a decoded list or dict is not shared
+                memo[raw] = f
+        if f is None:
             if raw.startswith("Tab ") and (tab := _TAB.match(raw.rstrip())):
                 tree.tabs.append({"index": int(tab.group("index")), "current": bool(tab.group("current")),
                                   "title": tab.group("title")})
             elif raw.strip():
                 tree.unparsed.append(raw)
             continue
-        if name:
-            name = name[1:-1] if "\\" not in name else _unquote(name)
-        else:
-            name = ""
-        if value is not None:
-            value = _literal(value)
+        depth, bid, role, name, value, rest = f
         index = len(nodes)
         if indented:
-            depth = len(tabs)
             while depths and depths[-1] >= depth:
                 stack.pop()
                 depths.pop()
             if stack:
                 parent = stack[-1]
-                node = AXNode(index, bid or None, role, name, depth, value, rest, parent.index, [])
+                node = AXNode(index, bid, role, name, depth, value, rest, parent.index, [])
                 parent.children.append(index)
             else:
-                node = AXNode(index, bid or None, role, name, depth, value, rest, None, [])
+                node = AXNode(index, bid, role, name, depth, value, rest, None, [])
             stack.append(node)
             depths.append(depth)
         else:
-            node = AXNode(index, bid or None, role, name, 0, value, rest, None, [])
+            node = AXNode(index, bid, role, name, 0, value, rest, None, [])
         nodes.append(node)
+        if bid is not None:
+            if bid not in by_bid:
+                by_bid[bid] = node
+            elif bid not in dups:
+                dups.append(bid)
     if not nodes:
-        raise AXTreeParseError("no AXTree node found" + (f"; first line: {lines[0][:60]!r}" if lines else ""))
+        raise AXTreeParseError("no AXTree node found" + (f"; first line: {texts[0][:60]!r}" if texts else ""))
+    tree._by_bid, tree._dups = by_bid, dups
     return tree
 
 

@@ -137,6 +137,7 @@ def _link(parent: bytes, item) -> bytes:
 
 
 _ROOT_KEY = b"\0" * 16
+_EMPTY_CHAIN = (_ROOT_KEY, (), 0)   # (key, items shown, length) of a chain with no item
 
 
 def _fill_up(start, parent, memo, compute) -> None:
@@ -248,9 +249,8 @@ class PageContext:
         self._id_anchor = self._anchor if self.identity == "ours" else self._anchors(PAPER_WRAPPER_ROLES)
         self._frames: list[str | None] | None = None
         self.collided = 0    # elements that needed positions to be told apart (last persistent_ids call)
-        self._keys: list[bytes | None] = [None] * len(nodes)       # key of the chain ending at a node
-        self._pos_keys: list[bytes | None] = [None] * len(nodes)   # key of the positions ending at a node
-        self._lengths: list[int | None] = [None] * len(nodes)      # identity ancestors of a node
+        self._chains: list[tuple | None] = [None] * len(nodes)       # the chain ending at a node
+        self._pos_chains: list[tuple | None] = [None] * len(nodes)   # the positions ending at a node
         self._ordinals: list[int] | None = None
         self._positions: list[int] | None = None
         self._interactive: list | None = None
@@ -376,52 +376,50 @@ class PageContext:
             return ""
         return n.name[:NAME_LIMIT]
 
-    def _key(self, index: int | None) -> bytes:
-        """Key of the chain of identity ancestors ending at node ``index`` (inclusive)."""
+    def _chain_end(self, memo: list, index: int | None, item_of) -> tuple[bytes, tuple, int]:
+        """(key, nearest ``ANCESTORS_SHOWN`` items root first, length) of the identity chain
+        ending at node ``index`` (inclusive; None: the empty chain), one ``item_of(node index)``
+        per chain node. ``memo`` holds one answer per node: the walk goes up to the nearest known
+        answer and fills in downwards, so a whole page costs one hash per chain node, and each
+        node keeps at most ``ANCESTORS_SHOWN`` items (linear in the tree, no recursion)."""
         if index is None:
-            return _ROOT_KEY
-        nodes = self.tree.nodes
-        _fill_up(index, self._id_anchor.__getitem__, self._keys,
-                 lambda j, up: _link(up or _ROOT_KEY, (nodes[j].role, self._chain_name(nodes[j]))))
-        return self._keys[index]
+            return _EMPTY_CHAIN
+        if memo[index] is None:
+            anchors = self._id_anchor
+            pending, i = [], index
+            while i is not None and memo[i] is None:
+                pending.append(i)
+                i = anchors[i]
+            key, shown, length = _EMPTY_CHAIN if i is None else memo[i]
+            for j in reversed(pending):
+                item = item_of(j)
+                key = _link(key, item)
+                shown = shown + (item,) if len(shown) < ANCESTORS_SHOWN else shown[1:] + (item,)
+                length += 1
+                memo[j] = (key, shown, length)
+        return memo[index]
 
-    def chain(self, index: int, limit: int | None = None) -> tuple[tuple[str, str], ...]:
-        """(role, name) of the identity chain's ancestors of node ``index``, root first; only
-        the nearest ``limit`` when given."""
-        out, a, nodes = [], self._id_anchor[index], self.tree.nodes
-        while a is not None and (limit is None or len(out) < limit):
-            out.append((nodes[a].role, self._chain_name(nodes[a])))
-            a = self._id_anchor[a]
-        return tuple(reversed(out))
+    def _chain_item(self, index: int) -> tuple[str, str]:
+        n = self.tree.nodes[index]
+        return n.role, self._chain_name(n)
 
-    def chain_length(self, index: int) -> int:
-        """How many identity ancestors node ``index`` has (memoized like the keys)."""
-        anchors = self._id_anchor
-        _fill_up(index, anchors.__getitem__, self._lengths, lambda j, up: 0 if anchors[j] is None else up + 1)
-        return self._lengths[index]
+    def chain(self, index: int) -> tuple[bytes, tuple[tuple[str, str], ...], int]:
+        """The identity chain of node ``index``'s ancestors: its key (the whole chain, hashed
+        incrementally), the (role, name) of its nearest ``ANCESTORS_SHOWN`` items root first,
+        and its length."""
+        return self._chain_end(self._chains, self._id_anchor[index], self._chain_item)
 
-    def _pos_key(self, index: int | None) -> bytes:
-        """Key of the positions of the identity ancestors ending at node ``index`` (inclusive)."""
-        if index is None:
-            return _ROOT_KEY
-        _fill_up(index, self._id_anchor.__getitem__, self._pos_keys,
-                 lambda j, up: _link(up or _ROOT_KEY, self._position(j)))
-        return self._pos_keys[index]
-
-    def positions(self, index: int, limit: int | None = None) -> tuple[int, ...]:
-        """Positions of the chain's ancestors among their same-label siblings, root first (only
-        the nearest ``limit`` when given)."""
-        out, a = [], self._id_anchor[index]
-        while a is not None and (limit is None or len(out) < limit):
-            out.append(self._position(a))
-            a = self._id_anchor[a]
-        return tuple(reversed(out))
+    def positions(self, index: int) -> tuple[bytes, tuple[int, ...]]:
+        """The positions of node ``index``'s chain ancestors among their same-label siblings:
+        the key of all of them and the nearest ``ANCESTORS_SHOWN``, root first."""
+        key, shown, _ = self._chain_end(self._pos_chains, self._id_anchor[index], self._position)
+        return key, shown
 
     def _ordinal(self, index: int) -> int:
         """Index of an element among its logical siblings (same identity anchor) with the same
         role (paper) or the same role and name (ours)."""
         if self._ordinals is None:
-            self._ordinals = self._rank((lambda n: "") if self.identity == "paper" else (lambda n: n.name[:NAME_LIMIT]))
+            self._ordinals = self._rank(None if self.identity == "paper" else (lambda n: n.name[:NAME_LIMIT]))
         return self._ordinals[index]
 
     def _position(self, index: int) -> int:
@@ -431,13 +429,16 @@ class PageContext:
         return self._positions[index]
 
     def _rank(self, name_of) -> list[int]:
+        """Each node's index among the nodes of the same identity anchor, role and ``name_of``
+        (None: role only)."""
         counts: dict[tuple, int] = {}
         out = [0] * len(self.tree.nodes)
         anchors, inert = self._id_anchor, self._id_inert
         for n in self.tree.nodes:
-            if n.role in inert and n.bid is None:
+            role = n.role
+            if role in inert and n.bid is None:
                 continue   # never an anchor, never an element
-            key = (anchors[n.index], n.role, name_of(n))
+            key = (anchors[n.index], role) if name_of is None else (anchors[n.index], role, name_of(n))
             c = counts.get(key, 0)
             out[n.index] = c
             counts[key] = c + 1
@@ -461,11 +462,9 @@ class PageContext:
             if child.role == "StaticText" and (editable or composite or child.name == node.name):
                 continue
             sig.append((child.role, "" if composite else child.name[:30]))
-        shown = self.chain(node.index, ANCESTORS_SHOWN)
-        elided = self.chain_length(node.index) - len(shown) if len(shown) == ANCESTORS_SHOWN else 0
+        key, shown, length = self.chain(node.index)
         return ElementContext(node.role, node.name[:NAME_LIMIT], shown, self._ordinal(node.index), tuple(sig),
-                              self.context, chain_key=self._key(self._id_anchor[node.index]).hex(),
-                              elided=elided, identity=self.identity)
+                              self.context, chain_key=key.hex(), elided=length - len(shown), identity=self.identity)
 
     def persistent_ids(self, site: str, url_path: str, nodes: list[AXNode]) -> dict[int, tuple[str, ElementContext]]:
         """node index -> (node id, context) for ``nodes`` of this page.
@@ -486,8 +485,8 @@ class PageContext:
             for idx, (nid, ctx) in list(out.items()):
                 if counts[nid] > 1:
                     self.collided += 1
-                    ctx.positions = self.positions(idx, ANCESTORS_SHOWN)
-                    ctx.positions_key = self._pos_key(self._id_anchor[idx]).hex()
+                    key, ctx.positions = self.positions(idx)
+                    ctx.positions_key = key.hex()
                     out[idx] = (ctx.persistent_id(site), ctx)
         return out
 

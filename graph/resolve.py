@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 from data.sites import normalize_url_path
 from graph.axtree import AXNode, AXTree, StructureTooDeep, infer_structure, parse_axtree
-from graph.identity import DEFAULT_IDENTITY, ElementContext, PageContext, ambiguous, html_bid_parents, is_interactive
+from graph.identity import (DEFAULT_IDENTITY, INTERACTIVE_ROLES, ElementContext, PageContext, ambiguous,
+                            html_bid_parents)
 
 
 @dataclass(slots=True)
@@ -63,13 +64,15 @@ class TreeLimitExceeded(ValueError):
 
 def resolve_observation(observation: str | AXTree, obs_format: str, site: str, url: str,
                         html: str | None = None, extra_bids: tuple[str, ...] = (),
-                        identity: str = DEFAULT_IDENTITY, max_depth: int = 0, max_nodes: int = 0) -> Resolution:
+                        identity: str = DEFAULT_IDENTITY, max_depth: int = 0, max_nodes: int = 0,
+                        lines: dict | None = None) -> Resolution:
     """Resolve every interactive element (plus ``extra_bids``, e.g. an acted-on image) of an
     observation to its persistent node id under ``identity`` (``paper`` or ``ours``, see
     :mod:`graph.identity`). Raises AXTreeParseError on unparseable text, and
     :class:`TreeLimitExceeded` past ``max_nodes`` nodes or ``max_depth`` levels (0: no limit),
-    checked before any element's persistent id is computed."""
-    tree = observation if isinstance(observation, AXTree) else parse_axtree(observation, obs_format)
+    checked before any element's persistent id is computed. ``lines``: parsed lines shared
+    across calls (see :func:`graph.axtree.parse_axtree`)."""
+    tree = observation if isinstance(observation, AXTree) else parse_axtree(observation, obs_format, lines)
     if max_nodes and len(tree.nodes) > max_nodes:
         raise TreeLimitExceeded("too_large", f"{len(tree.nodes)} AXTree nodes (the limit is {max_nodes})")
     html_parents = html_bid_parents(html) if (html and tree.obs_format == "flat") else None
@@ -87,7 +90,7 @@ def resolve_observation(observation: str | AXTree, obs_format: str, site: str, u
             raise TreeLimitExceeded("too_deep", f"structure {depth} levels deep (the limit is {max_depth})")
     url_path = normalize_url_path(url)
     extra = set(extra_bids)
-    elements = [n for n in tree.nodes if is_interactive(n) or (n.bid is not None and n.bid in extra)]
+    elements = [n for n in tree.nodes if n.bid is not None and (n.role in INTERACTIVE_ROLES or n.bid in extra)]
     ids = page.persistent_ids(site, url_path, elements)
     bid_to_node: dict[str, str] = {}
     node_to_bids: dict[str, list[str]] = {}
