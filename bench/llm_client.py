@@ -13,7 +13,9 @@ One uncached request goes first, off the clock: the first call imports the wire 
 ``openai`` SDK, about 1 s here), a once-per-process cost that is not throughput.
 
 The machine is shared, so the line also gives the load average and the client's CPU per
-request (all its threads): a figure that other processes' load moves far less than req/s.
+request (all its threads): a figure that other processes' load moves far less than req/s. The
+server's CPU per request is printed beside it, so a slow server shows as one (issue 29: the
+goal at ``--concurrency 64`` is ``--target 0.95``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -54,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--delay-s", type=float, default=0.2)
     ap.add_argument("--cache-root", help="folder for the (temporary) cache; default: the system temp dir")
+    ap.add_argument("--target", type=float, default=0.85, help="share of the ideal req/s to pass (issue 4: 0.85)")
     args = ap.parse_args(argv)
 
     ctx = multiprocessing.get_context("spawn")
@@ -71,9 +76,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError("the bench server did not answer the warm-up request")
             warmup = counter.value
             load = os.getloadavg()[0]
+            server_cpu = psutil.Process(server.pid)
+            server_start = sum(server_cpu.cpu_times()[:2])
             start, cpu_start = time.perf_counter(), time.process_time()
             first = LLMClient(cfg).chat_many(batch, stage="bench")
             cold_s, cold_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
+            server_s = sum(server_cpu.cpu_times()[:2]) - server_start
             sent_cold = counter.value - warmup
 
             start = time.perf_counter()
@@ -88,11 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     rps = args.requests / cold_s
     failed = sum(not r.ok for r in first + second)
     all_cached = all(r.cached for r in second)
-    ok_rate, ok_cache = rps >= 0.85 * ideal, warm_s < 2.0 and sent_warm == 0 and all_cached
+    ok_rate, ok_cache = rps >= args.target * ideal, warm_s < 2.0 and sent_warm == 0 and all_cached
     print(f"llm_client: {args.requests} requests, concurrency {args.concurrency}, server delay {args.delay_s * 1000:.0f} ms, "
           f"load average {load:.2f}")
     print(f"  cold:   {cold_s:6.2f} s  {rps:6.1f} req/s = {100 * rps / ideal:5.1f}% of ideal {ideal:.0f} req/s "
-          f"(target >= 85%)  sent {sent_cold}  failed {failed}  client CPU {1000 * cold_cpu_s / args.requests:.2f} ms/request"
+          f"(target >= {args.target:.0%})  sent {sent_cold}  failed {failed}  CPU per request: client "
+          f"{1000 * cold_cpu_s / args.requests:.2f} ms, server {1000 * server_s / args.requests:.2f} ms"
           f"  -> {'PASS' if ok_rate else 'FAIL'}")
     print(f"  cached: {warm_s:6.2f} s  sent {sent_warm}  all from cache: {all_cached} "
           f"(target < 2 s, 0 sent)  -> {'PASS' if ok_cache else 'FAIL'}")
