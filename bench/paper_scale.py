@@ -370,7 +370,8 @@ def run_job(args, out: Path) -> dict:
                         "--out", str(run)], ("ingest",), "observations"),
             ("graph.build", [py, "-m", "graph.build", "--run", str(run), *workers], ("graph.build",), "observations"),
             ("proposals.mine (fills)", mine + workers, ("proposals.mine",), "candidates"),
-            ("proposals.mine (cached fills)", mine + workers, ("proposals.mine",), "candidates"),
+            *([("proposals.mine (cached fills)", mine + workers, ("proposals.mine",), "candidates")]
+              if args.rerun else []),
             ("teacher.verify", [py, "-m", "teacher.verify", "--run", str(run), "--k", str(args.k), "--quiet",
                                 "--base-url", ep.url, "--model", MODEL, *llm], ("teacher.verify",), "pairs"),
             ("dataset.export", [py, "-m", "dataset.export", "--run", str(run), "--format", "trl", "--format",
@@ -472,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="folder for the run, logs and summary.json "
                                                            "(default: runs/paper-scale/xSCALE)")
     ap.add_argument("--keep", action="store_true", help="keep the run directory, the pool and the caches")
+    ap.add_argument("--no-rerun", dest="rerun", action="store_false",
+                    help="mine once (with its fills), without the timed rerun from the cache")
     args = ap.parse_args(argv)
     if not (args.shared / "agentlab_workarena").is_dir():
         print(f"skip: shared traces not found at {args.shared}")
