@@ -147,7 +147,8 @@ def _pair_id(row: dict, rule: str, action_neg: str) -> str:
 class Miner:
     """Runs the rules over a run's successful trajectories and grounds what they propose."""
 
-    def __init__(self, run: RunDir, config: MineConfig):
+    def __init__(self, run: RunDir, config: MineConfig, graphs: dict[str, GraphIndex | None] | None = None):
+        """``graphs``: a site -> graph cache to share (the chunks a worker process mines share one)."""
         self.run, self.config = run, config
         self.drops: Counter = Counter()
         self.rejects: list[Reject] = []
@@ -158,7 +159,7 @@ class Miner:
         self.steps_in = self.steps_mined = 0           # demonstrated steps, and those mined
         self.step_rejected: Counter = Counter()         # steps not mined, by reason
         self.step_rejects: list[Reject] = []
-        self._graphs: dict[str, GraphIndex | None] = {}
+        self._graphs: dict[str, GraphIndex | None] = {} if graphs is None else graphs
         # O_t is resolved as the graphs resolved it (their identity, hence their node ids, and
         # their guards); the No-Graph ablation uses graph.build's defaults.
         self.resolve_settings = {} if config.no_graph else graph_settings(run)
@@ -443,11 +444,12 @@ class Miner:
 
 
 _ROWS_BY_TRAJ: dict[str, list[dict]] | None = None   # set in the parent, inherited by forked workers
+_WORKER_GRAPHS: dict[str, dict] = {}     # in a worker: run directory -> the site graphs its chunks loaded
 
 
 def _mine_chunk(args):
     run_root, config, trajs = args
-    miner = Miner(RunDir(run_root), config)
+    miner = Miner(RunDir(run_root), config, graphs=_WORKER_GRAPHS.setdefault(run_root, {}))
     pending = []
     for traj in trajs:
         pending += miner.trajectory(_ROWS_BY_TRAJ[traj])
@@ -482,6 +484,24 @@ def successful_trajectories(rows: list[dict]) -> tuple[dict[str, list[dict]], li
     return by_traj, trajs
 
 
+def site_chunks(by_traj: dict[str, list[dict]], trajs: list[str], size: int) -> list[list[str]]:
+    """The trajectories in chunks of at most ``size``, each of one site (a trajectory's site: its
+    first step's), the chunks with the most observations first (they are handed out in order)."""
+    sites: dict[str, list[str]] = defaultdict(list)
+    for traj in trajs:
+        sites[by_traj[traj][0]["site"]].append(traj)
+    chunks = [ts[i:i + size] for ts in sites.values() for i in range(0, len(ts), size)]
+    return sorted(chunks, key=lambda c: -sum(len(by_traj[t]) for t in c))
+
+
+def in_trajectory_order(miner: Miner, pending: list[_Pending]) -> None:
+    """Results of trajectories mined in any order put back in the order of a one-process run (a
+    stable sort by trajectory id: each trajectory is mined whole, in step order, by one miner)."""
+    pending.sort(key=lambda p: p.row["traj_id"])
+    for rejects in (miner.rejects, miner.step_rejects):
+        rejects.sort(key=lambda r: r.key["traj_id"])
+
+
 def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
          workers: int | None = None, show_progress: bool = True) -> StageStats:
     """Mine the full candidate pool of a run; write ``candidates.parquet`` and the audit
@@ -496,22 +516,22 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     workers = min(workers or os.cpu_count() or 1, max(len(trajs) // 8, 1))
     if workers > 1:
         # Workers are forked with the rows in memory (no observation text is pickled), mine
-        # contiguous chunks of trajectories and send back slim results; chunk order keeps the
-        # output identical to a single-process run.
+        # chunks of one site's trajectories (so that each loads few site graphs) and send back
+        # slim results, put back in one-process order.
         global _ROWS_BY_TRAJ
         _ROWS_BY_TRAJ = by_traj
-        n = workers * 4
-        chunks = [trajs[i * len(trajs) // n:(i + 1) * len(trajs) // n] for i in range(n)]
+        chunks = site_chunks(by_traj, trajs, max(1, -(-len(trajs) // (workers * 4))))
         try:
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool, \
                     progress(len(trajs), f"{STAGE} mining", unit="traj", enabled=show_progress) as bar:
-                for (part, tallies), chunk in zip(pool.map(_mine_chunk, [(str(run.root), config, c) for c in chunks
-                                                                          if c]), [c for c in chunks if c]):
+                for (part, tallies), chunk in zip(pool.map(_mine_chunk, [(str(run.root), config, c) for c in chunks]),
+                                                  chunks):
                     pending += part
                     miner.absorb(tallies)
                     bar.update(len(chunk))
         finally:
             _ROWS_BY_TRAJ = None
+        in_trajectory_order(miner, pending)
     else:
         with progress(len(trajs), f"{STAGE} mining", unit="traj", enabled=show_progress) as bar:
             for traj in trajs:
@@ -643,9 +663,7 @@ def write_sites(run: RunDir, config: MineConfig, results: list[tuple[list[_Pendi
     for part, tallies in results:
         pending += part
         miner.absorb(tallies)
-    pending.sort(key=lambda p: p.row["traj_id"])
-    for rejects in (miner.rejects, miner.step_rejects):
-        rejects.sort(key=lambda r: r.key["traj_id"])
+    in_trajectory_order(miner, pending)
     webprm = load_rows(run, filters=[("source", "==", "webprm")])      # the one audit that reads rows
     return write_pool(run, config, webprm, miner, pending, llm_config, show_progress, t0)
 

@@ -280,3 +280,38 @@ def test_audit_in_worker_processes_equals_one_process(mined, bundled_run, tmp_pa
     one = audit_table(run, "candidates")
     assert audit_table(run, "candidates", workers=3) == one == mined[0].extra["audit"]
     assert one["pairs"] == len(mined[2]) and one["hallucinated_targets"] == 0
+
+
+def test_worker_processes_mine_what_one_process_mines(tmp_path, scripted_llm):
+    """Two worker processes (chunks of one site's trajectories, handed out biggest first, results
+    put back in trajectory order) write the same bytes, rejects and stats as one process: the
+    bundled sample twice, the copies on two sites (22 successful trajectories, so two workers are used)."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = pq.read_table(BUNDLED / "agentlab_workarena.parquet")
+    copies = []
+    for i in range(2):
+        t = table
+        for col in ("task_id", "traj_id", "site", "source_path"):
+            t = t.set_column(t.schema.get_field_index(col), col,
+                             pc.binary_join_element_wise(t[col], pa.scalar(f"-c{i}"), ""))
+        copies.append(t)
+    pq.write_table(pa.concat_tables(copies), tmp_path / "pool.parquet")
+    one = tmp_path / "one"
+    ingest("canonical", [tmp_path / "pool.parquet"], one)
+    build_graphs(one, workers=1)
+    two = tmp_path / "two"
+    shutil.copytree(one, two)
+    got = {}
+    for run, workers in ((one, 1), (two, 2)):
+        stats = mine(run, MineConfig(sample_size=100, seed=42), scripted_llm, workers=workers, show_progress=False)
+        entry = json.loads((run / "stats.json").read_text())["proposals.mine"]
+        for key in ("seconds", "llm"):       # the second run finds the first one's fill answers cached
+            entry.pop(key)
+        got[workers] = ((run / "candidates.parquet").read_bytes(), (run / "rejects.jsonl").read_text(), entry,
+                        stats.n_out)
+    assert len({r["site"] for r in pq.read_table(two / "candidates.parquet", columns=["site"]).to_pylist()}) == 2
+    assert got[1][3] > 0 and got[1] == got[2]
