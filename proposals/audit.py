@@ -36,6 +36,7 @@ flag disagrees with the re-derived one, 2 when a file is missing.
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import json
 import multiprocessing
@@ -222,7 +223,17 @@ def _observe_groups(path: Path, cols: list[str], groups: list[int], targets: dic
     """:func:`_observations` over some row groups of the file, in file order."""
     got: dict[tuple[str, int], tuple[Counter, dict[str, int]] | None] = {}
     f = pq.ParquetFile(path)
-    for batch in f.iter_batches(columns=cols, row_groups=groups, batch_size=256):
+    gc.disable()       # as proposals.mine's workers: parsing makes millions of short-lived objects
+    try:
+        _observe_batches(f.iter_batches(columns=cols, row_groups=groups, batch_size=256), targets, identity, got)
+    finally:
+        gc.enable()
+    return got
+
+
+def _observe_batches(batches, targets: dict[tuple[str, int], set[str]], identity: str, got: dict) -> None:
+    """Add the facts of the targeted steps of ``batches`` to ``got`` (the first row of a step wins)."""
+    for batch in batches:
         d = batch.to_pydict()
         for i, key in enumerate(zip(d["traj_id"], d["step_idx"])):
             if key not in targets or key in got:
@@ -238,7 +249,6 @@ def _observe_groups(path: Path, cols: list[str], groups: list[int], targets: dic
             node_bids = node_bid_counts(tree, d["site"][i], d["url"][i], html, wanted, identity)
             got[key] = (Counter({b: counts[b] for b in wanted if b in counts}),
                         {b: node_bids[b] for b in wanted if b in node_bids})
-    return got
 
 
 def _pairs(path: Path, table: str) -> list[dict]:

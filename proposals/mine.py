@@ -20,6 +20,7 @@ and LLM cache: byte-identical output.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import multiprocessing
@@ -451,8 +452,15 @@ def _mine_chunk(args):
     run_root, config, trajs = args
     miner = Miner(RunDir(run_root), config, graphs=_WORKER_GRAPHS.setdefault(run_root, {}))
     pending = []
-    for traj in trajs:
-        pending += miner.trajectory(_ROWS_BY_TRAJ[traj])
+    # The cycle collector paused for the chunk: parsing allocates millions of short-lived objects
+    # (freed by reference counting) and each collection walked the inherited rows too (~14% of
+    # the mining's CPU time on the paper-scale pool).
+    gc.disable()
+    try:
+        for traj in trajs:
+            pending += miner.trajectory(_ROWS_BY_TRAJ[traj])
+    finally:
+        gc.enable()
     return pending, miner.tallies()
 
 
