@@ -1,25 +1,35 @@
 """Benchmark graph.build at the paper's scale.
 
     .venv/bin/python bench/graphs.py [--shared ../shared/data] [--scales 1 4 32] [--workers N]
+                                     [--sites N] [--code DIR ...] [--repeat N]
+    .venv/bin/python bench/graphs.py --scales 30 --sites 50 --code /tmp/old . --repeat 3   # paper scale, before/after
     .venv/bin/python bench/graphs.py --nesting 1000 3000 6000 12000 [--code DIR]
 
 Ingests the shared AgentLab traces once, keeps the successful trajectories, replicates them with
 distinct task ids, trajectory ids and site names (so the graphs grow with the data, as 50 real
 sites would) up to the largest scale, then runs ``python -m graph.build`` on each scale in a
-fresh process. Prints observations/s (build call and whole command) and peak RSS (the command
-and its worker processes), and the time ratio 4x / 1x (linear = 4.0).
+fresh process. Prints, per build: the ``build_graphs`` call's seconds and observations/s and the
+peak RSS (the process and its workers, sampled every 20 ms by a thread beside the build); then the
+whole command, ``python -m graph.build --run RUN`` run again alone (process start, imports and
+pool start-up included, no sampler): wall seconds, CPU seconds (user + sys, workers included) and
+observations/s. Then the time ratio 4x / 1x of the build call (linear = 4.0). ``--sites N`` spreads the
+replicated trajectories over N sites instead of one site per copy (the paper's pool: 9,497
+observations over 50 sites is ``--scales 30 --sites 50``). ``--code DIR...`` runs each
+checkout's ``graph.build`` in turn on the same corpus (e.g. ``git archive d5a60f6`` beside this
+one), ``--repeat N`` times, interleaved, for before/after figures taken under the same load.
 
 ``--nesting N...`` (issue 24 item 4) builds, for each N, a run of one observation: a flat AXTree of
 N nested named regions, each holding a button (the hostile probe's shape), with both identities,
 with the depth guard lifted (``--max-depth 0``: the build itself is measured) and with the
-default guard (the observation rejected as ``too_deep``). ``--code DIR`` runs another checkout's
-``graph.build`` (e.g. ``git archive HEAD~1``) for a before/after figure; its guard flags are
-ignored when it has none.
+default guard (the observation rejected as ``too_deep``). There ``--code DIR`` (the first one)
+runs another checkout's ``graph.build``; its guard flags are ignored when it has none.
 """
 
 from __future__ import annotations
 
 import json
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -118,6 +128,27 @@ def nesting(sizes: list[int], code: Path, tmp: Path) -> None:
                       f"{r['peak_rss_mb']:>11.0f}")
 
 
+def timed_cli(run: Path, workers: int, cwd: Path) -> dict:
+    """``python -m graph.build --run RUN`` of the checkout ``cwd`` as a user runs it (no sampler
+    thread beside it): wall seconds and CPU seconds (user + sys, its workers included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "graph.build", "--run", str(run)] + (["--workers", str(workers)] if workers else []),
+                   cwd=cwd, capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"wall": wall, "cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)}
+
+
+def fresh_run(tmp: Path, corpus: Path) -> Path:
+    """A run directory of its own holding ``corpus``'s trajectories (every build starts clean)."""
+    run = tmp / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir()
+    shutil.copy(corpus / "trajectories.parquet", run)
+    return run
+
+
 def measure(body: str, *args, cwd: Path = ROOT) -> dict:
     """Run ``body`` in a fresh process under the peak-RSS sampler; its JSON line plus wall time."""
     t = time.perf_counter()
@@ -128,8 +159,9 @@ def measure(body: str, *args, cwd: Path = ROOT) -> dict:
     return res
 
 
-def replicate(src: Path, dst: Path, k: int) -> int:
-    """Write ``k`` copies of the successful trajectories of ``src`` with distinct ids and sites."""
+def replicate(src: Path, dst: Path, k: int, sites: int = 0) -> int:
+    """Write ``k`` copies of the successful trajectories of ``src`` with distinct ids and sites
+    (one site per copy, or the trajectories dealt round-robin over ``sites`` sites)."""
     table = pq.read_table(src)
     table = table.filter(pc.equal(table["success"], True))
     parts = []
@@ -139,7 +171,12 @@ def replicate(src: Path, dst: Path, k: int) -> int:
             t = t.set_column(t.schema.get_field_index(col), col,
                              pc.binary_join_element_wise(t[col], pa.scalar(f"-r{i}"), ""))
         parts.append(t)
-    out = for_storage(pa.concat_tables(parts))
+    out = pa.concat_tables(parts)
+    if sites:
+        order = {t: n for n, t in enumerate(dict.fromkeys(out["traj_id"].to_pylist()))}
+        out = out.set_column(out.schema.get_field_index("site"), "site",
+                             pa.array([f"site-{order[t] % sites:02d}" for t in out["traj_id"].to_pylist()]))
+    out = for_storage(out)
     dst.mkdir(parents=True, exist_ok=True)
     atomic_write_parquet(dst / "trajectories.parquet", out, ROW_GROUP_SIZE)   # as data.ingest writes it
     return out.num_rows
@@ -152,11 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=0, help="0: one per core")
     ap.add_argument("--nesting", type=int, nargs="+", default=None,
                     help="measure graph.build on N nested regions (issue 24) and stop")
-    ap.add_argument("--code", type=Path, default=ROOT, help="--nesting: the checkout whose graph.build runs")
+    ap.add_argument("--sites", type=int, default=0, help="spread the trajectories over N sites (0: one per copy)")
+    ap.add_argument("--code", type=Path, nargs="+", default=[ROOT],
+                    help="the checkouts whose graph.build runs, in turn on each corpus (--nesting: the first)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each checkout per scale, interleaved")
     args = ap.parse_args(argv)
     if args.nesting:
         with tempfile.TemporaryDirectory() as tmp:
-            nesting(args.nesting, args.code.resolve(), Path(tmp))
+            nesting(args.nesting, args.code[0].resolve(), Path(tmp))
         return 0
     if not (args.shared / "agentlab_workarena").is_dir():
         print(f"skip: shared traces not found at {args.shared}")
@@ -165,15 +205,20 @@ def main(argv: list[str] | None = None) -> int:
         base = Path(tmp) / "base"
         ingest("agentlab", [args.shared / "agentlab_workarena"], base)
         results = {}
-        print(f"{'scale':>5} {'obs':>7} {'sites':>5} {'nodes':>8} {'build s':>8} {'obs/s':>7} "
-              f"{'cmd s':>7} {'obs/s':>7} {'peak RSS MB':>11}")
+        print(f"{'scale':>5} {'obs':>7} {'sites':>5} {'nodes':>8} {'build s':>8} {'obs/s':>7} {'peak RSS MB':>11} "
+              f"{'cmd s':>7} {'cmd cpu s':>9} {'cmd obs/s':>9}  code")
         for k in args.scales:
-            run = Path(tmp) / f"x{k}"
-            n = replicate(base / "trajectories.parquet", run, k)
-            r = measure(_BUILD, run, args.workers)
-            results[k] = r
-            print(f"{k:>5} {n:>7} {r['sites']:>5} {r['element_nodes']:>8} {r['seconds']:>8.2f} "
-                  f"{n / r['seconds']:>7.0f} {r['wall']:>7.2f} {n / r['wall']:>7.0f} {r['peak_rss_mb']:>11.0f}")
+            corpus = Path(tmp) / f"x{k}"
+            n = replicate(base / "trajectories.parquet", corpus, k, args.sites)
+            for _ in range(args.repeat):
+                for code in args.code:
+                    # the build call under the peak-RSS sampler, then the command alone
+                    r = measure(_BUILD, fresh_run(Path(tmp), corpus), args.workers, cwd=code.resolve())
+                    cmd = timed_cli(fresh_run(Path(tmp), corpus), args.workers, code.resolve())
+                    results.setdefault(k, r)
+                    print(f"{k:>5} {n:>7} {r['sites']:>5} {r['element_nodes']:>8} {r['seconds']:>8.2f} "
+                          f"{n / r['seconds']:>7.0f} {r['peak_rss_mb']:>11.0f} {cmd['wall']:>7.2f} {cmd['cpu']:>9.1f} "
+                          f"{n / cmd['wall']:>9.0f}  {code}", flush=True)
         if 1 in results and 4 in results:
             print(f"time ratio 4x/1x: {results[4]['seconds'] / results[1]['seconds']:.2f} (linear = 4.00, goal <= 4.5)")
     return 0

@@ -17,6 +17,8 @@ chooses the persistent identity (App. B's ``paper``, the default, or ``ours``; s
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import shutil
 import os
@@ -114,6 +116,28 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
     """Build the graph of ``site`` from its observations (already filtered by success), pass by
     pass (:mod:`graph.passes`). ``rows`` carry ``next_url`` and ``traj_steps`` lists every
     trajectory's (step_idx, site): see :func:`plan`."""
+    with without_gc():
+        return _build_site(site, rows, traj_steps, config)
+
+
+@contextlib.contextmanager
+def without_gc():
+    """Python's cycle collector off for the block (restored after it). A site's build allocates
+    hundreds of thousands of small objects that stay alive until it ends (parsed trees, their
+    contexts) and form no reference cycles, so each collection re-scans them for nothing: a
+    quarter of the build's time on the shared traces. Whatever cycle is left is collected
+    once the collector runs again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int, str]]],
+                config: BuildConfig | None) -> InteractionElementGraph:
     obs = passes.parse_and_resolve(site, rows, **(config or BuildConfig()).resolve_settings())
     steps = passes.demonstrated_steps(site, obs)
     elements, sightings = passes.element_nodes(site, obs, steps)

@@ -38,6 +38,7 @@ parent's key, never copied or serialized per element (see :class:`PageContext`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from enum import StrEnum
@@ -84,6 +85,10 @@ PAPER_WRAPPER_ROLES = frozenset({"generic", "none", "presentation", "LayoutTable
                                  "LayoutTableCell", "LayoutTableColumn"})
 # Ancestors (and positions) kept for display per element; the identity hashes all of them.
 ANCESTORS_SHOWN = 32
+
+# The page of an identity (``data.sites.normalize_url_path``, a pure function), remembered: a
+# site's observations show the same few pages again and again (~0.3 ms a URL otherwise).
+page_path = functools.lru_cache(maxsize=4096)(normalize_url_path)
 
 class NodeKind(StrEnum):
     """What a graph node is: an interactive element seen in an observation, or a virtual node
@@ -267,8 +272,10 @@ class PageContext:
             # Parents precede children in document order, so one forward pass suffices.
             for node in nodes:
                 p = node.parent
-                if p is not None and nodes[p].role not in roots:
-                    anchor[node.index] = p if nodes[p].role not in inert else anchor[p]
+                if p is not None:
+                    role = nodes[p].role
+                    if role not in roots:
+                        anchor[node.index] = p if role not in inert else anchor[p]
         elif self.context == "html":
             by_bid = tree.by_bid()
             parents = self.html_parents
@@ -303,7 +310,7 @@ class PageContext:
                 inherited = frames[p] if p is not None else None
                 if p is not None and node.role == "RootWebArea":
                     url = node.props.get("url")
-                    frames[node.index] = normalize_url_path(url) if isinstance(url, str) and url else inherited
+                    frames[node.index] = page_path(url) if isinstance(url, str) and url else inherited
                 else:
                     frames[node.index] = inherited
             self._frames = frames
@@ -338,11 +345,13 @@ class PageContext:
             # Interactive roles are never inert, so the nearest one is found anchor to anchor;
             # anchors precede their nodes, so one forward pass fills every answer.
             near: list[int | None] = [None] * len(nodes)
+            anchors = self._anchor
             for node in nodes:
-                a = self._anchor[node.index]
-                if a is not None:
-                    near[node.index] = a if is_interactive(nodes[a]) else near[a]
-                anc = near[node.index]
+                a = anchors[node.index]
+                if a is None:
+                    continue
+                up = nodes[a]
+                anc = near[node.index] = a if up.bid is not None and up.role in INTERACTIVE_ROLES else near[a]
                 if anc is not None:
                     out[node.index] = (anc, node.depth - nodes[anc].depth)
         elif self.context == "html":

@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 
 from data.actions import ELEMENT_OPS, VALUE_OPS, Action, ActionParseError, parse_action
 from data.rundir import Reject
-from data.sites import normalize_url_path
 from graph.axtree import AXTreeParseError
-from graph.identity import DEFAULT_IDENTITY, NodeKind, VirtualNode, is_interactive, virtual_node
+from graph.identity import DEFAULT_IDENTITY, NodeKind, VirtualNode, is_interactive, page_path, virtual_node
 from graph.resolve import Resolution, TreeLimitExceeded, resolve_observation
 
 STAGE = "graph.build"
@@ -211,7 +210,7 @@ def demonstrated_steps(site: str, obs: Observations) -> DemonstratedSteps:
             continue
         landing = content.get((row["traj_id"], row["step_idx"] + 1))
         if landing is None and o.next_url:
-            landing = normalize_url_path(o.next_url)
+            landing = page_path(o.next_url)
         v = virtual_node(site, action.op, page, landing)
         out.steps.append(DemoStep(row["traj_id"], row["step_idx"], action, v.node_id, NodeKind.VIRTUAL, page, v))
     return out

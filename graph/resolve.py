@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from data.sites import normalize_url_path
 from graph.axtree import AXNode, AXTree, StructureTooDeep, infer_structure, parse_axtree
 from graph.identity import (DEFAULT_IDENTITY, INTERACTIVE_ROLES, ElementContext, PageContext, ambiguous,
-                            html_bid_parents)
+                            html_bid_parents, page_path)
 
 
 @dataclass(slots=True)
@@ -88,7 +87,7 @@ def resolve_observation(observation: str | AXTree, obs_format: str, site: str, u
         depth = page.depth()
         if depth > max_depth:
             raise TreeLimitExceeded("too_deep", f"structure {depth} levels deep (the limit is {max_depth})")
-    url_path = normalize_url_path(url)
+    url_path = page_path(url)
     extra = set(extra_bids)
     elements = [n for n in tree.nodes if n.bid is not None and (n.role in INTERACTIVE_ROLES or n.bid in extra)]
     ids = page.persistent_ids(site, url_path, elements)
