@@ -10,13 +10,22 @@ generated, and the two answers ``<Answer>Response 1</Answer>`` and ``<Answer>Res
 (``data.judgment.ANSWER_TAG``) are scored as continuations: ``log p(tag | prompt)`` summed over
 the tag's tokens. The tokens both tagged sequences share (the prompt, the rationale and
 ``<Answer>Response ``) go through the model once, with its KV cache kept; the two short tails
-(``1</Answer>`` / ``2</Answer>``) are then scored on copies of that cache. So a verdict costs one
-forward pass over the prompt, never a generation, and always parses. The likelier tag is the
-verdict; a tie (only seen with degenerate models) goes to Response 1 and is flagged.
+(``1</Answer>`` / ``2</Answer>``) continue from it, the cache cut back to the shared tokens between
+them. So a verdict costs one forward pass over the prompt, never a generation, and always parses. The likelier tag is the verdict; a tie (only
+seen with degenerate models) goes to Response 1 and is flagged.
 
 ``score_both_orders`` scores the prompt as given and with the two responses swapped and takes
 ``margin(given) - margin(swapped)``: a constant pull toward one position (measured: Qwen2.5-Coder
--0.5B picks Response 1 on every one of 16 scored verdicts) cancels, at two forward passes a verdict.
+-0.5B picks Response 1 on every one of 16 scored verdicts) cancels.
+
+**One KV cache for many prompts** (``score_many``, ``tag_logprobs``): the token sequences to score
+run in sorted order on one cache, each cut back to what it has in common with the one before. The
+two orders of a prompt share everything before Response 1's action (the instructions, the intent,
+the AXTree, the trajectory, the URLs), so the swapped order runs only its responses and the output
+instructions; the prompts of one state (a tournament round's matches, ``prm.judge.LocalJudge``)
+also share their common prefix (at least the system prompt and the intent; all of it up to the
+responses when their AXTrees are cut alike). The scores equal separate full passes up to float
+rounding (``tests/llm/test_scoring.py``).
 
 This is the local models' second way to a verdict besides generating a judgment
 (``prm.judge.LocalJudge(mode="score")``, ``teacher.verify`` with a local teacher); an endpoint
@@ -34,7 +43,6 @@ beside its base, never gets another model's verdicts.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import inspect
 import logging
@@ -122,37 +130,74 @@ def tag_token_ids(tokenizer, prefix: str) -> tuple[list[int], list[int], list[in
     """(shared tokens, tail of tag 1, tail of tag 2) for ``prefix`` + each answer tag."""
     a = _encode(tokenizer, prefix + ANSWER_TAG.format(1))
     b = _encode(tokenizer, prefix + ANSWER_TAG.format(2))
-    k = 0
-    while k < min(len(a), len(b)) and a[k] == b[k]:
-        k += 1
+    k = _common(a, b)
     if k == len(a) or k == len(b):
         raise ValueError("the tokenizer does not tell the two answer tags apart")
     return a[:k], a[k:], b[k:]
 
 
-def score_answers(model, tokenizer, messages: list[dict], rationale: str = "") -> TagScore:
-    """Score both answer tags after ``messages`` (and ``rationale``); see the module doc."""
+def _common(a: list[int], b: list[int]) -> int:
+    """The length of the longest common prefix of two token lists."""
+    k = 0
+    while k < min(len(a), len(b)) and a[k] == b[k]:
+        k += 1
+    return k
+
+
+def _forward(model, ids: list[int], cache, keep: int):
+    """(log-probabilities at the last ``keep`` positions of ``ids`` run on ``cache``, the cache).
+    ``cache`` None starts a new one; it is extended in place."""
     import torch
 
-    shared, tail_1, tail_2 = tag_token_ids(tokenizer, prompt_text(tokenizer, messages, rationale))
-    device = next(model.parameters()).device
     params = inspect.signature(model.forward).parameters
     cache_arg = "cache" if "cache" in params else "past_key_values"     # renamed in transformers 5
-    keep = {"logits_to_keep": 1} if "logits_to_keep" in params else {}  # the prompt's last logits only
+    kwargs = {"logits_to_keep": keep} if "logits_to_keep" in params else {}
+    out = model(input_ids=torch.tensor([ids], device=next(model.parameters()).device), use_cache=True,
+                **{cache_arg: cache}, **kwargs)
+    logp = torch.log_softmax(out.logits[0, -keep:].float(), dim=-1)
+    return logp, out["cache"] if "cache" in out else out["past_key_values"]
+
+
+def _crop(cache, length: int) -> None:
+    """Cut ``cache`` back to its first ``length`` tokens (in place)."""
+    drop = cache.get_seq_length() - length
+    if drop > 0:
+        cache.crop(-drop)         # a negative count removes that many tokens (transformers 4 and 5)
+
+
+def _tail_logprob(logp, tail: list[int]) -> float:
+    """log p(tail) from the log-probabilities at the positions before each of its tokens."""
+    return float(sum(logp[i, t] for i, t in enumerate(tail)))
+
+
+def tag_logprobs(model, sequences: list[tuple[list[int], list[int], list[int]]]) -> list[tuple[float, float]]:
+    """(log p(tail 1 | shared), log p(tail 2 | shared)) for each ``(shared, tail_1, tail_2)`` of
+    ``tag_token_ids``, computed on one KV cache: the sequences run in sorted order, each one cut
+    back to the tokens it has in common with the one before and continued from there (a
+    depth-first walk of the sequences' token trie: every common prefix goes through the model
+    once). A sequence runs its shared tokens and tag 1's tail in one pass, then is cut back to the
+    shared tokens and runs tag 2's tail. Only the tags' positions are projected to logits."""
+    import torch
+
+    scores: list[tuple[float, float]] = [(0.0, 0.0)] * len(sequences)
+    cache, seen = None, []                          # the tokens ``cache`` holds
     with _lock_for(model), torch.inference_mode():
-        out = model(input_ids=torch.tensor([shared], device=device), use_cache=True, **keep)
-        shared_cache = out["cache"] if "cache" in out else out["past_key_values"]
-        last = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
-        scores = []
-        for tail in (tail_1, tail_2):
-            lp = float(last[tail[0]])
-            if len(tail) > 1:               # the rest of the tag, on a copy of the shared cache
-                nxt = model(input_ids=torch.tensor([tail[:-1]], device=device), use_cache=True,
-                            **{cache_arg: copy.deepcopy(shared_cache)})
-                logp = torch.log_softmax(nxt.logits[0].float(), dim=-1)
-                lp += float(sum(logp[i, t] for i, t in enumerate(tail[1:])))
-            scores.append(lp)
-    return TagScore(scores[0], scores[1], len(shared))
+        for i in sorted(range(len(sequences)), key=lambda i: sequences[i]):
+            shared, tail_1, tail_2 = sequences[i]
+            # The last shared token always runs: its logits score the tags' first tokens.
+            k = min(_common(seen, shared), len(shared) - 1)
+            if cache is not None:
+                _crop(cache, k)
+            logp, cache = _forward(model, shared[k:] + tail_1[:-1], cache, len(tail_1))
+            lp_1, lp_2 = _tail_logprob(logp, tail_1), float(logp[0, tail_2[0]])
+            seen = shared + tail_1[:-1]
+            if len(tail_2) > 1:
+                _crop(cache, len(shared))
+                logp, cache = _forward(model, tail_2[:-1], cache, len(tail_2) - 1)
+                lp_2 += _tail_logprob(logp, tail_2[1:])
+                seen = shared + tail_2[:-1]
+            scores[i] = (lp_1, lp_2)
+    return scores
 
 
 def rationale_of(text: str) -> str:
@@ -189,23 +234,45 @@ class BothOrdersScore:
         return self.given.prompt_tokens + self.swapped.prompt_tokens
 
 
+def score_many(model, tokenizer, prompts: list[list[dict]], mode: str,
+               rationales: list[str] | None = None) -> list[TagScore] | list[BothOrdersScore]:
+    """``score_answers`` (``mode='score'``) or ``score_both_orders`` (``'score-both'``) of each
+    prompt (after its rationale), all on one KV cache (``tag_logprobs``): the orders of a prompt,
+    and prompts of one state, share their common prefix. ``ValueError`` for another mode, or in
+    ``score-both`` for a prompt without the two response blocks."""
+    if mode not in SCORE_MODES:
+        raise ValueError(f"mode must be one of {SCORE_MODES}, not {mode!r}")
+    rationales = rationales or [""] * len(prompts)
+    orders = []                                     # (messages, rationale) to score, given then swapped
+    for messages, rationale in zip(prompts, rationales, strict=True):
+        orders.append((messages, rationale))
+        if mode == "score-both":
+            swapped = swap_responses(messages)
+            if swapped is None:
+                raise ValueError("the prompt has no [The Begin of Response 1/2] blocks to swap")
+            orders.append((swapped, rationale))
+    sequences = [tag_token_ids(tokenizer, prompt_text(tokenizer, m, r)) for m, r in orders]
+    tags = [TagScore(lp_1, lp_2, len(seq[0])) for (lp_1, lp_2), seq in zip(tag_logprobs(model, sequences), sequences)]
+    if mode == "score":
+        return tags
+    return [BothOrdersScore(tags[i], tags[i + 1]) for i in range(0, len(tags), 2)]
+
+
+def score_answers(model, tokenizer, messages: list[dict], rationale: str = "") -> TagScore:
+    """Score both answer tags after ``messages`` (and ``rationale``); see the module doc."""
+    return score_many(model, tokenizer, [messages], "score", [rationale])[0]
+
+
 def score_both_orders(model, tokenizer, messages: list[dict], rationale: str = "") -> BothOrdersScore:
-    """``score_answers`` on the prompt as given and with Response 1 and 2 swapped (two forward
-    passes); ``ValueError`` when the prompt lacks the two response blocks."""
-    swapped = swap_responses(messages)
-    if swapped is None:
-        raise ValueError("the prompt has no [The Begin of Response 1/2] blocks to swap")
-    return BothOrdersScore(score_answers(model, tokenizer, messages, rationale),
-                           score_answers(model, tokenizer, swapped, rationale))
+    """``score_answers`` on the prompt as given and with Response 1 and 2 swapped (one KV cache:
+    the part before the responses runs once); ``ValueError`` when the prompt lacks the two
+    response blocks."""
+    return score_many(model, tokenizer, [messages], "score-both", [rationale])[0]
 
 
 def score(model, tokenizer, messages: list[dict], mode: str, rationale: str = "") -> TagScore | BothOrdersScore:
     """``score_answers`` (``mode='score'``) or ``score_both_orders`` (``'score-both'``)."""
-    if mode == "score":
-        return score_answers(model, tokenizer, messages, rationale)
-    if mode == "score-both":
-        return score_both_orders(model, tokenizer, messages, rationale)
-    raise ValueError(f"mode must be one of {SCORE_MODES}, not {mode!r}")
+    return score_many(model, tokenizer, [messages], mode, [rationale])[0]
 
 
 def score_request(model_id: str, messages: list[dict], mode: str, rationale: str = "") -> dict:

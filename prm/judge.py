@@ -109,7 +109,8 @@ class LocalJudge:
     truncated); ``score`` compares the likelihoods of the two answer tags right after the prompt
     (``llm.scoring``: one forward pass, always a verdict; the judgment text is the bare tag);
     ``score-both`` scores the prompt as given and swapped and takes the difference of the margins
-    (``llm.scoring.score_both_orders``: two forward passes, no position bias by construction);
+    (``llm.scoring.score_both_orders``: no position bias by construction; the part of the prompt
+    before the responses runs once);
     ``rationale`` generates up to ``max_tokens``, cuts the text before any answer tag and scores
     the two tags after it (always a verdict; the text is the rationale and the chosen tag).
 
@@ -243,38 +244,38 @@ class LocalJudge:
                 texts[i] = (tok.decode(row[:stop], skip_special_tokens=True), "length" if stop is None else "stop")
         return texts
 
-    def _score(self, messages: list[dict], mode: str, rationale: str = ""):
-        """``llm.scoring.score`` of one prompt, from the cache when it holds it."""
-        from llm.scoring import score, score_from_dict, score_request, score_to_dict
+    def _scores(self, prompts: list[list[dict]], mode: str, rationales: list[str]) -> list:
+        """``llm.scoring.score_many`` of the prompts, from the cache where it holds them; the rest
+        are scored together (one KV cache: their common prefixes run once) and cached."""
+        from llm.scoring import score_from_dict, score_many, score_request, score_to_dict
 
-        request = score_request(self.model_id, messages, mode, rationale)
-        key = self._key(request)
-        hit = score_from_dict(self.cache.get(key), mode) if key else None
-        if hit is not None:
-            self.cached += 1
-            return hit
-        s = score(self.model, self.tokenizer, messages, mode, rationale)
-        self.computed += 1
-        self._put(key, request, score_to_dict(s))
-        return s
+        requests = [score_request(self.model_id, p, mode, r) for p, r in zip(prompts, rationales, strict=True)]
+        keys = [self._key(r) for r in requests]
+        scores = [score_from_dict(self.cache.get(k), mode) if k else None for k in keys]
+        self.cached += sum(s is not None for s in scores)
+        todo = [i for i, s in enumerate(scores) if s is None]
+        if todo:
+            computed = score_many(self.model, self.tokenizer, [prompts[i] for i in todo], mode,
+                                  [rationales[i] for i in todo])
+            for i, s in zip(todo, computed):
+                scores[i] = s
+                self.computed += 1
+                self._put(keys[i], requests[i], score_to_dict(s))
+        return scores
 
     def score(self, prompts: list[list[dict]], rationales: list[str] | None = None) -> list[Judgment]:
-        """Verdicts by the answer tags' likelihoods (``llm.scoring``), one prompt at a time."""
+        """Verdicts by the answer tags' likelihoods (``llm.scoring``)."""
+        given = rationales or [""] * len(prompts)
         out = []
-        for i, p in enumerate(prompts):
-            rationale = rationales[i] if rationales else ""
-            s = self._score(p, "score", rationale)
+        for rationale, s in zip(given, self._scores(prompts, "score", given)):
             text = (rationale.rstrip() + "\n" if rationale.strip() else "") + s.text
             out.append(Judgment(text, s.verdict, mode="rationale" if rationales else "score", margin=s.margin))
         return out
 
     def score_both(self, prompts: list[list[dict]]) -> list[Judgment]:
         """Verdicts by both orders' tag scores (``llm.scoring.score_both_orders``)."""
-        out = []
-        for p in prompts:
-            s = self._score(p, "score-both")
-            out.append(Judgment(s.text, s.verdict, mode="score-both", margin=s.margin))
-        return out
+        return [Judgment(s.text, s.verdict, mode="score-both", margin=s.margin)
+                for s in self._scores(prompts, "score-both", [""] * len(prompts))]
 
     def judge_prompts(self, prompts: list[list[dict]]) -> list[Judgment]:
         if self.mode == "score":
