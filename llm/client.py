@@ -387,13 +387,23 @@ class LLMClient:
     async def achat_many(self, messages_list: list[list[dict]], *, stage: str = "default",
                          use_cache: bool = True, on_result=None, **sampling) -> list[ChatResult]:
         """Many chat completions at up to ``concurrency`` at once, results in input order;
-        ``on_result(result)`` is called as each one arrives (a progress bar)."""
-        async def one(messages):
-            result = await self.achat(messages, stage=stage, use_cache=use_cache, **sampling)
-            if on_result is not None:
-                on_result(result)
-            return result
-        return list(await asyncio.gather(*(one(m) for m in messages_list)))
+        ``on_result(result)`` is called as each one arrives (a progress bar).
+
+        Twice ``concurrency`` workers take the requests in turn, so a request is prepared (its
+        body, key and cache lookup) shortly before a slot frees, not all of them before the
+        first answer is read (3,000 small ones are ~0.1 s of CPU, 10,000 teacher prompts ~0.8 s,
+        measured on the loaded 2-core machine); the spare workers keep
+        the slots full while others wait out a retry's backoff."""
+        results: list[ChatResult | None] = [None] * len(messages_list)
+        todo = iter(enumerate(messages_list))
+
+        async def worker():
+            for i, messages in todo:
+                results[i] = await self.achat(messages, stage=stage, use_cache=use_cache, **sampling)
+                if on_result is not None:
+                    on_result(results[i])
+        await asyncio.gather(*(worker() for _ in range(min(len(messages_list), 2 * self.config.concurrency))))
+        return results
 
     def chat(self, messages: list[dict], *, stage: str = "default", use_cache: bool = True,
              **sampling) -> ChatResult:
