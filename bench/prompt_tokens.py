@@ -1,7 +1,7 @@
 """Where the tokens of a judgment prompt go, on the shared traces: before (a git revision's
 ``data/judgment.py``) and after (the working tree's).
 
-    .venv/bin/python bench/prompt_tokens.py [--shared ../shared/data] [--run DIR] [--baseline REV]
+    .venv/bin/python bench/prompt_tokens.py [--shared ../shared/data] [--run DIR] [--baseline ae7df4c]
                                             [--axtree-chars 12000 --axtree-chars 2000]
 
 The prompt is the teacher's pairwise verification prompt (``data.pairs.load_pairs``), which is
@@ -47,6 +47,7 @@ _INDENT = re.compile(r"^\t+", re.M)
 _URL_PROP = re.compile(r"\burl(?:=|: )(?:'[^'\n]*'|\"[^\"\n]*\"|\S+)")
 OUTPUT_HEADER = "### Output Instructions ###"
 DEFAULT_RUN = ROOT / "runs" / "bench-prompt-tokens"
+BEFORE = "ae7df4c"          # data/judgment.py before issue 29 item 3 shortened the prompts
 
 
 def _cli(*args: str) -> None:
@@ -144,7 +145,8 @@ def build_parser():
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--run", type=Path, default=DEFAULT_RUN, help="run directory with candidates.parquet "
                     "(built from the shared traces when it has none)")
-    ap.add_argument("--baseline", default="HEAD", help="git revision whose data/judgment.py is 'before'")
+    ap.add_argument("--baseline", default=BEFORE, help="git revision whose data/judgment.py is 'before' "
+                    "(default: the last commit before the prompts were shortened)")
     ap.add_argument("--axtree-chars", type=int, action="append", help="AXTree budgets to measure "
                     "(default: 12000, the teacher's default, and 2000, make run's)")
     ap.add_argument("--seed", type=int, default=42, help="the coin that orders each pair")
