@@ -48,7 +48,7 @@ import inspect
 import logging
 import math
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from data.judgment import ANSWER_TAG, swap_responses
@@ -170,18 +170,32 @@ def _tail_logprob(logp, tail: list[int]) -> float:
     return float(sum(logp[i, t] for i, t in enumerate(tail)))
 
 
-def tag_logprobs(model, sequences: list[tuple[list[int], list[int], list[int]]]) -> list[tuple[float, float]]:
+@dataclass
+class KeptCache:
+    """A KV cache kept between calls of ``tag_logprobs`` and the tokens it holds, so that prompts
+    of one state scored in several calls (a tournament's rounds) run their common prefix once.
+    One per model (``prm.judge.LocalJudge`` keeps one)."""
+
+    tokens: list[int] = field(default_factory=list)
+    cache: object = None
+
+
+def tag_logprobs(model, sequences: list[tuple[list[int], list[int], list[int]]],
+                 kept: KeptCache | None = None) -> list[tuple[float, float]]:
     """(log p(tail 1 | shared), log p(tail 2 | shared)) for each ``(shared, tail_1, tail_2)`` of
-    ``tag_token_ids``, computed on one KV cache: the sequences run in sorted order, each one cut
-    back to the tokens it has in common with the one before and continued from there (a
-    depth-first walk of the sequences' token trie: every common prefix goes through the model
-    once). A sequence runs its shared tokens and tag 1's tail in one pass, then is cut back to the
-    shared tokens and runs tag 2's tail. Only the tags' positions are projected to logits."""
+    ``tag_token_ids``, computed on one KV cache (``kept``'s, when given, left holding the last
+    sequence): the sequences run in sorted order, each one cut back to the tokens it has in common
+    with the one before and continued from there (a depth-first walk of the sequences' token trie:
+    every common prefix goes through the model once). A sequence runs its shared tokens and tag
+    1's tail in one pass, then is cut back to the shared tokens and runs tag 2's tail. Only the
+    tags' positions are projected to logits."""
     import torch
 
+    kept = kept if kept is not None else KeptCache()
     scores: list[tuple[float, float]] = [(0.0, 0.0)] * len(sequences)
-    cache, seen = None, []                          # the tokens ``cache`` holds
     with _lock_for(model), torch.inference_mode():
+        cache, seen = kept.cache, kept.tokens       # the tokens ``cache`` holds
+        kept.cache, kept.tokens = None, []          # until this call ends well
         for i in sorted(range(len(sequences)), key=lambda i: sequences[i]):
             shared, tail_1, tail_2 = sequences[i]
             # The last shared token always runs: its logits score the tags' first tokens.
@@ -197,6 +211,7 @@ def tag_logprobs(model, sequences: list[tuple[list[int], list[int], list[int]]])
                 lp_2 += _tail_logprob(logp, tail_2[1:])
                 seen = shared + tail_2[:-1]
             scores[i] = (lp_1, lp_2)
+        kept.cache, kept.tokens = cache, seen
     return scores
 
 
@@ -234,12 +249,12 @@ class BothOrdersScore:
         return self.given.prompt_tokens + self.swapped.prompt_tokens
 
 
-def score_many(model, tokenizer, prompts: list[list[dict]], mode: str,
-               rationales: list[str] | None = None) -> list[TagScore] | list[BothOrdersScore]:
+def score_many(model, tokenizer, prompts: list[list[dict]], mode: str, rationales: list[str] | None = None,
+               kept: KeptCache | None = None) -> list[TagScore] | list[BothOrdersScore]:
     """``score_answers`` (``mode='score'``) or ``score_both_orders`` (``'score-both'``) of each
-    prompt (after its rationale), all on one KV cache (``tag_logprobs``): the orders of a prompt,
-    and prompts of one state, share their common prefix. ``ValueError`` for another mode, or in
-    ``score-both`` for a prompt without the two response blocks."""
+    prompt (after its rationale), all on one KV cache (``tag_logprobs``, ``kept``'s when given):
+    the orders of a prompt, and prompts of one state, share their common prefix. ``ValueError``
+    for another mode, or in ``score-both`` for a prompt without the two response blocks."""
     if mode not in SCORE_MODES:
         raise ValueError(f"mode must be one of {SCORE_MODES}, not {mode!r}")
     rationales = rationales or [""] * len(prompts)
@@ -252,7 +267,7 @@ def score_many(model, tokenizer, prompts: list[list[dict]], mode: str,
                 raise ValueError("the prompt has no [The Begin of Response 1/2] blocks to swap")
             orders.append((swapped, rationale))
     sequences = [tag_token_ids(tokenizer, prompt_text(tokenizer, m, r)) for m, r in orders]
-    tags = [TagScore(lp_1, lp_2, len(seq[0])) for (lp_1, lp_2), seq in zip(tag_logprobs(model, sequences), sequences)]
+    tags = [TagScore(lp_1, lp_2, len(seq[0])) for (lp_1, lp_2), seq in zip(tag_logprobs(model, sequences, kept), sequences)]
     if mode == "score":
         return tags
     return [BothOrdersScore(tags[i], tags[i + 1]) for i in range(0, len(tags), 2)]

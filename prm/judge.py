@@ -37,6 +37,7 @@ from pathlib import Path
 
 from data.judgment import DEFAULT_FORMAT, JudgmentFormat, State, parse_verdict, render_pair, swap_responses
 from llm import LLMClient, LLMConfig
+from llm.scoring import KeptCache
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,12 @@ class LocalJudge:
     by model, dtype, prompt, mode and rationale, at the endpoint ``local:<folder>``, in the same
     disk cache as the client's answers. A folder's model loads only on the first miss, so a
     rerun served by the cache neither loads it nor runs a forward pass. ``cached`` and ``computed``
-    count the answers each way."""
+    count the answers each way.
+
+    **Scoring shares prefixes**: the prompts of one call that miss the cache are scored on one KV
+    cache (``llm.scoring.score_many``), and the last one's cache is kept for the next call
+    (``llm.scoring.KeptCache``), so a tournament's later rounds on the same state run only from
+    where their prompts part from the round before."""
 
     def __init__(self, model, tokenizer, max_tokens: int = 256, batch_size: int = 8, mode: str = "generate",
                  cache=None, model_id: str | None = None, endpoint: str = "local", load=None,
@@ -136,6 +142,7 @@ class LocalJudge:
         self.model_id, self.endpoint = model_id, endpoint
         self.cached = self.computed = 0
         self._load_lock = threading.Lock()
+        self._kept = KeptCache()        # scoring: the last prompt's KV cache, for the next call's common prefix
 
     @classmethod
     def from_pretrained(cls, path: str, device: str = "auto", dtype: str = "auto", cache=None,
@@ -256,7 +263,7 @@ class LocalJudge:
         todo = [i for i, s in enumerate(scores) if s is None]
         if todo:
             computed = score_many(self.model, self.tokenizer, [prompts[i] for i in todo], mode,
-                                  [rationales[i] for i in todo])
+                                  [rationales[i] for i in todo], self._kept)
             for i, s in zip(todo, computed):
                 scores[i] = s
                 self.computed += 1
