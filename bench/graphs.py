@@ -193,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--code", type=Path, nargs="+", default=[ROOT],
                     help="the checkouts whose graph.build runs, in turn on each corpus (--nesting: the first)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each checkout per scale, interleaved")
+    ap.add_argument("--no-rss", action="store_true", help="time the whole command only (no sampled build run)")
     args = ap.parse_args(argv)
     if args.nesting:
         with tempfile.TemporaryDirectory() as tmp:
@@ -213,9 +214,12 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.repeat):
                 for code in args.code:
                     # the build call under the peak-RSS sampler, then the command alone
-                    r = measure(_BUILD, fresh_run(Path(tmp), corpus), args.workers, cwd=code.resolve())
+                    if args.no_rss:
+                        r = {"sites": "-", "element_nodes": "-", "seconds": float("nan"), "peak_rss_mb": float("nan")}
+                    else:
+                        r = measure(_BUILD, fresh_run(Path(tmp), corpus), args.workers, cwd=code.resolve())
+                        results.setdefault(k, r)
                     cmd = timed_cli(fresh_run(Path(tmp), corpus), args.workers, code.resolve())
-                    results.setdefault(k, r)
                     print(f"{k:>5} {n:>7} {r['sites']:>5} {r['element_nodes']:>8} {r['seconds']:>8.2f} "
                           f"{n / r['seconds']:>7.0f} {r['peak_rss_mb']:>11.0f} {cmd['wall']:>7.2f} {cmd['cpu']:>9.1f} "
                           f"{n / cmd['wall']:>9.0f}  {code}", flush=True)

@@ -236,8 +236,13 @@ class PageContext:
     nearest ``ANCESTORS_SHOWN`` items."""
 
     def __init__(self, tree: AXTree, html_parents: dict[str, str | None] | None = None,
-                 identity: str = DEFAULT_IDENTITY):
+                 identity: str = DEFAULT_IDENTITY, memo: dict | None = None):
         self.tree = tree
+        # Hashes shared with the other pages of the site (``memo``): chain links by (parent key,
+        # item) and element ids by what phi hashes; a page seen again costs dict look-ups.
+        memo = {} if memo is None else memo
+        self._links: dict = memo.setdefault("links", {})
+        self._ids: dict = memo.setdefault("ids", {})
         self.identity = check_identity(identity)
         self.html_parents = html_parents or {}
         nodes = tree.nodes
@@ -400,9 +405,13 @@ class PageContext:
                 pending.append(i)
                 i = anchors[i]
             key, shown, length = _EMPTY_CHAIN if i is None else memo[i]
+            links = self._links
             for j in reversed(pending):
                 item = item_of(j)
-                key = _link(key, item)
+                link = (key, item)
+                key = links.get(link)
+                if key is None:
+                    key = links[link] = _link(*link)
                 shown = shown + (item,) if len(shown) < ANCESTORS_SHOWN else shown[1:] + (item,)
                 length += 1
                 memo[j] = (key, shown, length)
@@ -486,7 +495,7 @@ class PageContext:
         for n in nodes:
             ctx = self.element(n)
             ctx.page = self.frame_page(n.index) or url_path
-            nid = ctx.persistent_id(site)
+            nid = self._element_id(site, ctx)
             out[n.index] = (nid, ctx)
             counts[nid] = counts.get(nid, 0) + 1
         self.collided = 0
@@ -496,8 +505,17 @@ class PageContext:
                     self.collided += 1
                     key, ctx.positions = self.positions(idx)
                     ctx.positions_key = key.hex()
-                    out[idx] = (ctx.persistent_id(site), ctx)
+                    out[idx] = (self._element_id(site, ctx), ctx)
         return out
+
+    def _element_id(self, site: str, ctx: ElementContext) -> str:
+        """``ctx.persistent_id(site)``, hashed once per distinct context of the site."""
+        key = (site, ctx.page, ctx.role, ctx.name, ctx.chain_key, ctx.ordinal, ctx.signature,
+               ctx.positions_key if ctx.positions is not None else None)
+        nid = self._ids.get(key)
+        if nid is None:
+            nid = self._ids[key] = ctx.persistent_id(site)
+        return nid
 
 
 def ambiguous(ids: dict[int, tuple[str, ElementContext]]) -> set[str]:

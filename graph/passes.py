@@ -90,12 +90,11 @@ class Observation:
 
 
 def observe(row: dict, site: str, next_url: str | None = None, identity: str = DEFAULT_IDENTITY,
-            max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES, lines: dict | None = None) -> Observation:
+            max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES, memo: dict | None = None) -> Observation:
     """Parse and resolve one observation row (``traj_id, step_idx, observation, obs_format,
     url, html, action``) under ``identity``; raises :class:`ObservationRejected`
-    (``unparseable_observation``, ``too_large``, ``too_deep``, ``duplicate_bids``). ``lines``:
-    a dict shared by the observations of one site, which then parse each distinct line once
-    (see :func:`graph.axtree.parse_axtree`)."""
+    (``unparseable_observation``, ``too_large``, ``too_deep``, ``duplicate_bids``). ``memo``: a
+    dict shared by the observations of one site (see :func:`graph.resolve.resolve_observation`)."""
     action = None
     if row["action"]:
         try:
@@ -105,7 +104,7 @@ def observe(row: dict, site: str, next_url: str | None = None, identity: str = D
     extra = (action.bid,) if isinstance(action, Action) and action.bid else ()
     try:
         res = resolve_observation(row["observation"], row["obs_format"], site, row["url"], row.get("html"), extra,
-                                  identity, max_depth, max_nodes, lines)
+                                  identity, max_depth, max_nodes, memo)
     except AXTreeParseError as e:
         raise ObservationRejected("unparseable_observation", str(e)) from None
     except TreeLimitExceeded as e:
@@ -136,10 +135,10 @@ def parse_and_resolve(site: str, rows: list[dict], identity: str = DEFAULT_IDENT
     """Pass 1: every row (``next_url`` attached, see :func:`next_urls`) parsed and resolved, or
     rejected with its reason."""
     out = Observations(site, [], n_in=len(rows))
-    lines: dict = {}
+    memo: dict = {}     # what the site's observations share (see resolve_observation)
     for row in rows:
         try:
-            out.accepted.append(observe(row, site, row.get("next_url"), identity, max_depth, max_nodes, lines))
+            out.accepted.append(observe(row, site, row.get("next_url"), identity, max_depth, max_nodes, memo))
         except ObservationRejected as e:
             out.rejected[_key(row)] = e.reason
             out.rejects.append(_reject(e.reason, row, e.detail))

@@ -64,14 +64,19 @@ class TreeLimitExceeded(ValueError):
 def resolve_observation(observation: str | AXTree, obs_format: str, site: str, url: str,
                         html: str | None = None, extra_bids: tuple[str, ...] = (),
                         identity: str = DEFAULT_IDENTITY, max_depth: int = 0, max_nodes: int = 0,
-                        lines: dict | None = None) -> Resolution:
+                        memo: dict | None = None) -> Resolution:
     """Resolve every interactive element (plus ``extra_bids``, e.g. an acted-on image) of an
     observation to its persistent node id under ``identity`` (``paper`` or ``ours``, see
     :mod:`graph.identity`). Raises AXTreeParseError on unparseable text, and
     :class:`TreeLimitExceeded` past ``max_nodes`` nodes or ``max_depth`` levels (0: no limit),
-    checked before any element's persistent id is computed. ``lines``: parsed lines shared
-    across calls (see :func:`graph.axtree.parse_axtree`)."""
-    tree = observation if isinstance(observation, AXTree) else parse_axtree(observation, obs_format, lines)
+    checked before any element's persistent id is computed.
+
+    ``memo`` (optional) is a dict shared by the observations of one site, which show the same
+    pages again and again: each distinct line is parsed once (:func:`graph.axtree.parse_axtree`),
+    each distinct chain link and element identity hashed once (:class:`PageContext`)."""
+    memo = {} if memo is None else memo
+    tree = observation if isinstance(observation, AXTree) else parse_axtree(observation, obs_format,
+                                                                            memo.setdefault("lines", {}))
     if max_nodes and len(tree.nodes) > max_nodes:
         raise TreeLimitExceeded("too_large", f"{len(tree.nodes)} AXTree nodes (the limit is {max_nodes})")
     html_parents = html_bid_parents(html) if (html and tree.obs_format == "flat") else None
@@ -82,7 +87,7 @@ def resolve_observation(observation: str | AXTree, obs_format: str, site: str, u
             infer_structure(tree, max_depth)     # no HTML to take ancestors from: infer them from the flat text
         except StructureTooDeep as e:
             raise TreeLimitExceeded("too_deep", str(e)) from None
-    page = PageContext(tree, html_parents, identity)
+    page = PageContext(tree, html_parents, identity, memo)
     if max_depth:
         depth = page.depth()
         if depth > max_depth:
