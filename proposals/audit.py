@@ -55,6 +55,7 @@ from graph.axtree import AXTree, AXTreeParseError, parse_axtree
 from graph.build import graph_identity
 from graph.identity import DEFAULT_IDENTITY
 from graph.resolve import resolve_observation
+from proposals.graphindex import read_columns
 
 TABLES = ("candidates", "preferences")
 CATEGORIES = ("gmcp", "virtual_positive", "affordance_mismatch", "other")
@@ -186,7 +187,7 @@ def mined_identity(run_root: Path) -> str:
     mode ``no_graph``) or a run without graphs."""
     cands = run_root / "candidates.parquet"
     if cands.exists() and "mode" in pq.read_schema(cands).names:
-        if set(pq.read_table(cands, columns=["mode"]).column("mode").to_pylist()) == {"no_graph"}:
+        if set(read_columns(cands, ["mode"]).column("mode").to_pylist()) == {"no_graph"}:
             return DEFAULT_IDENTITY
     if not (run_root / "graphs" / "manifest.json").exists():
         return DEFAULT_IDENTITY
@@ -255,11 +256,11 @@ def _pairs(path: Path, table: str) -> list[dict]:
     """(positive, negative) strings and labels of every row of the table."""
     if table == "candidates":
         cols = ["traj_id", "step_idx", "rule", "axis", "gmcp", "sampled", "action_pos", "action_neg"]
-        rows = pq.read_table(path, columns=cols).to_pylist()
+        rows = read_columns(path, cols).to_pylist()
         return [{**r, "pos": r.pop("action_pos"), "neg": r.pop("action_neg")} for r in rows]
     cols = ["traj_id", "step_idx", "rule", "axis", "gmcp", "label", "response_1", "response_2"]
     out = []
-    for r in pq.read_table(path, columns=cols).to_pylist():
+    for r in read_columns(path, cols).to_pylist():
         first, second = r.pop("response_1"), r.pop("response_2")
         pos, neg = (first, second) if r["label"] == 1 else (second, first)
         out.append({**r, "pos": pos, "neg": neg})

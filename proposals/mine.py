@@ -47,7 +47,7 @@ from proposals.affordance import (FILL_ATTEMPTS, FILL_TEMPERATURE, current_value
                                   page_context, pick_option, pick_value, valid_fill)
 from proposals.audit import audit_webprm_rejected, element_targets, write_audit
 from proposals.audit import format_audit as format_table_audit
-from proposals.graphindex import GraphIndex, check_graphs
+from proposals.graphindex import GraphIndex, check_graphs, read_columns
 from proposals.rules import RULE_FUNCS, Params, Proposal, StepContext, TrajStep
 from data.schema import AXES, AXIS_OF, CANDIDATE_SCHEMA, RULES
 
@@ -121,9 +121,13 @@ def load_rows(run: RunDir, filters=None) -> list[dict]:
     """The trajectories' rows (``filters``: pyarrow's, e.g. one site's trajectories)."""
     cols = require_columns(run.trajectories, COLUMNS, INGEST)
     with reading(run.trajectories, INGEST):
-        rows = pq.read_table(run.trajectories, columns=COLUMNS, filters=filters).to_pylist()
+        def read(columns):
+            return (read_columns(run.trajectories, columns) if filters is None
+                    else pq.read_table(run.trajectories, columns=columns, filters=filters))
+
+        rows = read(COLUMNS).to_pylist()
         if "html" in cols and any(r["obs_format"] == "flat" for r in rows):
-            html = pq.read_table(run.trajectories, columns=["html"], filters=filters).column("html").to_pylist()
+            html = read(["html"]).column("html").to_pylist()
             for r, h in zip(rows, html):
                 r["html"] = h if r["obs_format"] == "flat" else None
         else:
