@@ -306,7 +306,8 @@ def run_stage(name: str, cmd: list[str], logs: Path) -> dict:
     r.update(name=name, command=" ".join(shown), log=str(log),
              load=round(os.getloadavg()[0], 2))
     tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
-    print(f"  {name}: {r['seconds']:.1f} s, rc {r['rc']}" + (f"  | {tail[-1][:150]}" if tail else ""), flush=True)
+    print(f"  {name}: {r['seconds']:.1f} s, CPU {r['cpu']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB, load "
+          f"{r['load']}, rc {r['rc']}" + (f"  | {tail[-1][:150]}" if tail else ""), flush=True)
     if r["rc"] not in (0, 3):        # teacher.verify: 3 = pairs pending (reported below)
         raise RuntimeError(f"{name} failed (exit {r['rc']}); see {log}:\n" + "\n".join(tail))
     return r
@@ -404,8 +405,9 @@ def run_job(args, out: Path) -> dict:
                     span = ep.judgment_span()
                     r["endpoint"].update(span_s=span, span_ratio=r["endpoint"]["floor_s"] / span)
             stages.append(r)
+            summary["stages"] = stages       # so far: a run stopped midway keeps its finished stages
+            (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
         summary["unknown_judgments"] = ep.unknown()
-    summary["stages"] = stages
     summary["load_end"] = [round(x, 2) for x in os.getloadavg()]
     return summary
 
