@@ -234,20 +234,22 @@ def _observe_groups(path: Path, cols: list[str], groups: list[int], targets: dic
 
 def _observe_batches(batches, targets: dict[tuple[str, int], set[str]], identity: str, got: dict) -> None:
     """Add the facts of the targeted steps of ``batches`` to ``got`` (the first row of a step wins)."""
+    memos: dict[str, dict] = {}
     for batch in batches:
         d = batch.to_pydict()
         for i, key in enumerate(zip(d["traj_id"], d["step_idx"])):
             if key not in targets or key in got:
                 continue
-            try:
-                tree = parse_axtree(d["observation"][i] or "", d["obs_format"][i])
+            wanted = tuple(sorted(targets[key]))
+            try:     # parsed and resolved in one call, with graph.resolve's memo of the site's shared lines and ids
+                res = resolve_observation(d["observation"][i] or "", d["obs_format"][i], d["site"][i], d["url"][i],
+                                          d["html"][i] if "html" in d else None, wanted, identity=identity,
+                                          memo=memos.setdefault(d["site"][i], {}))
             except AXTreeParseError:
                 got[key] = None
                 continue
-            html = d["html"][i] if "html" in d else None
-            wanted = tuple(sorted(targets[key]))
-            counts = bid_counts(tree, None)
-            node_bids = node_bid_counts(tree, d["site"][i], d["url"][i], html, wanted, identity)
+            counts = bid_counts(res.tree, None)
+            node_bids = {bid: len(res.node_to_bids[node]) for bid, node in res.bid_to_node.items()}
             got[key] = (Counter({b: counts[b] for b in wanted if b in counts}),
                         {b: node_bids[b] for b in wanted if b in node_bids})
 

@@ -165,6 +165,8 @@ class Miner:
         self.step_rejected: Counter = Counter()         # steps not mined, by reason
         self.step_rejects: list[Reject] = []
         self._graphs: dict[str, GraphIndex | None] = {} if graphs is None else graphs
+        # What a site's observations share, parsed and hashed once (graph.resolve's memo, as graph.build uses it).
+        self._site_memos: dict[str, dict] = defaultdict(dict)
         # O_t is resolved as the graphs resolved it (their identity, hence their node ids, and
         # their guards); the No-Graph ablation uses graph.build's defaults.
         self.resolve_settings = {} if config.no_graph else graph_settings(run)
@@ -251,7 +253,8 @@ class Miner:
             if step_idx not in memo:
                 row = by_step[step_idx]
                 try:
-                    memo[step_idx] = observe(row, row["site"], next_url[step_idx], **self.resolve_settings)
+                    memo[step_idx] = observe(row, row["site"], next_url[step_idx], **self.resolve_settings,
+                                             memo=self._site_memos[row["site"]])
                 except ObservationRejected as e:
                     memo[step_idx] = e
             return memo[step_idx]
