@@ -187,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     out = (ROOT / cfg.out).resolve()
     t0 = time.perf_counter()
     demos = out / "demos"
-    _cli("search.miniwob", "--policy", "solver", "--prm", "none", "--tasks", *cfg.tasks, "--seeds", cfg.seeds,
-         "--out", str(demos))
+    _cli("search.miniwob", "--policy", "solver", "--prm", "none", "--resume", "--tasks", *cfg.tasks,
+         "--seeds", cfg.seeds, "--out", str(demos))
     summary = json.loads((demos / "summary.json").read_text())
     runs = {s: out / s for s in SETS}
     for name in ("graph", "no_graph"):
