@@ -2,11 +2,20 @@
 
     .venv/bin/python bench/proposals.py [--shared ../shared/data] [--scale 32] [--workers N]
     .venv/bin/python bench/proposals.py --gmcp [--shared ../shared/data]
+    .venv/bin/python bench/proposals.py --paper [--repeat 3]
+
 
 Ingests the shared AgentLab traces, replicates the successful trajectories ``--scale`` times
 (>= 10,000 observations at 32x, as in bench/graphs.py), builds the graphs, warms the LLM cache
 with one mining run (fill values completed by the embedded model), then times a second run in a
 fresh process: the full pool with every fill completion cached. Prints candidates/s and peak RSS.
+
+``--paper`` times the goal of issue 29 instead: the pool of ``bench/paper_scale.py`` (854
+trajectories, ~9.5k observations, 50 sites, bids shifted per copy), its graphs, fill values
+from a scripted OpenAI-protocol server (warm-up run), then ``python -m proposals.mine
+--sample-size 10000 --seed 42`` as a command (``--repeat`` times, every fill from the LLM cache):
+wall and CPU time of the whole command (process start and imports included), candidates/s
+against the goal of 5,000, and the load average.
 
 ``--gmcp`` runs the pipeline's own commands on the shared traces as they are (ingest, graph
 build, mining with and without ``--prefer-same-op``, fills by the embedded model) and prints
@@ -17,6 +26,7 @@ of the rules, so it is reported both ways, per rule too.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -85,18 +95,56 @@ def gmcp_both_ways(shared: Path) -> None:
             print(f"| {rule} | " + " | ".join(f"{c['pairs']}, {c['gmcp_ratio']:.2%}" for c in cells) + " |")
 
 
+def paper_scale(shared: Path, repeat: int) -> None:
+    """The mining goal of issue 29: the whole command on the paper-scale pool, fills cached."""
+    from paper_scale import FILL_ANSWER, PAPER, build_pool
+
+    from llm.serve import fixed_answer, serve_in_thread
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base, run, cache = Path(tmp) / "base", Path(tmp) / "run", Path(tmp) / "llm-cache"
+        ingest("agentlab", [shared / "agentlab_workarena"], base, quiet=True)
+        pool = build_pool(base / "trajectories.parquet", Path(tmp) / "pool.parquet", PAPER["trajectories"],
+                          PAPER["observations"], PAPER["sites"])
+        ingest("canonical", [Path(tmp) / "pool.parquet"], run, quiet=True)
+        build_graphs(run)
+        server = serve_in_thread(fixed_answer(FILL_ANSWER), "scripted")
+        cmd = [sys.executable, "-m", "proposals.mine", "--run", str(run), "--sample-size", "10000", "--seed", "42",
+               "--quiet", "--fill-base-url", server.base_url, "--fill-model", "scripted", "--fill-cache-dir", str(cache)]
+        try:
+            for i in range(repeat + 1):
+                load = os.getloadavg()[0]
+                t0, t = os.times(), time.perf_counter()
+                subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+                wall, t1 = time.perf_counter() - t, os.times()
+                cpu = t1.children_user - t0.children_user + t1.children_system - t0.children_system
+                st = json.loads((run / "stats.json").read_text())["proposals.mine"]
+                what = "warm-up (fills from the scripted server)" if i == 0 else f"run {i} (fills cached)"
+                print(f"{what}: {pool['observations']} observations, {pool['sites']} sites, {st['out']} candidates, "
+                      f"wall {wall:.2f} s, CPU {cpu:.2f} s, {st['out'] / wall:.0f} candidates/s (goal >= 5000), "
+                      f"fill calls {st['llm'].get('calls', 0)}, cached {st['llm'].get('cached', 0)}, load {load:.2f}",
+                      flush=True)
+        finally:
+            server.shutdown()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = make_parser()
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--scale", type=int, default=32)
     ap.add_argument("--workers", type=int, default=0, help="0: one per core")
     ap.add_argument("--gmcp", action="store_true", help="GMCP with and without --prefer-same-op on the shared traces")
+    ap.add_argument("--paper", action="store_true", help="the whole command on the paper-scale pool (issue 29's goal)")
+    ap.add_argument("--repeat", type=int, default=3, help="--paper: timed runs after the warm-up")
     args = ap.parse_args(argv)
     if not (args.shared / "agentlab_workarena").is_dir():
         print(f"skip: shared traces not found at {args.shared}")
         return 0
     if args.gmcp:
         gmcp_both_ways(args.shared)
+        return 0
+    if args.paper:
+        paper_scale(args.shared, args.repeat)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         base, run, cache = Path(tmp) / "base", Path(tmp) / "run", Path(tmp) / "llm-cache"
