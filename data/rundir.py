@@ -381,21 +381,21 @@ class RunDir:
             yield
 
     def _write_stage_locked(self, stats: StageStats, rejects: list[Reject], fingerprints: dict | None = None) -> None:
-        kept = []
+        kept = []           # (stage, line): each line's stage read once
         if self.rejects_path.exists():
             for line in self.rejects_path.read_text(encoding="utf-8", errors="replace").splitlines():
                 stage = _stage_of(line)     # None: a line that is not a reject (a torn write): dropped
                 if stage is not None and stage != stats.stage:
-                    kept.append(line)
-        kept += [json.dumps({"stage": r.stage, "reason": r.reason, "source": r.source,
-                             "detail": r.detail, **({"key": r.key} if r.key else {})},
-                            ensure_ascii=True, default=str)   # ASCII: source text may hold lone surrogates
+                    kept.append((stage, line))
+        kept += [(r.stage, json.dumps({"stage": r.stage, "reason": r.reason, "source": r.source,
+                                       "detail": r.detail, **({"key": r.key} if r.key else {})},
+                                      ensure_ascii=True, default=str))   # ASCII: source text may hold lone surrogates
                  for r in rejects]
         # Stages in pipeline order (a stage's lines in the order it wrote them), so the file does not
         # depend on which stage ran last: a rerun of graph.build after proposals.mine (by the CLI or
         # the build-graphs flow) leaves the lines where a first run put them.
-        kept.sort(key=lambda line: _stage_rank(_stage_of(line)))
-        atomic_write_text(self.rejects_path, "".join(line + "\n" for line in kept))
+        kept.sort(key=lambda item: _stage_rank(item[0]))
+        atomic_write_text(self.rejects_path, "".join(line + "\n" for _, line in kept))
         all_stats = self.read_stats()
         all_stats[stats.stage] = {**stats.as_dict(), **({"fingerprints": fingerprints} if fingerprints else {})}
         atomic_write_text(self.stats_path, json.dumps(all_stats, indent=2, sort_keys=True) + "\n")
