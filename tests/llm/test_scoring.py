@@ -140,3 +140,112 @@ def test_cached_score_keys_on_model_prompt_and_mode(lm, tmp_path):
     assert cached_score(model_dir, other, "score-both", cache)[1] is False       # another prompt
     assert cached_score(model_dir, BLOCKS, "score", cache)[1] is False             # another mode
     assert len(list((tmp_path / "cache").rglob("*.json"))) == 3
+
+
+# -- one KV cache for many prompts -----------------------------------------------------------------
+def _plain_score(model, tok, messages):
+    """Both tags' log-probabilities after ``messages`` by a plain full pass over the prompt and each
+    tag (no cache shared), scoring each tag from where the two tagged sequences part."""
+    import torch
+    from llm.scoring import prompt_text, tag_token_ids
+
+    shared, *tails = tag_token_ids(tok, prompt_text(tok, messages))
+    out = []
+    for tail in tails:
+        with torch.inference_mode():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([shared + tail])).logits[0].float(), -1)
+        out.append(sum(float(logp[len(shared) - 1 + i, t]) for i, t in enumerate(tail)))
+    return tuple(out)
+
+
+def _counting(model) -> tuple[list[int], object]:
+    """(the input tokens of each forward pass of ``model`` from now on, the hook's handle)."""
+    ran = []
+    handle = model.register_forward_pre_hook(lambda m, args, kwargs: ran.append(kwargs["input_ids"].shape[-1]),
+                                             with_kwargs=True)
+    return ran, handle
+
+
+def _blocks(first: str, second: str, page: str = "the page") -> list[dict]:
+    return [BLOCKS[0], {"role": "user", "content": f"click {page} fill\n[The Begin of Response 1]\n{first}\n"
+                                                   f"[The End of Response 1]\n[The Begin of Response 2]\n{second}\n"
+                                                   "[The End of Response 2]\nwhich response is better"}]
+
+
+def test_many_prompts_on_one_cache_score_as_separate_full_passes():
+    from data.judgment import swap_responses
+    from llm.scoring import prompt_text, score_many, tag_token_ids
+
+    model, tok = tiny_lm(TEXTS, seed=5)
+    prompts = [_blocks("click", "scroll"), _blocks("scroll", "fill"), _blocks("click", "scroll", "a page"),
+               _blocks("fill the page", "click")]
+    ran, hook = _counting(model)
+    both = score_many(model, tok, prompts, "score-both")
+    hook.remove()
+    # plain passes: every order's prompt and both tags in full
+    plain = sum(len(t) for p in prompts for m in (p, swap_responses(p))
+                for t in tag_token_ids(tok, prompt_text(tok, m)))
+    assert len(ran) == 4 * len(prompts) and sum(ran) < 0.75 * plain, "the orders and prompts share no prefix"
+    for p, s in zip(prompts, both):
+        for tags, order in ((s.given, p), (s.swapped, swap_responses(p))):
+            lp_1, lp_2 = _plain_score(model, tok, order)
+            assert tags.logprob_1 == pytest.approx(lp_1, abs=1e-4) and tags.logprob_2 == pytest.approx(lp_2, abs=1e-4)
+    for b, one in zip(both, score_many(model, tok, prompts, "score")):
+        assert (b.given.logprob_1, b.given.logprob_2) == pytest.approx((one.logprob_1, one.logprob_2), abs=1e-4)
+
+
+def test_local_judge_scores_a_batch_once_and_caches_each_prompt(tmp_path):
+    from llm.cache import ResponseCache
+    from llm.scoring import _encode, prompt_text, score_both_orders
+    from prm.judge import LocalJudge
+
+    model, tok = tiny_lm(TEXTS, seed=5)
+    prompts = [_blocks("click", "scroll"), _blocks("scroll", "fill"), _blocks("fill the page", "click")]
+    judge = LocalJudge(model, tok, mode="score-both", cache=ResponseCache(tmp_path), model_id="tiny")
+    batched = judge.judge_prompts(prompts)
+    assert judge.computed == 3 and judge.cached == 0
+    for j, p in zip(batched, prompts):
+        alone = score_both_orders(model, tok, p)
+        assert j.margin == pytest.approx(alone.margin, abs=1e-4) and j.verdict == alone.verdict
+    ran, hook = _counting(model)
+    again = judge.judge_prompts(prompts[1:] + [_blocks("click", "fill")])
+    hook.remove()
+    assert judge.cached == 2 and judge.computed == 4
+    assert [j.margin for j in again[:2]] == [j.margin for j in batched[1:]]
+    # the new prompt continues from the kept cache of the last call: its first pass is shorter than it
+    assert ran[0] < len(_encode(tok, prompt_text(tok, _blocks("click", "fill"))))
+    assert again[2].margin == pytest.approx(score_both_orders(model, tok, _blocks("click", "fill")).margin, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_shared_prefix_scores_equal_two_plain_passes_on_the_embedded_model():
+    """The real embedded model, the real comparative-judgment prompt: score-both on one cache gives
+    the scores of plain passes over each order, and the swapped order runs only from where the two
+    orders part (Response 1's action)."""
+    from conftest import EMBEDDED_MODEL
+    from data.judgment import State, render_pair, swap_responses
+    from llm.local import load_local_model
+    from llm.scoring import _common, _encode, prompt_text, score_both_orders, score_many
+
+    if not (EMBEDDED_MODEL / "config.json").exists():
+        pytest.skip("embedded model missing: run `make setup`")
+    local = load_local_model(EMBEDDED_MODEL)
+    model, tok = local.model, local.tokenizer
+    tree = "\n".join(["RootWebArea 'Shop'"] + [f"\t[{b}] link 'Blue Kettle {b}'" for b in range(4, 30)])
+    state = State(intent="Order 2 Blue Kettles for Ada", axtree=tree, url="http://127.0.0.1:8000/",
+                  history=["click('3')"])
+    prompts = [render_pair(state, a1, a2, budget=600)[0] for a1, a2 in (("click('4')", "click('5')"),
+                                                                       ("click('6')", "scroll(0, 200)"))]
+    given, swapped = (_encode(tok, prompt_text(tok, m)) for m in (prompts[0], swap_responses(prompts[0])))
+    part = _common(given, swapped)          # at Response 1's action: the AXTree and all before it are shared
+    ran, hook = _counting(model)
+    try:
+        score_both_orders(model, tok, prompts[0])
+    finally:
+        hook.remove()
+    # one pass over the prompt as given, the swapped order from where they part, and the tags' tails
+    assert sum(ran) <= len(given) + (len(given) - part) + 30, (sum(ran), len(given), part)
+    for k, (p, s) in enumerate(zip(prompts, score_many(model, tok, prompts, "score-both"))):
+        for tags, order in ((s.given, p), (s.swapped, swap_responses(p))):
+            plain = _plain_score(model, tok, order)
+            assert (tags.logprob_1, tags.logprob_2) == pytest.approx(plain, abs=5e-4), (k, order is p)
