@@ -67,12 +67,12 @@ def episode(args, judge, policy, shop) -> dict:
 
 def prompt_tokens(judge, state, a1, a2, budget) -> dict:
     """The chat-templated prompt's tokens, and where it and its swapped order part."""
-    from llm.scoring import _common, _encode, prompt_text
+    from llm.scoring import prompt_text
 
     messages, _ = render_pair(state, a1, a2, budget)
-    given, swapped = (_encode(judge.tokenizer, prompt_text(judge.tokenizer, m))
+    given, swapped = (judge.tokenizer(prompt_text(judge.tokenizer, m), add_special_tokens=False)["input_ids"]
                       for m in (messages, swap_responses(messages)))
-    return {"tokens": len(given), "orders_part_at": _common(given, swapped)}
+    return {"tokens": len(given), "orders_part_at": len(os.path.commonprefix([given, swapped]))}
 
 
 def timed(fn) -> tuple[float, float]:
