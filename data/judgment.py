@@ -155,9 +155,17 @@ _FOLD = {**{cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}, 0x3000: " ", 0xFE5
          **dict.fromkeys([0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029], "\n")}
 
 
+# The characters to fold: a text holding none (most page text) is returned as it is. The set of a
+# text's characters is ~12x cheaper than the translate's per-character look-ups, which were 22% of
+# teacher.verify's CPU at the paper's scale (bench/paper_scale.py, py-spy).
+_FOLDED = frozenset(map(chr, _FOLD))
+
+
 def fold_lookalikes(text: str) -> str:
     """``text`` with full-width and small-form lookalikes as ASCII, invisible characters removed
     and every line break a newline (see the module doc)."""
+    if _FOLDED.isdisjoint(set(text)):
+        return text
     return text.replace("\r\n", "\n").translate(_FOLD)
 
 

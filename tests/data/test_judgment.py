@@ -246,3 +246,20 @@ def test_rerender_keeps_fields_in_a_template():
                                                  "click('400')"}]
     assert rerender_prompt(msgs, JudgmentFormat()) == msgs             # the default format is a fixed point
     assert rerender_prompt("Which is better?", JudgmentFormat(template=t)) is None
+
+
+def test_fold_lookalikes_returns_text_without_them_as_is_and_folds_any_other_fully():
+    """The shortcut for a text with nothing to fold (the set of its characters) gives what the
+    full translate gives, on random texts drawn from the folded characters and others."""
+    import random
+
+    from data.judgment import _FOLD, fold_lookalikes
+
+    rng = random.Random(0)
+    alphabet = [chr(cp) for cp in _FOLD] + list("ab <>#[]\n\r\u00e9\u2019\u2022")
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) if rng.random() < 0.1 else rng.choice("xy \n\u2019")
+                       for _ in range(rng.randint(0, 30)))
+        assert fold_lookalikes(text) == text.replace("\r\n", "\n").translate(_FOLD), repr(text)
+    plain = "RootWebArea 'Shop \u2019s page'\n\t[12] link 'Home'"
+    assert fold_lookalikes(plain) is plain
