@@ -254,7 +254,9 @@ def test_stage_writes_outcomes_and_resumes_after_a_kill(backend, click_button, t
 
 
 # -- workers: the same outputs as one worker, the cache shared ---------------------------------------
-EPISODES = (("click-button", 3), ("click-button", 5), ("enter-text", 0))
+# Two episodes, one per worker (four pairs each: the test replays each pair twice, ~12 minutes at
+# load 20 with a third, two-step episode).
+EPISODES = (("click-button", 3), ("click-button", 5))
 
 
 def _solver_run(root: Path, backend) -> list[str]:
@@ -311,7 +313,7 @@ def _outputs(root: Path) -> tuple[bytes, bytes, dict]:
 def test_two_workers_write_what_one_writes_and_share_the_cache(backend, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     ids = _solver_run(one, backend)
-    assert _solver_run(two, backend) == ids and len(ids) >= 12
+    assert _solver_run(two, backend) == ids and len(ids) == 8
     single = verify(one, VerifyConfig(verifier="replay"), progress=False,
                     replay_config=ReplayConfig(solver_steps=5, no_cache=True), replay_backend=Counting(backend))
     cache = tmp_path / "replay_cache"
