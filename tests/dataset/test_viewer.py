@@ -336,7 +336,17 @@ def test_graph_view_on_a_mined_run(tmp_path):
 
     ingest("canonical", [BUNDLED], tmp_path)
     assert build(["--run", str(tmp_path), "--workers", "1"]) == 0
-    assert mine(["--run", str(tmp_path), "--sample-size", "6", "--quiet", "--workers", "1"]) == 0
+    # fill values from a scripted server: the embedded model writing them costs ~2 minutes on a
+    # fresh clone (an empty LLM cache) and is not what this test is about
+    from llm.serve import fixed_answer, serve_in_thread
+
+    fill = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "scripted-fill")
+    try:
+        assert mine(["--run", str(tmp_path), "--sample-size", "6", "--quiet", "--workers", "1",
+                     "--fill-base-url", fill.base_url, "--fill-model", "scripted-fill",
+                     "--fill-cache-dir", str(tmp_path / ".fill_cache")]) == 0
+    finally:
+        fill.shutdown()
     sampled = [c for c in pq.read_table(tmp_path / "candidates.parquet").to_pylist() if c["sampled"]]
     server = start(ScriptedTeacher(sampled))
     try:
