@@ -7,7 +7,7 @@ RUN ?= runs/demo
 # The embedded teacher (SmolLM2-135M, chosen by bench/embedded_models.py: Qwen2.5-Coder-0.5B agreed
 # no better with the demonstrations and is ~10x slower per verdict) gives its verdict
 # by scoring the two answer tags in both orders (teacher.verify's verdict mode 'auto' =
-# 'score-both' locally: two forward passes per pair, always parses, no position bias; the kept
+# 'score-both' locally: both orders on one KV cache (llm.scoring.score_many), always parses, no position bias; the kept
 # judgment is the bare answer tag): a small sample, short prompts.
 # A real teacher generates full judgments:
 #   make run SAMPLE_SIZE=200 VERIFY_ARGS="--k 5" TEACHER="--base-url http://host:8000/v1 --model M"
