@@ -38,7 +38,6 @@ parent's key, never copied or serialized per element (see :class:`PageContext`).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from dataclasses import dataclass
 from enum import StrEnum
@@ -86,9 +85,8 @@ PAPER_WRAPPER_ROLES = frozenset({"generic", "none", "presentation", "LayoutTable
 # Ancestors (and positions) kept for display per element; the identity hashes all of them.
 ANCESTORS_SHOWN = 32
 
-# The page of an identity (``data.sites.normalize_url_path``, a pure function), remembered: a
-# site's observations show the same few pages again and again (~0.3 ms a URL otherwise).
-page_path = functools.lru_cache(maxsize=4096)(normalize_url_path)
+# The page of an identity (``data.sites.normalize_url_path``, remembered there).
+page_path = normalize_url_path
 
 class NodeKind(StrEnum):
     """What a graph node is: an interactive element seen in an observation, or a virtual node
