@@ -20,6 +20,12 @@ Why the wrapping (see ``../shared/docs/ENVIRONMENT.md``):
   runs after every step, as BrowserGym intends: ``task_done`` says when the task ended the
   episode itself (MiniWoB ends it at the first submit, right or wrong) and ``reward`` is the
   validator's reward after the last step.
+- Playwright 1.44 (BrowserGym's pin) records the caller's stack with ``inspect.stack()`` and
+  ``traceback.extract_stack()`` on every API call; ``inspect.stack()`` reads source context and
+  resolves each frame's module through ``inspect.getmodule``, which scans ``sys.modules`` (thousands
+  of entries once torch is imported). That was two thirds of a MiniWoB episode's time under pytest
+  (36 of 54 s). ``lighten_playwright_stacks`` gives Playwright the same frames without the source
+  lookups (what later Playwright releases do themselves, playwright-python #2835, #3147).
 - ``start_url`` is the task's own start URL (``task_start_url``: a WebArena config's
   ``start_url`` as BrowserGym resolved it, or the task's ``start_url`` attribute), which the PRM's
   prompt shows; only a task that declares none falls back to the first page observed.
@@ -35,6 +41,60 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
+
+class _Stacks:
+    """``inspect`` and ``traceback`` as Playwright's modules see them, with cheap stack captures:
+    the same frames, file names, line numbers and functions (all Playwright reads of them), no
+    source context and no module lookup; lines of a captured traceback are read only if shown."""
+
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+    @staticmethod
+    def stack(context: int = 1):
+        import inspect
+
+        frames, f = [], sys._getframe(1)
+        while f is not None:
+            frames.append(inspect.FrameInfo(f, f.f_code.co_filename, f.f_lineno, f.f_code.co_name, None, None))
+            f = f.f_back
+        return frames
+
+    @staticmethod
+    def extract_stack(f=None, limit=None):
+        import traceback
+
+        summary = traceback.StackSummary.extract(traceback.walk_stack(f or sys._getframe(1)), limit=limit,
+                                                 lookup_lines=False)
+        summary.reverse()
+        return summary
+
+
+def lighten_playwright_stacks() -> bool:
+    """Point Playwright's per-call stack captures at ``_Stacks`` (see module docstring); idempotent.
+    Only for the Playwright versions whose modules read ``inspect.stack``/``traceback.extract_stack``
+    per call; False (nothing changed) when the modules do not look as expected."""
+    import importlib
+    import inspect
+    import traceback
+
+    try:
+        mods = [importlib.import_module(f"playwright._impl.{m}") for m in ("_connection", "_sync_base", "_network")]
+    except ImportError:
+        return False
+    if not all(isinstance(getattr(m, "inspect", None), (type(inspect), _Stacks)) for m in mods):
+        return False
+    for m in mods:
+        if not isinstance(m.inspect, _Stacks):
+            m.inspect = _Stacks(inspect)
+    sync_base = mods[1]
+    if isinstance(getattr(sync_base, "traceback", None), type(traceback)):
+        sync_base.traceback = _Stacks(traceback)
+    return True
+
 
 def _stop_global_playwright() -> None:
     """BrowserGym keeps one sync Playwright per process and never stops it; its event loop then
@@ -212,6 +272,7 @@ class BrowserHarness:
         if not self.chromium.exists():
             raise FileNotFoundError(f"chromium not found at {self.chromium} (apt-get install chromium)")
         bg_env.Chat = StubChat      # BrowserEnv.reset builds its chat window from this name
+        lighten_playwright_stacks()
         extra = {}
         if self.action_subsets:
             from browsergym.core.action.highlevel import HighLevelActionSet

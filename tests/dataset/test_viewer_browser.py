@@ -47,6 +47,10 @@ def server(run):
 def browser():
     from playwright.sync_api import sync_playwright
 
+    from harness.env import lighten_playwright_stacks
+
+    lighten_playwright_stacks()
+
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--disable-gpu", "--disable-quic", "--disable-sync"])
         try:
