@@ -91,6 +91,7 @@ class ScriptedTeacher:
         self.hold_after: int | None = None   # answer this many, then hold the rest
         self.release = threading.Event()
         self.held = 0
+        self.admitted = 0                   # answers let through while ``hold_after`` is set
 
     def outcome(self, request: dict) -> tuple[dict, str, int]:
         parts = parse_prompt(request["messages"])
@@ -119,9 +120,13 @@ class _Handler(OpenAIHandler):
         pair, outcome, label = teacher.outcome(request)
         with teacher.lock:
             teacher.seen.append((pair["pair_id"], request["seed"] - teacher.base_seed))
-            hold = teacher.hold_after is not None and len(teacher.answered) >= teacher.hold_after
+            # the decision and the slot taken in one step: requests in flight at once cannot
+            # all see the count below the limit
+            hold = teacher.hold_after is not None and teacher.admitted >= teacher.hold_after
             if hold:
                 teacher.held += 1
+            elif teacher.hold_after is not None and outcome != "outage":
+                teacher.admitted += 1
         if hold:
             teacher.release.wait(30)
             self.close_connection = True      # the client is gone: answer nothing
