@@ -21,6 +21,10 @@ otherwise ``ValueError`` before anything is allocated. ``complete(payload, stop=
 returns a reason, e.g. the client disconnected. With ``max_active`` > 1, that many generations
 take turns on the model one decoding step at a time (each with its own RNG state), so a short
 request is not stuck behind a long one; further requests wait for a turn in arrival order.
+
+Prompts are prefilled once: the KV cache of the last prompt is kept, the next prompt runs only
+from where it differs (a policy's n samples and a search's repeated states share most of their
+tokens), and the ``n`` sampled sequences start from copies of one prefill.
 """
 
 from __future__ import annotations
@@ -233,7 +237,8 @@ class _Turns:
 
 class LocalModel:
     """A transformers causal LM and its tokenizer. Generations take turns on the model (see
-    ``max_active``); ``steps`` counts decoding steps run (all requests)."""
+    ``max_active``); ``steps`` counts decoding steps run (all requests), ``prefilled`` the prompt
+    tokens that went through the model (a prefix shared with the previous prompt runs once)."""
 
     def __init__(self, path: Path, max_active: int = 1, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS):
         import torch
@@ -251,6 +256,12 @@ class LocalModel:
         self.context = int(getattr(self.model.config, "max_position_embeddings", None) or 2048)
         self.max_batch_tokens = max_batch_tokens
         self.steps = 0
+        self.prefilled = 0          # prompt tokens run through the model (those reused from the kept cache are not)
+        # The last prompt's KV cache (llm.scoring.KeptCache): the next request's common prefix
+        # reuses it. At most one context of keys and values (~370 MB for SmolLM2-135M's 8,192).
+        from llm.scoring import KeptCache
+
+        self._kept = KeptCache()
         # generate() and the global RNG are not safe to share between threads: one runs at a time.
         self._turns = _Turns(max_active)
 
@@ -294,6 +305,27 @@ class LocalModel:
                              f"server's batch budget of {self.max_batch_tokens} tokens; lower n or max_tokens")
         return request, inputs
 
+    def _prefill(self, tokens: list[int]):
+        """A KV cache of ``tokens`` for one generation (None for no tokens), computed from the
+        longest prefix they share with the previous request's, which is kept for the next one
+        (``transformers``' prompt-reuse pattern: generate() then runs only the last prompt token
+        before sampling). Run by the generation whose turn it is."""
+        import copy
+
+        from llm.scoring import _common, _crop, _forward
+
+        kept = self._kept
+        shared = _common(kept.tokens, tokens)
+        cache = kept.cache if shared else None
+        kept.cache, kept.tokens = None, []          # until this prefill ends well
+        if cache is not None:
+            _crop(cache, shared)
+        if tokens[shared:]:
+            _, cache = _forward(self.model, tokens[shared:], cache, 1)
+        kept.cache, kept.tokens = cache, tokens
+        self.prefilled += len(tokens) - shared
+        return copy.deepcopy(cache) if cache is not None else None
+
     def check(self, payload: dict, max_tokens_cap: int | None = None) -> None:
         """Raise ``ValueError`` if ``complete`` would refuse ``payload`` (cheap: tokenizes only)."""
         self._prepare(payload, max_tokens_cap)
@@ -335,7 +367,17 @@ class LocalModel:
         turn = turns.enter(seed if seed is not None else secrets.randbits(63), stop)
         try:
             with torch.inference_mode():
-                out = self.model.generate(**inputs, **gen, stopping_criteria=StoppingCriteriaList([_StopOrPass()]))
+                # The prompt up to its last token runs on the kept KV cache of the previous one
+                # (only what differs goes through the model); the n sampled sequences start from
+                # copies of that one cache instead of n prefills of the prompt.
+                cache = self._prefill(inputs["input_ids"][0].tolist()[:-1])
+                rows = gen.pop("num_return_sequences")
+                if cache is not None and rows > 1:
+                    cache.batch_repeat_interleave(rows)
+                out = self.model.generate(input_ids=inputs["input_ids"].repeat(rows, 1),
+                                          attention_mask=inputs["attention_mask"].repeat(rows, 1),
+                                          cache=cache, **gen,
+                                          stopping_criteria=StoppingCriteriaList([_StopOrPass()]))
         finally:
             turns.leave(turn)
         if stopped:
