@@ -152,9 +152,11 @@ def _plain_score(model, tok, messages):
     shared, *tails = tag_token_ids(tok, prompt_text(tok, messages))
     out = []
     for tail in tails:
+        # logits only where the tail's tokens are predicted (the pass itself runs every token)
         with torch.inference_mode():
-            logp = torch.log_softmax(model(input_ids=torch.tensor([shared + tail])).logits[0].float(), -1)
-        out.append(sum(float(logp[len(shared) - 1 + i, t]) for i, t in enumerate(tail)))
+            logits = model(input_ids=torch.tensor([shared + tail]), logits_to_keep=len(tail) + 1).logits[0]
+        logp = torch.log_softmax(logits.float(), -1)
+        out.append(sum(float(logp[i, t]) for i, t in enumerate(tail)))
     return tuple(out)
 
 
@@ -234,7 +236,7 @@ def test_shared_prefix_scores_equal_two_plain_passes_on_the_embedded_model():
     tree = "\n".join(["RootWebArea 'Shop'"] + [f"\t[{b}] link 'Blue Kettle {b}'" for b in range(4, 30)])
     state = State(intent="Order 2 Blue Kettles for Ada", axtree=tree, url="http://127.0.0.1:8000/",
                   history=["click('3')"])
-    prompts = [render_pair(state, a1, a2, budget=600)[0] for a1, a2 in (("click('4')", "click('5')"),
+    prompts = [render_pair(state, a1, a2, budget=300)[0] for a1, a2 in (("click('4')", "click('5')"),
                                                                        ("click('6')", "scroll(0, 200)"))]
     given, swapped = (_encode(tok, prompt_text(tok, m)) for m in (prompts[0], swap_responses(prompts[0])))
     part = _common(given, swapped)          # at Response 1's action: the AXTree and all before it are shared

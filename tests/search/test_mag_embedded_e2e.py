@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.slow,
 
 
 def test_embedded_policy_and_prm_on_mag(tmp_path):
-    policy = MagPolicy(LLMConfig(temperature=1.0, max_tokens=80, cache_dir=str(tmp_path / "llm")))
+    policy = MagPolicy(LLMConfig(temperature=1.0, max_tokens=56, cache_dir=str(tmp_path / "llm")))
     judge = make_judge(LLMConfig(max_tokens=32, cache_dir=str(tmp_path / "llm")), batch_size=4)
     judged = []
     judge_for = recording_judge_for(judge, judged)
