@@ -49,7 +49,17 @@ def sites_run(tmp_path_factory):
     return root
 
 
-def test_mining_per_site_on_dask_matches_the_cli(prefect_harness, sites_run):
+@pytest.fixture(scope="module")
+def scheduler(prefect_harness):
+    """One local Dask cluster (two worker processes) for the module's flows: starting one costs
+    seconds, and ``--dask-local`` itself is test_build_graphs_flow's."""
+    from flows.common import DaskConfig, dask_scheduler
+
+    with dask_scheduler(DaskConfig(dask_local=True, dask_workers=2)) as address:
+        yield address
+
+
+def test_mining_per_site_on_dask_matches_the_cli(scheduler, sites_run):
     from flows.propose_negatives import main as flow_main
     from llm.serve import fixed_answer, serve_in_thread
     from proposals.mine import main as mine_main
@@ -69,7 +79,7 @@ def test_mining_per_site_on_dask_matches_the_cli(prefect_harness, sites_run):
                           *common]) == 0
         cli_prompts = list(prompts)
         flow_args = ["--run", str(fl), "--fill-cache-dir", str(sites_run / "cache-flow"), *common,
-                     "--dask-local", "--dask-workers", "2"]
+                     "--dask-address", scheduler]
         assert flow_main(flow_args) == 0
         flow_prompts = prompts[len(cli_prompts):]
         first = {rel: (fl / rel).read_bytes() for rel in ("candidates.parquet", "audit/candidates.json")}
@@ -114,8 +124,7 @@ def _teacher_flags(server, cache) -> list[str]:
             "--max-retries", "0", "--api-key-env", "SURFPRM_TEST_KEY_UNSET"]
 
 
-def test_verification_in_shards_on_dask_matches_the_cli_and_a_failed_shard_repeats_no_call(prefect_harness, tmp_path):
-    from flows.common import DaskConfig, dask_scheduler
+def test_verification_in_shards_on_dask_matches_the_cli_and_a_failed_shard_repeats_no_call(scheduler, tmp_path):
     from flows.synthesize import main as flow_main
     from teacher.verify import main as verify_main
 
@@ -135,10 +144,9 @@ def test_verification_in_shards_on_dask_matches_the_cli_and_a_failed_shard_repea
         assert verify_main(["--run", str(tmp_path / "cli"), *_teacher_flags(servers["cli"], tmp_path / "c-cli"),
                             "--quiet"]) == 0
         n_cli = len(teacher.answered)
-        with dask_scheduler(DaskConfig(dask_local=True, dask_workers=2)) as address:
-            for name in ("flow", "retried"):
-                assert flow_main(["--run", str(tmp_path / name), "--verify-only", "--dask-address", address,
-                                  *_teacher_flags(servers[name], tmp_path / f"c-{name}")]) == 0, name
+        for name in ("flow", "retried"):
+            assert flow_main(["--run", str(tmp_path / name), "--verify-only", "--dask-address", scheduler,
+                              *_teacher_flags(servers[name], tmp_path / f"c-{name}")]) == 0, name
     finally:
         for server in {id(s): s for s in servers.values()}.values():
             server.shutdown()
