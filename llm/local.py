@@ -306,25 +306,11 @@ class LocalModel:
         return request, inputs
 
     def _prefill(self, tokens: list[int]):
-        """A KV cache of ``tokens`` for one generation (None for no tokens), computed from the
-        longest prefix they share with the previous request's, which is kept for the next one
-        (``transformers``' prompt-reuse pattern: generate() then runs only the last prompt token
-        before sampling). Run by the generation whose turn it is."""
-        import copy
+        """``llm.scoring.prefill`` on the kept cache, run by the generation whose turn it is."""
+        from llm.scoring import _common, prefill
 
-        from llm.scoring import _common, _crop, _forward
-
-        kept = self._kept
-        shared = _common(kept.tokens, tokens)
-        cache = kept.cache if shared else None
-        kept.cache, kept.tokens = None, []          # until this prefill ends well
-        if cache is not None:
-            _crop(cache, shared)
-        if tokens[shared:]:
-            _, cache = _forward(self.model, tokens[shared:], cache, 1)
-        kept.cache, kept.tokens = cache, tokens
-        self.prefilled += len(tokens) - shared
-        return copy.deepcopy(cache) if cache is not None else None
+        self.prefilled += len(tokens) - _common(self._kept.tokens, tokens)
+        return prefill(self.model, self._kept, tokens)
 
     def check(self, payload: dict, max_tokens_cap: int | None = None) -> None:
         """Raise ``ValueError`` if ``complete`` would refuse ``payload`` (cheap: tokenizes only)."""

@@ -180,6 +180,25 @@ class KeptCache:
     cache: object = None
 
 
+def prefill(model, kept: KeptCache, tokens: list[int]):
+    """A KV cache of ``tokens`` for a generation to start from (None for no tokens), computed from
+    the longest prefix they share with ``kept``'s, which then holds ``tokens`` for the next call
+    (transformers' prompt-reuse pattern: ``generate(..., cache=prefill(model, kept, prompt[:-1]))``
+    runs only the prompt's last token before decoding). The caller runs one forward pass of
+    ``model`` at a time."""
+    import copy
+
+    shared = _common(kept.tokens, tokens)
+    cache = kept.cache if shared else None
+    kept.cache, kept.tokens = None, []          # until this prefill ends well
+    if cache is not None:
+        _crop(cache, shared)
+    if tokens[shared:]:
+        _, cache = _forward(model, tokens[shared:], cache, 1)
+    kept.cache, kept.tokens = cache, tokens
+    return copy.deepcopy(cache) if cache is not None else None
+
+
 def tag_logprobs(model, sequences: list[tuple[list[int], list[int], list[int]]],
                  kept: KeptCache | None = None) -> list[tuple[float, float]]:
     """(log p(tail 1 | shared), log p(tail 2 | shared)) for each ``(shared, tail_1, tail_2)`` of

@@ -126,11 +126,13 @@ class LocalJudge:
     **Scoring shares prefixes**: the prompts of one call that miss the cache are scored on one KV
     cache (``llm.scoring.score_many``), and the last one's cache is kept for the next call
     (``llm.scoring.KeptCache``), so a tournament's later rounds on the same state run only from
-    where their prompts part from the round before."""
+    where their prompts part from the round before. **Generation shares them too** on a CPU
+    (``shared_prefill`` None: on a CPU; True/False forces it): prompts run one at a time, each from
+    where it parts from the one before, instead of in padded batches of ``batch_size``."""
 
     def __init__(self, model, tokenizer, max_tokens: int = 256, batch_size: int = 8, mode: str = "generate",
                  cache=None, model_id: str | None = None, endpoint: str = "local", load=None,
-                 placed: tuple[str, str] | None = None):
+                 placed: tuple[str, str] | None = None, shared_prefill: bool | None = None):
         if mode not in JUDGE_MODES:
             raise ValueError(f"mode must be one of {JUDGE_MODES}, not {mode!r}")
         self._model, self._tokenizer, self._load, self._placed = model, tokenizer, load, placed
@@ -142,7 +144,8 @@ class LocalJudge:
         self.model_id, self.endpoint = model_id, endpoint
         self.cached = self.computed = 0
         self._load_lock = threading.Lock()
-        self._kept = KeptCache()        # scoring: the last prompt's KV cache, for the next call's common prefix
+        self._kept = KeptCache()        # the last prompt's KV cache, for the next call's common prefix
+        self.shared_prefill = shared_prefill
 
     @classmethod
     def from_pretrained(cls, path: str, device: str = "auto", dtype: str = "auto", cache=None,
@@ -235,21 +238,42 @@ class LocalJudge:
         encoded = [tok.apply_chat_template(p, add_generation_prompt=True, return_dict=True)["input_ids"]
                    for p in prompts]
         texts: list[tuple[str, str]] = [("", "stop")] * len(prompts)
-        # Similar lengths share a batch, so little compute goes to padding.
+        device = next(self.model.parameters()).device
+        if self.shared_prefill or (self.shared_prefill is None and device.type == "cpu"):
+            # On a CPU the prompts' prefill is most of the time and a padded batch cannot share
+            # it: one prompt at a time, in token order, each run from where it parts from the one
+            # before (a tournament's prompts share their state; llm.scoring.prefill on the kept
+            # cache the scoring modes use too). Greedy, as the batches below.
+            from llm.scoring import _lock_for, prefill
+
+            with _lock_for(self.model), torch.inference_mode():
+                for i in sorted(range(len(prompts)), key=lambda i: encoded[i]):
+                    ids = encoded[i]
+                    cache = prefill(self.model, self._kept, ids[:-1])
+                    out = self.model.generate(input_ids=torch.tensor([ids], device=device),
+                                              attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=device),
+                                              cache=cache, max_new_tokens=self.max_tokens, do_sample=False,
+                                              pad_token_id=pad_id)
+                    texts[i] = self._decoded(out[0, len(ids):].tolist(), eos_ids)
+            return texts
+        # On an accelerator, batches: similar lengths share one, so little compute goes to padding.
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         for start in range(0, len(order), self.batch_size):
             idx = order[start:start + self.batch_size]
             width = max(len(encoded[i]) for i in idx)
-            device = next(self.model.parameters()).device
             ids = torch.tensor([[pad_id] * (width - len(encoded[i])) + encoded[i] for i in idx], device=device)
             mask = torch.tensor([[0] * (width - len(encoded[i])) + [1] * len(encoded[i]) for i in idx], device=device)
             with torch.inference_mode():
                 out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=self.max_tokens,
                                           do_sample=False, pad_token_id=pad_id)
             for i, row in zip(idx, out[:, width:].tolist()):
-                stop = next((k for k, t in enumerate(row) if t in eos_ids), None)
-                texts[i] = (tok.decode(row[:stop], skip_special_tokens=True), "length" if stop is None else "stop")
+                texts[i] = self._decoded(row, eos_ids)
         return texts
+
+    def _decoded(self, row: list[int], eos_ids: set[int]) -> tuple[str, str]:
+        """(the text up to the first end token, 'stop' or 'length')."""
+        stop = next((k for k, t in enumerate(row) if t in eos_ids), None)
+        return self.tokenizer.decode(row[:stop], skip_special_tokens=True), "length" if stop is None else "stop"
 
     def _scores(self, prompts: list[list[dict]], mode: str, rationales: list[str]) -> list:
         """``llm.scoring.score_many`` of the prompts, from the cache where it holds them; the rest

@@ -97,15 +97,44 @@ def test_swap_and_the_both_orders_rule(tmp_path):
     assert [o.correct for o in outs] == [True, False] and [o.swapped.verdict for o in outs] == [1, 1]
 
 
-def test_local_judge_batches_a_tiny_model():
+def _tiny_judge_inputs():
     from tiny_lm import tiny_lm
 
     msgs = [render_pair(STATE, a, b)[0] for a, b in [("click('40')", "click('12')"), ("click('12')", "go_back()")]]
     model, tok = tiny_lm([m["content"] for p in msgs for m in p] + ["<Answer>Response 1</Answer>"])
-    j = LocalJudge(model, tok, max_tokens=5, batch_size=2)
+    return msgs, model, tok
+
+
+def test_local_judge_batches_a_tiny_model():
+    msgs, model, tok = _tiny_judge_inputs()
+    j = LocalJudge(model, tok, max_tokens=5, batch_size=2, shared_prefill=False)    # an accelerator's path
     got = j.judge_prompts(msgs + msgs[:1])
     assert len(got) == 3 and all(isinstance(g.text, str) and g.verdict in (1, 2, None) for g in got)
     assert got[0].text == got[2].text          # greedy, and batching (left padding) does not change it
+
+
+def test_local_judge_on_a_cpu_prefills_a_shared_state_once_with_plain_generates_answers():
+    import torch
+
+    msgs, model, tok = _tiny_judge_inputs()
+    j = LocalJudge(model, tok, max_tokens=5)            # on a CPU: one prompt at a time, prefixes shared
+    ids = [tok.apply_chat_template(m, add_generation_prompt=True, return_dict=True)["input_ids"] for m in msgs]
+    common = next(k for k in range(min(map(len, ids))) if ids[0][k] != ids[1][k])
+    ran = []
+    hook = model.register_forward_pre_hook(lambda m, args, kw: ran.append(kw["input_ids"].numel()), with_kwargs=True)
+    try:
+        got = j.generate(msgs)
+    finally:
+        hook.remove()
+    # each prompt up to where they part runs once; then each prompt's own tokens and its decoding steps
+    assert sum(ran) <= sum(map(len, ids)) - common + 2 * 5 and common > 20
+    for m, (text, _) in zip(msgs, got):
+        inputs = tok.apply_chat_template(m, add_generation_prompt=True, return_dict=True, return_tensors="pt")
+        with torch.inference_mode():
+            out = model.generate(**inputs, max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id)
+        row = out[0, inputs["input_ids"].shape[1]:].tolist()
+        stop = next((k for k, t in enumerate(row) if t == tok.eos_token_id), None)
+        assert text == tok.decode(row[:stop], skip_special_tokens=True)
 
 
 def _fixture_rows():
