@@ -38,7 +38,7 @@ sizes and counts. Steps, each skipped when its output exists (rerun to resume):
    interval, and whether the interval excludes zero.
 
 Prompts use ``configs/prm/cpu-compact-prompt.yaml`` (the benchmark's markers and answer tag,
-~900 tokens instead of ~1,600) with an AXTree budget of ``--prompt-budget`` characters, for the
+~900 tokens instead of ~1,600) with an AXTree budget of ``--axtree-chars`` characters, for the
 teacher, the training rows and the evaluation alike. Torch runs with ``--threads`` (1) threads:
 on a shared 2-core machine two spinning threads were ~3x slower per forward pass than one.
 Trained model folders are deleted after their evaluation unless ``--keep-models``.
@@ -114,8 +114,9 @@ class BenchConfig(Configurable):
         "type": _ints, "metavar": "0", "help": "comma-separated training seeds of the other variants ('' for none)"})
     variants: tuple[str, ...] = field(default=VARIANTS, metadata={
         "type": _variants, "metavar": "graph,...", "help": f"comma-separated subset of {','.join(VARIANTS)} with graph"})
-    prompt_budget: int = field(default=400, metadata={
-        "min": 1, "help": "AXTree characters of every prompt (teacher, training rows, evaluation)"})
+    axtree_chars: int = field(default=400, metadata={
+        "min": 1, "deprecated": ("prompt_budget",),
+        "help": "AXTree characters of every prompt (teacher, training rows, evaluation; old name --prompt-budget)"})
     threads: int = field(default=1, metadata={"min": 1, "help": "torch threads per process"})
     workers: int = field(default=1, metadata={
         "min": 1, "help": "trainings (each followed by its evaluation) run at once"})
@@ -217,7 +218,7 @@ def prepare(cfg: BenchConfig, out: Path, timings: dict, runs: tuple[str, ...] = 
             bench = run / "export" / "eval.parquet"
             if not bench.exists():
                 sh(cfg, "-m", "dataset.export", "--run", str(run), "--format", "trl-labels", "--preset", "paper",
-                   "--prompt-budget", str(cfg.prompt_budget), "--no-card", *tmpl)
+                   "--axtree-chars", str(cfg.axtree_chars), "--no-card", *tmpl)
                 rows = pq.read_table(run / "export" / "trl-labels" / "train.parquet").to_pylist()
                 chosen = sample_states(rows, cfg.eval_pairs, cfg.split_seed)
                 chosen.sort(key=lambda r: (r["traj_id"], r["step_idx"], r["pair_id"]))
@@ -225,7 +226,7 @@ def prepare(cfg: BenchConfig, out: Path, timings: dict, runs: tuple[str, ...] = 
                 pq.write_table(pa.Table.from_pylist(chosen, schema=schema), bench)
             continue
         if not (run / "preferences.parquet").exists():
-            sh(cfg, "-m", "teacher.verify", "--run", str(run), "--k", "1", "--axtree-chars", str(cfg.prompt_budget),
+            sh(cfg, "-m", "teacher.verify", "--run", str(run), "--k", "1", "--axtree-chars", str(cfg.axtree_chars),
                "--quiet", *tmpl, timings=timings, key=f"verify_{name}")
         if not (run / "export" / "trl" / "train.parquet").exists():
             sh(cfg, "-m", "dataset.export", "--run", str(run), "--format", "trl", "--preset", "paper", "--no-card")

@@ -22,7 +22,7 @@ axis and task for analysis.
 ``trl-labels`` (an ablation WITHOUT teacher rationales): ``RUN/export/trl-labels/{train,test}.parquet``
 built from the sampled candidates, not from the teacher's kept pairs. The prompt is the same
 Action-Only prompt (``data.pairs.load_pairs``: same seeded order coin, same AXTree budget
-``--prompt-budget``); the completion is only the answer tag (``<Answer>Response 2</Answer>``),
+``--axtree-chars``); the completion is only the answer tag (``<Answer>Response 2</Answer>``),
 the position of the demonstrated action. It needs no teacher, so it gives training data when the
 teacher kept nothing (the embedded 135M teacher keeps 0 pairs); a PRM trained on it learns to
 name a winner, not to argue for it. Same task split; rows also carry ``traj_id, step_idx, site,
@@ -244,15 +244,15 @@ def export_trl(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
 
 
 def export_trl_labels(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
-                      coin_seed: int = 0, prompt_budget: int | None = None,
+                      coin_seed: int = 0, axtree_chars: int | None = None,
                       fmt: JudgmentFormat | None = None, tokenizer: str | None = None,
                       max_length: int | None = None) -> dict[str, Path]:
     """Write the label-only TRL files (an ablation without rationales: see the module doc) from
     the sampled candidates; returns their paths by split."""
     run = RunDir(run_dir)
     fmt = fmt or JudgmentFormat()
-    if prompt_budget:
-        fmt = JudgmentFormat(fmt.untrusted, fmt.template, prompt_budget)
+    if axtree_chars:
+        fmt = JudgmentFormat(fmt.untrusted, fmt.template, axtree_chars)
     run.check_inputs("data.export.trl_labels", run.root / "candidates.parquet", run.trajectories)
     pairs = load_pairs(run, coin_seed, fmt)
     test_tasks = split_tasks((p.row["task_id"] for p in pairs), seed, test_fraction)
@@ -271,7 +271,7 @@ def export_trl_labels(run_dir: str | Path, seed: int = 42, test_fraction: float 
         atomic_write_parquet(paths[name], pa.Table.from_pylist(split_rows, schema=TRL_LABELS_SCHEMA))
     stats = StageStats("data.export.trl_labels", n_in=len(pairs), n_out=len(pairs))
     stats.extra = {"train": len(splits["train"]), "test": len(splits["test"]), "seed": seed,
-                   "coin_seed": coin_seed, "test_fraction": test_fraction, "prompt_budget": fmt.budget,
+                   "coin_seed": coin_seed, "test_fraction": test_fraction, "axtree_chars": fmt.budget,
                    "targets": "answer tag only (no teacher rationale)",
                    "files": {k: str(v.relative_to(run.root)) for k, v in paths.items()},
                    "tokens": measure_tokens(run, splits["train"] + splits["test"], tokenizer, max_length)}
@@ -314,7 +314,7 @@ def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float
 
 
 def export(run_dir: str | Path, fmt: str, seed: int = 42, test_fraction: float = 0.2, split: str = "test",
-           card: bool = True, prompt_budget: int | None = None, preset: str = "heldout",
+           card: bool = True, axtree_chars: int | None = None, preset: str = "heldout",
            judgment_format: JudgmentFormat | None = None, tokenizer: str | None = None,
            max_length: int | None = None) -> list[Path]:
     """One export format, then (unless ``card=False``) the dataset card and the report.
@@ -328,7 +328,7 @@ def export(run_dir: str | Path, fmt: str, seed: int = 42, test_fraction: float =
     if fmt == "trl":
         paths = list(export_trl(run_dir, seed, test_fraction, judgment_format, tokenizer, max_length).values())
     elif fmt == "trl-labels":
-        paths = list(export_trl_labels(run_dir, seed, test_fraction, prompt_budget=prompt_budget,
+        paths = list(export_trl_labels(run_dir, seed, test_fraction, axtree_chars=axtree_chars,
                                        fmt=judgment_format, tokenizer=tokenizer, max_length=max_length).values())
     elif fmt == "webprmbench":
         paths = [export_webprmbench(run_dir, seed, test_fraction, split, judgment_format)]
@@ -356,8 +356,8 @@ class ExportOptions(Configurable):
     test_fraction: float = field(default=0.2, metadata={"min": 0, "max": 1, "help": "share of tasks held out"})
     split: str = field(default="test", metadata={"choices": ("test", "all"),
                                                  "help": "webprmbench: held-out tasks or all"})
-    prompt_budget: int | None = field(default=None, metadata={"min": 1,
-        "help": "trl-labels: AXTree characters in the prompt (default: the teacher's)"})
+    axtree_chars: int | None = field(default=None, metadata={"min": 1, "deprecated": ("prompt_budget",),
+        "help": "trl-labels: AXTree characters in the prompt (default: the teacher's; old name --prompt-budget)"})
     preset: str = field(default="heldout", metadata={
         "choices": PRESETS, "help": "heldout: hold out --test-fraction of the tasks; paper: train on every verified pair"})
     prompt_template: str | None = field(default=None, metadata={
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, fmt in enumerate(opts.format):
             last = i == len(opts.format) - 1
             for p in export(args.run, fmt, opts.seed, opts.test_fraction, opts.split, card=last and not opts.no_card,
-                            prompt_budget=opts.prompt_budget, preset=opts.preset, judgment_format=judgment_format,
+                            axtree_chars=opts.axtree_chars, preset=opts.preset, judgment_format=judgment_format,
                             tokenizer=opts.tokenizer, max_length=opts.max_length):
                 print(f"wrote {p}")
     except (FileNotFoundError, ValueError) as e:

@@ -109,7 +109,7 @@ def build_trainer(cfg: PRMTrainConfig, model=None, tokenizer=None):
                     trainer.rows_dropped_too_long, len(train_ds), cfg.max_length)
     if len(trainer.train_dataset) == 0:
         raise ConfigError(f"every training row is longer than max_length {cfg.max_length}: raise it "
-                         "or shorten the prompts (dataset.export --prompt-budget)")
+                         "or shorten the prompts (dataset.export --axtree-chars)")
     return trainer
 
 

@@ -79,7 +79,7 @@ DOCUMENTED = {
     "teacher.verify": ["--run", "--k", "--backend", "--base-url", "--model", "--api-key-env", "--llm-config",
                        "--seed", "--axtree-chars", "--max-tokens", "--temperature", "--prompt-template", "--untrusted",
                        "--quiet", "--no-cache"],
-    "dataset.export": ["--run", "--format", "--seed", "--test-fraction", "--split", "--prompt-budget", "--preset",
+    "dataset.export": ["--run", "--format", "--seed", "--test-fraction", "--split", "--axtree-chars", "--preset",
                     "--prompt-template", "--untrusted", "--no-card"],
     "prm.evaluate": ["--model", "--base-url", "--bench", "--out", "--both-orders", "--include-sources", "--compare",
                      "--name", "--max-tokens", "--llm-config", "--prompt-template"],
@@ -160,3 +160,8 @@ def test_the_stage_commands_take_the_old_budget_flags(capsys):
     assert (MineConfig.from_args(args).sample_size, VerifyConfig.from_args(args).axtree_chars) == (8, 900)
     err = capsys.readouterr().err
     assert "--budget is deprecated" in err and "use --sample-size" in err and "use --axtree-chars" in err
+    # dataset.export's --prompt-budget (trl-labels' AXTree characters) is --axtree-chars too
+    from dataset.export import ExportOptions, build_parser as export_parser
+
+    opts = ExportOptions.from_args(export_parser().parse_args(["--run", "r", "--prompt-budget", "900"]))
+    assert opts.axtree_chars == 900 and "--prompt-budget is deprecated" in capsys.readouterr().err

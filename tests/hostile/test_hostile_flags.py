@@ -134,7 +134,7 @@ def test_an_immutable_output_fails_the_writability_pre_check(tmp_path):
 
 @pytest.mark.parametrize("module, flags, says", [
     ("dataset.export", ["--run", "x", "--test-fraction", "2"], "--test-fraction: must be <= 1"),
-    ("dataset.export", ["--run", "x", "--prompt-budget", "0"], "--prompt-budget: must be >= 1"),
+    ("dataset.export", ["--run", "x", "--axtree-chars", "0"], "--axtree-chars: must be >= 1"),
     ("prm.evaluate", ["--batch-size", "0"], "--batch-size: must be >= 1"),
     ("prm.evaluate", ["--limit-states", "-3"], "--limit-states: must be >= 1"),
     # llm.serve's limits are ServeConfig fields: refused where parsed, before torch or a model loads

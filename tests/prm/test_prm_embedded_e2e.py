@@ -21,7 +21,7 @@ def test_embedded_smollm2_trains_a_step_and_evaluates(prefect_harness, tmp_path)
     from scripted_teacher import make_run
 
     make_run(tmp_path, n_pairs=6)
-    paths = export_trl_labels(tmp_path, prompt_budget=200)
+    paths = export_trl_labels(tmp_path, axtree_chars=200)
     out = tmp_path / "prm"
     record = train_prm_flow(config="configs/prm/cpu-demo.yaml", overrides={
         "data": {"train_file": str(paths["train"]), "max_length": 1536},

@@ -208,7 +208,7 @@ def test_trl_split_is_grouped_by_state_and_joined_to_candidates(tmp_path):
     from scripted_teacher import make_run
 
     make_run(tmp_path, n_pairs=6)
-    paths = export_trl_labels(tmp_path, prompt_budget=300)
+    paths = export_trl_labels(tmp_path, axtree_chars=300)
     rows = load_bench(paths["train"]) + load_bench(paths["test"])
     assert len(rows) == 6 and all(r["gmcp"] == "gmcp" and r["rule"] and r["expected"] in (1, 2) for r in rows)
     assert {r["source_name"] for r in rows} == {"surfprm/servicenow"}

@@ -24,7 +24,7 @@ def label_run(tmp_path_factory):
     """A run of real steps exported as label-only TRL files (short prompts for the tiny model)."""
     root = tmp_path_factory.mktemp("prm_run")
     make_run(root, n_pairs=8)
-    paths = export_trl_labels(root, prompt_budget=300)
+    paths = export_trl_labels(root, axtree_chars=300)
     return root, paths
 
 
