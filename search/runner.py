@@ -56,7 +56,9 @@ line names the process that ran it (``worker``: ``host:pid``).
 ``summary.json`` always holds ``macro.success_rate`` (success per site, ``sites``, macro-averaged),
 ``tasks``, ``terminations``, the environment failures (``env_failures``, ``env_failed_tasks``:
 counted as tasks not solved, never dropped from the denominator), ``totals`` (the step counts of
-``search.tournament.STEP_COUNTS`` summed), ``prm``, ``policy`` and ``n``; with ``--baseline``,
+``search.tournament.STEP_COUNTS`` summed), ``prm``, ``policy``, ``n`` and ``prm_calls`` (the PRM's
+prompts; a guided run whose PRM was never called prints one line ``PRM never called: <why>``, e.g.
+a policy that proposes one candidate per step); with ``--baseline``,
 ``baseline_success_rate`` and ``difference`` (macro rate minus the baseline's) where the
 benchmark compares.
 
@@ -245,10 +247,12 @@ def run_search(benchmark: Benchmark, config: SearchConfig) -> dict:
 
         write_run_trajectories(run.out, [t[benchmark.task_key] for t in tasks])
     summary = benchmark.summarize(config, rows, baseline)
-    summary.update(prm=config.prm, policy=config.policy, n=config.n)
+    summary.update(prm=config.prm, policy=config.policy, n=config.n, prm_calls=prm_calls(rows))
     run.write("summary.json", summary)
     if benchmark.report:
         benchmark.report(config, summary, baseline)
+    if why := prm_never_called(config, rows):
+        print(f"PRM never called: {why}", file=sys.stderr)
     print(summary_line(benchmark.name, summary, len(rows) - resumed, resumed, sum(r.get("n_steps") or 0 for r in rows[resumed:]),
                        time.perf_counter() - clock, run.out / "summary.json"), file=sys.stderr)
     return summary
@@ -262,6 +266,29 @@ def summary_line(name: str, summary: dict, ran: int, resumed: int, steps: int, s
              f"macro success {rate:.3f}" if rate is not None else "macro success -",
              f"{summary.get('env_failures', 0)} environment failure(s)", f"{steps} step(s)"]
     return done_line(name, ", ".join(parts), seconds, f"summary in {path}")
+
+
+def prm_calls(rows: list[dict]) -> int:
+    """The PRM's prompts over the run (the steps' ``judge_calls``, both orders counted)."""
+    return sum_counts([r.get("totals") or {} for r in rows])["judge_calls"]
+
+
+def prm_never_called(config: SearchConfig, rows: list[dict]) -> str | None:
+    """Why a guided run's PRM judged nothing (a silent zero otherwise: ``summary.json`` would
+    still say ``n: 5``), else None; None for ``--prm none``, which has no PRM."""
+    if not config.guided or not rows or prm_calls(rows):
+        return None
+    totals = sum_counts([r.get("totals") or {} for r in rows])
+    steps = sum(r.get("n_steps") or 0 for r in rows)
+    if not steps:
+        return f"no episode took a step ({len(rows)} task(s), every one ended before its first step)"
+    if config.n == 1:
+        return "--n 1: the policy proposes one candidate per step, which needs no judge"
+    if totals["proposed"] <= steps:
+        return (f"the policy proposed at most one candidate per step ({totals['proposed']} candidates over {steps} "
+                "steps; e.g. --policy solver), and one candidate needs no judge")
+    return (f"no step kept two candidates after screening ({totals['proposed']} proposed over {steps} steps: "
+            f"{totals['screened_invalid']} invalid, {totals['screened_duplicate']} duplicates merged)")
 
 
 def nothing_ran(summary: dict) -> str | None:

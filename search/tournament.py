@@ -1,5 +1,12 @@
 """Knockout best-of-N: the PRM picks one of N candidate actions by a seeded single-elimination bracket.
 
+What is the paper's and what is ours. surfPRM §5.1 says only that the policy proposes N=5
+candidates and that the PRM "selects one via a knockout tournament". Everything else here is this
+project's choice, not the paper's: dropping invalid candidates before the bracket, merging
+duplicates, the seeded draw, the bye for an odd count, judging a round as one batch, the tie rule,
+``both_orders``. A single-elimination bracket of N survivors then takes N-1 matches in
+ceil(log2 N) rounds (a property of the bracket, not a figure the paper states).
+
     from search.tournament import knockout, prm_pair_judge
     result = knockout(["click('12')", "fill('34', 'shoes')", "click('12')"], judge,
                       axtree=obs_axtree_text, seed=7)
@@ -10,7 +17,7 @@ BrowserGym actions by ``read_actions``, MAG outputs by ``search.mag.agent``); un
 (unparseable, targeting a bid absent from the current AXTree, ...) are dropped with a reason;
 duplicates (the same page action) are merged into one representative and counted. One survivor needs no judge call. Otherwise the survivors are shuffled by ``seed`` and
 paired in order; an odd count gives the last one a bye. The matches of one round go to the judge
-as one batch. N survivors take exactly N-1 matches in ceil(log2 N) rounds (paper).
+as one batch. N survivors take exactly N-1 matches in ceil(log2 N) rounds.
 
 The judge is any callable ``judge(pairs) -> verdicts`` where ``pairs`` is a list of
 ``(action_1, action_2)`` canonical strings and each verdict is an object with ``verdict``

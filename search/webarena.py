@@ -31,7 +31,9 @@ limits and where a local PRM loaded). ``summary.json``: success per environment 
 run and the macro-average over them (``macro.success_rate``); the environments
 are the paper's five (Table 3: shopping, reddit, shopping_admin, gitlab, map), a multi-site task
 counted under its first site other than Wikipedia (``environment_of``: 46, 21, 35, 32 and 31
-of the 165 tasks, the paper's denominators); ``per_environment`` always holds them, and
+of the 165 tasks, the denominators of Table 3's unguided rows, which the paper reports from
+WebArbiter; its own guided rates fit 46 and 31 but not 21, 35 or 32, e.g. GitLab's 41.18% is
+7/17, and the paper does not say which tasks they were computed on); ``per_environment`` always holds them, and
 ``--site-groups multi`` makes ``sites`` and the macro one row per site with the 10 multi-site
 tasks apart (``multi``) instead; an
 episode that ended in an environment failure (``site_unreachable``, ``env_error``,
@@ -161,7 +163,8 @@ SITE_GROUPS = ("paper", "multi")
 def environment_of(task: dict) -> str:
     """A WebArena-Lite task's environment among the paper's five: its first site other than
     Wikipedia (Wikipedia is never a task's only site in WebArena-Lite). Over the 165 tasks this gives
-    the paper's unguided denominators: 46 shopping, 21 reddit, 35 shopping_admin, 32 gitlab, 31 map."""
+    the denominators of Table 3's unguided rows (reported from WebArbiter): 46 shopping, 21 reddit,
+    35 shopping_admin, 32 gitlab, 31 map. The paper's guided rates do not all fit them (module docstring)."""
     sites = task["sites"]
     return next((s for s in sites if s != "wikipedia"), sites[0])
 

@@ -16,6 +16,9 @@ form changes nothing; a restarted audit continues with the first unanswered pair
 A *false negative* (the paper: "valid alternative actions mislabeled as inferior") is a pair
 whose negative the annotator judged equally good ("both are valid") or better than the
 demonstrated positive; its rate is over the pairs with an answer other than "cannot tell".
+Beside it, ``false_negatives_of_sample`` is x of the whole sample, as §4.3 reports it ("30 of
+100", "12 of 100"): every sampled pair is in the denominator, "cannot tell" and unanswered ones
+counted as not false negatives.
 """
 
 from __future__ import annotations
@@ -143,6 +146,16 @@ def false_negatives(rows: list[dict]) -> dict:
     return wilson(sum(r["choice"] in ("both", "neg") for r in judged), len(judged))
 
 
+def false_negatives_of_sample(rows: list[dict]) -> dict:
+    """False negatives as x of the whole sample (§4.3's "12 of 100"): the denominator is the
+    sample's size, answered or not, "cannot tell" included; ``cannot_tell`` and ``unanswered``
+    say how far it lies from the rate of answered pairs."""
+    size = max([len(rows)] + [r.get("sample_size") or 0 for r in rows])
+    k = sum(r["choice"] in ("both", "neg") for r in rows)
+    return {**wilson(k, size), "cannot_tell": sum(r["choice"] == "cannot_tell" for r in rows),
+            "unanswered": size - len(rows)}
+
+
 def cohen_kappa(a: list[str], b: list[str]) -> float | None:
     """Cohen's kappa of two annotators' labels of the same items: (p_o - p_e) / (1 - p_e), p_o the
     observed agreement, p_e the agreement expected from each one's label frequencies (Cohen 1960).
@@ -164,7 +177,7 @@ def annotator_summary(rows: list[dict], replay: dict[str, str | None] | None = N
     decisive = [r for r in rows if r["choice"] in ("pos", "neg")]
     with_teacher = [r for r in decisive if r["teacher_choice"] in ("pos", "neg")]
     out = {"answered": len(rows), "choices": {c: sum(r["choice"] == c for r in rows) for c in CHOICES},
-           "false_negatives": false_negatives(rows),
+           "false_negatives": false_negatives(rows), "false_negatives_of_sample": false_negatives_of_sample(rows),
            "agree_label": wilson(sum(r["choice"] == "pos" for r in decisive), len(decisive)),
            "agree_teacher": wilson(sum(r["choice"] == r["teacher_choice"] for r in with_teacher), len(with_teacher))}
     for key in ("rule", "axis"):
@@ -237,6 +250,11 @@ def _rate(w: dict) -> str:
     return f"{100 * w['rate']:.1f}% ({w['k']}/{w['n']}; 95% Wilson {100 * w['low']:.1f}-{100 * w['high']:.1f}%)"
 
 
+def _of_sample(w: dict) -> str:
+    return (f"  false negatives of the whole sample (§4.3's x of 100): {w['k']} of {w['n']} "
+            f"({w['cannot_tell']} cannot tell, {w['unanswered']} unanswered)")
+
+
 def format_summary(summary: dict) -> str:
     """The summary as plain text lines."""
     if not summary["annotators"]:
@@ -245,7 +263,8 @@ def format_summary(summary: dict) -> str:
     for name, s in summary["annotators"].items():
         lines += [f"annotator {name}: {s['answered']} answers "
                   f"({', '.join(f'{c} {n}' for c, n in s['choices'].items())})",
-                  f"  false negatives: {_rate(s['false_negatives'])}"]
+                  f"  false negatives: {_rate(s['false_negatives'])} of the answered pairs ('cannot tell' left out)",
+                  _of_sample(s["false_negatives_of_sample"])]
         for key in ("rule", "axis"):
             for k, w in s[f"by_{key}"].items():
                 lines.append(f"    {key} {k}: {_rate(w)}")

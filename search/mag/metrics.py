@@ -10,7 +10,8 @@ the FIRST well-formed JSON object of the text (code fences and preambles are ski
 object never overrides it) and never raises.
 
 OFCR (App. D): a step passes when (i) it parses under the contract with a non-empty ``think``,
-a non-empty ``guide_text`` and a recognized verb (one of ``VERBS``, after strip and lower-case);
+a non-empty ``guide_text`` and a recognized verb (exactly one of ``VERBS`` as written: no strip,
+no case folding; App. D's "one of the seven in A" under "a single locked parser");
 (ii) the element verbs click, type and select carry a grounding argument (a SoM id, as an int or a
 string of digits, that is in the current menu; or a pair of numbers), ``type`` carries text and
 ``select`` an option label (non-empty strings), ``finish`` a string or null (OFCR does not judge
