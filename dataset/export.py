@@ -2,6 +2,7 @@
 
     python -m dataset.export --run RUN --format {trl,webprmbench,trl-labels} [--seed 42 --test-fraction 0.2 --no-card]
     python -m dataset.export --run RUN --format trl --preset paper          # every verified pair in train
+    python -m dataset.export --run RUN --format trl --gmcp-ratio 0.5        # a controlled-GMCP dataset
 
 Every prompt is in the comparative-judgment format (``data.judgment``: WebPRMBench's structure,
 Action-Only), the one the teacher saw; ``--prompt-template FILE`` (or ``--untrusted fence``)
@@ -11,6 +12,10 @@ re-renders the prompts from the run's states in a user's exact text instead.
 (``prompt`` = [system, user], ``completion`` = [assistant: the gold judgment]) for TRL's
 ``SFTTrainer``, split by task: every pair of a ``task_id`` lands on the same side, so no task is
 in both train and test. The split is a seeded shuffle of the sorted task ids.
+
+``trl-preference``: conversational ``prompt`` / ``chosen`` / ``rejected`` files
+``RUN/export/trl-preference/{train,test}.parquet`` for TRL's ``RewardTrainer`` and ``DPOTrainer``
+(the state; a+; a-: ``dataset.preference``), the same task split.
 
 ``webprmbench``: ``RUN/export/webprmbench.parquet``, one row per pair of the held-out tasks
 (the same split; ``--split all`` for every pair): ``state_idx`` (the state ``(traj_id,
@@ -42,6 +47,12 @@ of 64, which the card's snippet passes to ``SFTConfig`` so that TRL truncates no
 1024 cuts the end of a longer row, the completion first, and drops the rows left without one).
 ``--max-length N`` warns about every row longer than N.
 
+**Controlled-GMCP datasets** (surfPRM Table 6): ``--gmcp-ratio R`` keeps the largest subset of
+the exported rows (both splits together) whose GMCP share is R +- 0.02, by dropping rows, never
+by duplicating; the task split is drawn before, on every row. The dropped rows go to
+``rejects.jsonl`` with the reason ``gmcp_ratio`` and are counted in ``stats.json`` (with the
+share before and after, ``gmcp_ratio``); see ``dataset.gmcp_ratio``.
+
 Both load offline with ``datasets.load_dataset("parquet", data_files=...)``. Unless
 ``--no-card``, the dataset card (``RUN/README.md``, ``dataset.card``) and the report
 (``RUN/report/``, ``dataset.report``) are written afterwards.
@@ -53,6 +64,7 @@ import math
 import random
 import statistics
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +74,8 @@ from data.config import CLIParser, Configurable, make_parser
 from data.judgment import UNTRUSTED_MODES, JudgmentFormat, answer_text, render_pair
 from data.pairs import load_pairs
 from data.rundir import RunDir, StageStats, atomic_write_parquet
+from dataset import preference
+from dataset.gmcp_ratio import drop_to_ratio
 from dataset.tables import read_pinned, require_run_dir
 
 MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False),
@@ -91,12 +105,14 @@ TRL_LABELS_SCHEMA = pa.schema([
     pa.field("site", pa.string(), nullable=False),
     pa.field("gmcp", pa.bool_(), nullable=False),
 ])
+TRL_PREFERENCE_SCHEMA = preference.preference_schema(MESSAGE, _PAIR_KEYS)
 TRL_DIR = Path("export") / "trl"
 TRL_LABELS_DIR = Path("export") / "trl-labels"
 WEBPRMBENCH_FILE = Path("export") / "webprmbench.parquet"
 FORMATS = ("trl", "webprmbench")              # the dataset's exports (what the flows write)
+PREFERENCE_FORMATS = ("trl-preference",)       # RewardTrainer / DPOTrainer rows (dataset.preference)
 ABLATION_FORMATS = ("trl-labels",)             # on request only
-_COLUMNS = ["pair_id", "site", "traj_id", "task_id", "step_idx", "rule", "axis", "label", "messages",
+_COLUMNS = ["pair_id", "site", "traj_id", "task_id", "step_idx", "rule", "axis", "gmcp", "label", "messages",
             "response_1", "response_2"]
 PRESETS = ("heldout", "paper")
 
@@ -112,11 +128,11 @@ def split_tasks(task_ids, seed: int = 42, test_fraction: float = 0.2) -> set[str
     return set(tasks[:n_test])
 
 
-def load_preferences(run: RunDir) -> list[dict]:
+def load_preferences(run: RunDir, extra: tuple[str, ...] = ()) -> list[dict]:
     path = run.root / "preferences.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run `python -m teacher.verify` first")
-    rows = read_pinned(path, _COLUMNS)
+    rows = read_pinned(path, _COLUMNS + list(extra))
     return sorted(rows, key=lambda r: r["pair_id"])
 
 
@@ -215,14 +231,17 @@ def _prompts(run: RunDir, rows: list[dict], fmt: JudgmentFormat | None) -> dict[
 
 def export_trl(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
                fmt: JudgmentFormat | None = None, tokenizer: str | None = None,
-               max_length: int | None = None) -> dict[str, Path]:
+               max_length: int | None = None, gmcp_ratio: float | None = None) -> dict[str, Path]:
     """Write the TRL prompt/completion train and test files; returns their paths by split. Their
-    token lengths (``measure_tokens``) go into ``stats.json``."""
+    token lengths (``measure_tokens``) go into ``stats.json``. ``gmcp_ratio``: keep rows at that
+    GMCP share over both splits (``dataset.gmcp_ratio``; the split is drawn on every row first)."""
     run = RunDir(run_dir)
     run.check_inputs("data.export.trl", run.root / "preferences.parquet", run.trajectories)
-    rows = load_preferences(run)
+    every = load_preferences(run)
+    test_tasks = split_tasks((r["task_id"] for r in every), seed, test_fraction)
+    rows, rejects, rejected, ratio_entry = drop_to_ratio("data.export.trl", every, gmcp_ratio, seed,
+                                                         "preferences.parquet")
     prompts = _prompts(run, rows, fmt)
-    test_tasks = split_tasks((r["task_id"] for r in rows), seed, test_fraction)
     splits = {"train": [], "test": []}
     for r in rows:
         msgs = _messages(r["messages"])
@@ -233,29 +252,33 @@ def export_trl(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
     for name, split_rows in splits.items():
         paths[name] = run.root / TRL_DIR / f"{name}.parquet"
         atomic_write_parquet(paths[name], pa.Table.from_pylist(split_rows, schema=TRL_SCHEMA))
-    stats = StageStats("data.export.trl", n_in=len(rows), n_out=len(rows))
+    stats = StageStats("data.export.trl", n_in=len(every), n_out=len(rows), rejected=rejected)
     stats.extra = {"train": len(splits["train"]), "test": len(splits["test"]),
                    "tasks": {"train": len({r["task_id"] for r in splits["train"]}), "test": len(test_tasks)},
                    "seed": seed, "test_fraction": test_fraction,
                    "files": {k: str(v.relative_to(run.root)) for k, v in paths.items()},
-                   "tokens": measure_tokens(run, splits["train"] + splits["test"], tokenizer, max_length)}
-    run.write_stage(stats, [])
+                   "tokens": measure_tokens(run, splits["train"] + splits["test"], tokenizer, max_length),
+                   **ratio_entry}
+    run.write_stage(stats, rejects)
     return paths
 
 
 def export_trl_labels(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
                       coin_seed: int = 0, axtree_chars: int | None = None,
                       fmt: JudgmentFormat | None = None, tokenizer: str | None = None,
-                      max_length: int | None = None) -> dict[str, Path]:
+                      max_length: int | None = None, gmcp_ratio: float | None = None) -> dict[str, Path]:
     """Write the label-only TRL files (an ablation without rationales: see the module doc) from
-    the sampled candidates; returns their paths by split."""
+    the sampled candidates; returns their paths by split. ``gmcp_ratio`` as ``export_trl``."""
     run = RunDir(run_dir)
     fmt = fmt or JudgmentFormat()
     if axtree_chars:
         fmt = JudgmentFormat(fmt.untrusted, fmt.template, axtree_chars)
     run.check_inputs("data.export.trl_labels", run.root / "candidates.parquet", run.trajectories)
-    pairs = load_pairs(run, coin_seed, fmt)
-    test_tasks = split_tasks((p.row["task_id"] for p in pairs), seed, test_fraction)
+    every = load_pairs(run, coin_seed, fmt)
+    test_tasks = split_tasks((p.row["task_id"] for p in every), seed, test_fraction)
+    pairs, rejects, rejected, ratio_entry = drop_to_ratio(
+        "data.export.trl_labels", every, gmcp_ratio, seed, "candidates.parquet", is_gmcp=lambda p: bool(p.row["gmcp"]),
+        pair_id=lambda p: p.row["pair_id"])
     splits = {"train": [], "test": []}
     for p in pairs:
         c = p.row
@@ -269,19 +292,49 @@ def export_trl_labels(run_dir: str | Path, seed: int = 42, test_fraction: float 
         split_rows.sort(key=lambda r: (r["traj_id"], r["step_idx"], r["pair_id"]))
         paths[name] = run.root / TRL_LABELS_DIR / f"{name}.parquet"
         atomic_write_parquet(paths[name], pa.Table.from_pylist(split_rows, schema=TRL_LABELS_SCHEMA))
-    stats = StageStats("data.export.trl_labels", n_in=len(pairs), n_out=len(pairs))
+    stats = StageStats("data.export.trl_labels", n_in=len(every), n_out=len(pairs), rejected=rejected)
     stats.extra = {"train": len(splits["train"]), "test": len(splits["test"]), "seed": seed,
                    "coin_seed": coin_seed, "test_fraction": test_fraction, "axtree_chars": fmt.budget,
                    "targets": "answer tag only (no teacher rationale)",
                    "files": {k: str(v.relative_to(run.root)) for k, v in paths.items()},
-                   "tokens": measure_tokens(run, splits["train"] + splits["test"], tokenizer, max_length)}
-    run.write_stage(stats, [])
+                   "tokens": measure_tokens(run, splits["train"] + splits["test"], tokenizer, max_length),
+                   **ratio_entry}
+    run.write_stage(stats, rejects)
+    return paths
+
+
+def export_trl_preference(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
+                          axtree_chars: int | None = None, fmt: JudgmentFormat | None = None,
+                          tokenizer: str | None = None, max_length: int | None = None,
+                          gmcp_ratio: float | None = None) -> dict[str, Path]:
+    """Write the conversational preference files (``dataset.preference``: prompt = the state,
+    chosen = a+, rejected = a-) with the ``trl`` task split; returns their paths by split. The AXTree
+    budget is the teacher's unless ``axtree_chars``; token lengths count both sequences of a pair."""
+    run = RunDir(run_dir)
+    run.check_inputs(preference.STAGE, run.root / "preferences.parquet", run.trajectories)
+    every = load_preferences(run, ("action_pos", "action_neg"))
+    test_tasks = split_tasks((r["task_id"] for r in every), seed, test_fraction)
+    rows, rejects, rejected, ratio_entry = drop_to_ratio(preference.STAGE, every, gmcp_ratio, seed,
+                                                         "preferences.parquet")
+    fmt = fmt or JudgmentFormat()
+    fmt = JudgmentFormat(fmt.untrusted, fmt.template, axtree_chars or preference.teacher_budget(run))
+    splits = {"train": [], "test": []}
+    for row in preference.preference_rows(run, rows, fmt):
+        splits["test" if row["task_id"] in test_tasks else "train"].append(row)
+    paths = preference.write_preference(run, splits, TRL_PREFERENCE_SCHEMA)
+    stats = preference.stage_stats(len(every), splits, rejected, {
+        "seed": seed, "test_fraction": test_fraction, "axtree_chars": fmt.budget,
+        "files": {k: str(v.relative_to(run.root)) for k, v in paths.items()},
+        "tokens": measure_tokens(run, preference.sequences(splits["train"] + splits["test"]), tokenizer, max_length),
+        **ratio_entry})
+    run.write_stage(stats, rejects)
     return paths
 
 
 def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
-                       split: str = "test", fmt: JudgmentFormat | None = None) -> Path:
-    """Write the WebPRMBench-format evaluation file (held-out tasks, or ``split='all'``)."""
+                       split: str = "test", fmt: JudgmentFormat | None = None, gmcp_ratio: float | None = None) -> Path:
+    """Write the WebPRMBench-format evaluation file (held-out tasks, or ``split='all'``);
+    ``gmcp_ratio``: keep the exported pairs at that GMCP share (``dataset.gmcp_ratio``)."""
     run = RunDir(run_dir)
     run.check_inputs("data.export.webprmbench", run.root / "preferences.parquet", run.trajectories)
     rows = load_preferences(run)
@@ -292,6 +345,8 @@ def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float
         chosen = rows
     else:
         raise ValueError(f"split must be 'test' or 'all', not {split!r}")
+    chosen, rejects, rejected, ratio_entry = drop_to_ratio("data.export.webprmbench", chosen, gmcp_ratio, seed,
+                                                           "preferences.parquet")
     chosen.sort(key=lambda r: (r["traj_id"], r["step_idx"], r["pair_id"]))
     prompts = _prompts(run, chosen, fmt)
     out, states, per_state = [], {}, {}
@@ -305,35 +360,42 @@ def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float
                     "traj_id": r["traj_id"], "step_idx": r["step_idx"]})
     path = run.root / WEBPRMBENCH_FILE
     atomic_write_parquet(path, pa.Table.from_pylist(out, schema=WEBPRMBENCH_SCHEMA))
+    held_in = len(rows) - len(out) - sum(rejected.values())
     stats = StageStats("data.export.webprmbench", n_in=len(rows), n_out=len(out),
-                       rejected={"training_task": len(rows) - len(out)} if len(out) < len(rows) else {})
+                       rejected=rejected + Counter({"training_task": held_in} if held_in else {}))
     stats.extra = {"states": len(states), "split": split, "seed": seed, "test_fraction": test_fraction,
-                   "file": str(WEBPRMBENCH_FILE)}
-    run.write_stage(stats, [])
+                   "file": str(WEBPRMBENCH_FILE), **ratio_entry}
+    run.write_stage(stats, rejects)
     return path
 
 
 def export(run_dir: str | Path, fmt: str, seed: int = 42, test_fraction: float = 0.2, split: str = "test",
            card: bool = True, axtree_chars: int | None = None, preset: str = "heldout",
            judgment_format: JudgmentFormat | None = None, tokenizer: str | None = None,
-           max_length: int | None = None) -> list[Path]:
+           max_length: int | None = None, gmcp_ratio: float | None = None) -> list[Path]:
     """One export format, then (unless ``card=False``) the dataset card and the report.
     ``preset='paper'`` trains on every pair (no task held out) and evaluates on all of them;
     ``judgment_format`` re-renders the prompts (a template, fencing); ``tokenizer`` counts the TRL
-    rows' tokens (default: the run's local teacher's); ``max_length`` warns about longer rows."""
+    rows' tokens (default: the run's local teacher's); ``max_length`` warns about longer rows;
+    ``gmcp_ratio`` drops rows to that GMCP share (``dataset.gmcp_ratio``)."""
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {PRESETS}, not {preset!r}")
     if preset == "paper":
         test_fraction, split = 0.0, "all"
     if fmt == "trl":
-        paths = list(export_trl(run_dir, seed, test_fraction, judgment_format, tokenizer, max_length).values())
+        paths = list(export_trl(run_dir, seed, test_fraction, judgment_format, tokenizer, max_length,
+                                gmcp_ratio).values())
     elif fmt == "trl-labels":
         paths = list(export_trl_labels(run_dir, seed, test_fraction, axtree_chars=axtree_chars,
-                                       fmt=judgment_format, tokenizer=tokenizer, max_length=max_length).values())
+                                       fmt=judgment_format, tokenizer=tokenizer, max_length=max_length,
+                                       gmcp_ratio=gmcp_ratio).values())
+    elif fmt == "trl-preference":
+        paths = list(export_trl_preference(run_dir, seed, test_fraction, axtree_chars, judgment_format, tokenizer,
+                                           max_length, gmcp_ratio).values())
     elif fmt == "webprmbench":
-        paths = [export_webprmbench(run_dir, seed, test_fraction, split, judgment_format)]
+        paths = [export_webprmbench(run_dir, seed, test_fraction, split, judgment_format, gmcp_ratio)]
     else:
-        raise ValueError(f"format must be one of {FORMATS + ABLATION_FORMATS}, not {fmt!r}")
+        raise ValueError(f"format must be one of {FORMATS + PREFERENCE_FORMATS + ABLATION_FORMATS}, not {fmt!r}")
     if card:
         from dataset.card import write_card
         from dataset.report import write_report
@@ -349,9 +411,9 @@ class ExportOptions(Configurable):
     ARG_GROUP = "export"
 
     format: list[str] = field(default_factory=list, metadata={
-        "choices": FORMATS + ABLATION_FORMATS,
-        "help": "trl, webprmbench or trl-labels (label-only ablation, no teacher needed); several: "
-                "--format trl --format webprmbench"})
+        "choices": FORMATS + PREFERENCE_FORMATS + ABLATION_FORMATS,
+        "help": "trl, webprmbench, trl-preference (prompt/chosen/rejected for RewardTrainer, DPOTrainer) or "
+                "trl-labels (label-only ablation, no teacher needed); several: --format trl --format webprmbench"})
     seed: int = field(default=42, metadata={"help": "seeds the task split"})
     test_fraction: float = field(default=0.2, metadata={"min": 0, "max": 1, "help": "share of tasks held out"})
     split: str = field(default="test", metadata={"choices": ("test", "all"),
@@ -372,6 +434,9 @@ class ExportOptions(Configurable):
     max_length: int | None = field(default=None, metadata={"min": 1,
         "metavar": "N", "help": "trl, trl-labels: warn about rows longer than N tokens (what SFTConfig(max_length=N) "
                                 "would truncate)"})
+    gmcp_ratio: float | None = field(default=None, metadata={"min": 0, "max": 1, "metavar": "R", "help": (
+        "a controlled-GMCP dataset (surfPRM Table 6): drop rows, never duplicate, until the exported rows' GMCP "
+        "share is R +- 0.02 over all splits together; the dropped rows are rejects (reason gmcp_ratio)")})
 
 
 def build_parser() -> CLIParser:
@@ -399,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
             last = i == len(opts.format) - 1
             for p in export(args.run, fmt, opts.seed, opts.test_fraction, opts.split, card=last and not opts.no_card,
                             axtree_chars=opts.axtree_chars, preset=opts.preset, judgment_format=judgment_format,
-                            tokenizer=opts.tokenizer, max_length=opts.max_length):
+                            tokenizer=opts.tokenizer, max_length=opts.max_length, gmcp_ratio=opts.gmcp_ratio):
                 print(f"wrote {p}")
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
