@@ -51,18 +51,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
 
 from harness.env import SiteUnreachable
+from harness.policy import PolicyError  # noqa: F401  (the policy's outage; search's agents raise it)
 from search.tournament import STEP_COUNTS
 
 AGENT_ENDINGS = ("answered", "task_done", "step_budget", "format_errors")     # evaluated
 # what every agent's step record holds
 STEP_RECORD = ("step", "bracket", "error", "policy_s", "judge_s", "browser_s") + STEP_COUNTS
-
-
-class PolicyError(RuntimeError):
-    """The policy model gave no answer (an outage, not a format error): ends the episode.
-    ``step``: the record of the step it ended (set by the agent)."""
-
-    step = None
 
 
 class Agent(Protocol):
