@@ -1,0 +1,48 @@
+"""What ``proposals.mine`` mines and samples: :class:`MineConfig`, every field a flag."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from data.config import Configurable, check_ranges
+from data.schema import AXES, AXIS_OF, RULES
+from proposals.rules import Params
+
+STAGE = "proposals.mine"
+
+
+def parse_axes(text: str) -> tuple[str, ...]:
+    """``--axes spatial,temporal``: a comma-separated subset of the three axes."""
+    axes = tuple(a.strip() for a in text.split(",") if a.strip())
+    bad = [a for a in axes if a not in AXES]
+    if bad or not axes:
+        raise argparse.ArgumentTypeError(f"unknown axes {bad or [text]}; choose from {list(AXES)}")
+    return axes
+
+
+@dataclass
+class MineConfig(Configurable):
+    """How negatives are mined and sampled; every field is a flag (``data.config``), the rules'
+    parameters (``proposals.rules.Params``) too: ``--near-hops``, ``--prefer-same-op``, ..."""
+
+    ARG_GROUP = "mining"
+
+    sample_size: int = field(default=10000, metadata={
+        "min": 0, "deprecated": ("budget",), "help": "rows of the seeded sample the teacher verifies"})
+    seed: int = field(default=42, metadata={"help": "seeds the sample and the values picked"})
+    axes: tuple[str, ...] = field(default=AXES, metadata={
+        "help": "comma-separated subset of spatial,temporal,spatiotemporal", "type": parse_axes, "metavar": "AXES"})
+    no_graph: bool = field(default=False, metadata={
+        "help": "mine from the local observation and trajectory only (the No-Graph ablation)"})
+    max_per_rule: int = field(default=3, metadata={
+        "min": 0, "metavar": "N", "help": "grounded negatives kept per rule and step, in the rule's own ranking; "
+                                          "counted after grounding (our choice: the paper states no cap); 0 = no cap"})
+    params: Params = field(default_factory=Params)
+
+    def __post_init__(self):
+        check_ranges(self, "MineConfig")      # settings built in Python too (flags and files: when parsed)
+
+    @property
+    def rules(self) -> list[str]:
+        return [r for r in RULES if AXIS_OF[r] in self.axes]

@@ -1,0 +1,54 @@
+"""Fill values through the LLM layer (App. D.3): the fields no demonstration gave a value."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from data.progress import progress
+from proposals.affordance import FILL_ATTEMPTS, FILL_TEMPERATURE, valid_fill
+from proposals.config import STAGE
+from proposals.grounding import Pending
+
+
+def complete_fills(pending: list[Pending], llm_config, seed: int, show_progress: bool = False) -> tuple[dict, dict]:
+    """Ask for the missing fill values at temperature 0.2; an answer that fails
+    ``valid_fill`` is asked again with the next seed, up to ``FILL_ATTEMPTS`` requests, and
+    its field is then rejected with the last reason. Returns (LLM usage, fill counts)."""
+    need = [p for p in pending if p.value_source == "llm"]
+    counts = {"fields": len(need), "valid_at_attempt": Counter(), "invalid_answers": Counter()}
+    if not need:
+        return {}, counts
+    from llm import LLMClient
+
+    client = LLMClient(llm_config)
+    todo = need
+    for attempt in range(FILL_ATTEMPTS):
+        # Identical prompts (the same field on replicated or repeated pages) are asked once.
+        prompts: dict[str, list] = {}
+        for p in todo:
+            prompts.setdefault(json.dumps(p.prompt, sort_keys=True), p.prompt)
+        keys = list(prompts)
+        with progress(len(keys), f"{STAGE} fill values (answer {attempt + 1}/{FILL_ATTEMPTS})", unit="prompt",
+                      enabled=show_progress) as bar:
+            answers = dict(zip(keys, client.chat_many([prompts[k] for k in keys], stage=STAGE,
+                                                      on_result=lambda _: bar.update(1),
+                                                      temperature=FILL_TEMPERATURE,
+                                                      seed=seed + attempt, max_tokens=48)))
+        retry = []
+        for p in todo:
+            r = answers[json.dumps(p.prompt, sort_keys=True)]
+            if not r.ok:
+                p.value, p.infra = None, r.infra_error
+                continue
+            p.value, p.fill_error = valid_fill(r.text, p.current, p.positive_value, p.numeric)
+            if p.value is None:
+                counts["invalid_answers"][p.fill_error] += 1
+                retry.append(p)
+            else:
+                counts["valid_at_attempt"][attempt + 1] += 1
+        todo = retry
+        if not todo:
+            break
+    usage = client.usage[STAGE].as_dict() if STAGE in client.usage else {}
+    return usage, {k: dict(sorted(v.items())) if isinstance(v, Counter) else v for k, v in counts.items()}

@@ -1,0 +1,347 @@
+"""Grounding: the rules run over a trajectory's demonstrated steps, and what they propose becomes
+a concrete negative on O_t (one enabled bid, an op, a value) or a drop with its reason.
+
+:class:`Miner` holds the counts and rejects; fill values the LLM must complete are left pending
+(``proposals.fill``) and the pool is written by ``proposals.pool``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import pyarrow.parquet as pq
+
+from data.actions import VALUE_OPS, Action
+from data.rundir import Reject, RunDir
+from graph.build import graph_settings
+from graph.identity import NodeKind
+from graph.passes import Observation, ObservationRejected, Observations, demonstrated_steps, next_urls, observe
+from graph.schema import reading, require_columns
+from proposals.affordance import current_values, fill_prompt, is_disabled, page_context, pick_option, pick_value
+from proposals.audit import element_targets
+from proposals.config import STAGE, MineConfig
+from proposals.graphindex import GraphIndex, read_columns
+from proposals.rules import RULE_FUNCS, Proposal, StepContext, TrajStep
+
+INGEST = "python -m data.ingest"
+COLUMNS = ["source", "site", "task_id", "traj_id", "step_idx", "intent", "url", "observation", "obs_format",
+           "action", "action_error", "success", "source_path", "meta"]
+
+
+
+@dataclass(slots=True)
+class Pending:
+    """A grounded negative that still needs its value (fill) or its final checks."""
+
+    row: dict                 # trajectory row of the step
+    ctx_pos: str              # canonical positive action
+    pos_op: str
+    pos_kind: str
+    pos_bid: str | None
+    pos_node: str
+    rule: str
+    proposal: Proposal
+    op: str
+    value: object = None
+    value_source: str | None = None
+    prompt: list | None = None       # fill prompt when the value comes from the LLM
+    numeric: bool = False            # the field takes a number (a spinbutton)
+    current: list = field(default_factory=list)    # what the field holds (the value must differ)
+    positive_value: str | None = None
+    also_fired: list = field(default_factory=list)
+    infra: str | None = None         # the LLM layer's infrastructure error, when no answer came
+    fill_error: str | None = None    # why the last answer was refused (``valid_fill``)
+
+
+def load_rows(run: RunDir, filters=None) -> list[dict]:
+    """The trajectories' rows (``filters``: pyarrow's, e.g. one site's trajectories)."""
+    cols = require_columns(run.trajectories, COLUMNS, INGEST)
+    with reading(run.trajectories, INGEST):
+        def read(columns):
+            return (read_columns(run.trajectories, columns) if filters is None
+                    else pq.read_table(run.trajectories, columns=columns, filters=filters))
+
+        rows = read(COLUMNS).to_pylist()
+        if "html" in cols and any(r["obs_format"] == "flat" for r in rows):
+            html = read(["html"]).column("html").to_pylist()
+            for r, h in zip(rows, html):
+                r["html"] = h if r["obs_format"] == "flat" else None
+        else:
+            for r in rows:
+                r["html"] = None
+    return rows
+
+
+def _make(op: str, bid: str, value=None) -> Action:
+    if op in ("fill", "press"):
+        return Action.build(op, bid, str(value))
+    if op == "select_option":
+        return Action.build(op, bid, value)
+    return Action.build(op, bid)
+
+
+def _pair_id(row: dict, rule: str, action_neg: str) -> str:
+    raw = f"{row['traj_id']}\x1f{row['step_idx']}\x1f{rule}\x1f{action_neg}"
+    return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
+
+
+class Miner:
+    """Runs the rules over a run's successful trajectories and grounds what they propose."""
+
+    def __init__(self, run: RunDir, config: MineConfig, graphs: dict[str, GraphIndex | None] | None = None):
+        """``graphs``: a site -> graph cache to share (the chunks a worker process mines share one)."""
+        self.run, self.config = run, config
+        self.drops: Counter = Counter()
+        self.rejects: list[Reject] = []
+        self.proposed = 0
+        self.rule_in: Counter = Counter()               # candidates each rule put forward (grounded or not)
+        self.rule_drops: Counter = Counter()            # (rule, reason) -> candidates removed
+        self.op_sources: Counter = Counter()            # where grounded negatives' ops came from
+        self.steps_in = self.steps_mined = 0           # demonstrated steps, and those mined
+        self.step_rejected: Counter = Counter()         # steps not mined, by reason
+        self.step_rejects: list[Reject] = []
+        self._graphs: dict[str, GraphIndex | None] = {} if graphs is None else graphs
+        # What a site's observations share, parsed and hashed once (graph.resolve's memo, as graph.build uses it).
+        self._site_memos: dict[str, dict] = defaultdict(dict)
+        # O_t is resolved as the graphs resolved it (their identity, hence their node ids, and
+        # their guards); the No-Graph ablation uses graph.build's defaults.
+        self.resolve_settings = {} if config.no_graph else graph_settings(run)
+
+    def graph(self, site: str) -> GraphIndex | None:
+        if self.config.no_graph:
+            return None
+        if site not in self._graphs:
+            d = self.run.graph_dir(site)
+            self._graphs[site] = GraphIndex(d) if (d / "nodes.parquet").exists() else None
+        return self._graphs[site]
+
+    @staticmethod
+    def slim(row: dict) -> dict:
+        """The fields of a step that travel with its candidates (no observation text)."""
+        return {k: row[k] for k in ("site", "task_id", "traj_id", "step_idx", "intent", "source_path")}
+
+    def drop(self, reason: str, row: dict, detail: str, rule: str | None = None) -> None:
+        self.drops[reason] += 1
+        key = {"traj_id": row["traj_id"], "step_idx": row["step_idx"]}
+        if rule:
+            key["rule"] = rule
+            self.rule_drops[(rule, reason)] += 1
+        self.rejects.append(Reject(STAGE, reason, row.get("source_path") or row["traj_id"], detail, key))
+
+    # -- one trajectory -------------------------------------------------------------------
+    def step_mapping(self, rows: list[dict], observation) -> dict[int, tuple[str, NodeKind]]:
+        """step_idx -> (node, kind) of the trajectory's demonstrated steps: the mapping the graph
+        build wrote (``graphs/<site>/steps.parquet``), or, without a graph (the No-Graph
+        ablation), the same mapping computed by the build's own pass over the demonstrated
+        steps and their landing observations (``observation(step_idx)``, resolved on demand)."""
+        out: dict[int, tuple[str, NodeKind]] = {}
+        demonstrated = {r["step_idx"] for r in rows if r["action"] and not r["action_error"]}
+        wanted = demonstrated | {i + 1 for i in demonstrated}
+        for site in dict.fromkeys(r["site"] for r in rows):
+            site_rows = [r for r in rows if r["site"] == site]
+            graph = self.graph(site)
+            if graph is not None:
+                for r in site_rows:
+                    got = graph.steps.get((r["traj_id"], r["step_idx"]))
+                    if got is not None:
+                        out[r["step_idx"]] = got
+                continue
+            seen = [observation(r["step_idx"]) for r in site_rows if r["step_idx"] in wanted]
+            obs = Observations(site, [o for o in seen if isinstance(o, Observation)])
+            for s in demonstrated_steps(site, obs).steps:
+                if s.node_id is not None:
+                    out[s.step_idx] = (s.node_id, s.kind)
+        return out
+
+    def tallies(self) -> tuple:
+        """The counts and rejects of this miner (a worker's, sent back to the parent)."""
+        return (self.drops, self.rejects, self.proposed, self.steps_in, self.steps_mined, self.step_rejected,
+                self.step_rejects, self.rule_in, self.rule_drops, self.op_sources)
+
+    def absorb(self, tallies: tuple) -> None:
+        (drops, rejects, proposed, steps_in, steps_mined, step_rejected, step_rejects, rule_in, rule_drops,
+         op_sources) = tallies
+        self.rule_in.update(rule_in)
+        self.rule_drops.update(rule_drops)
+        self.op_sources.update(op_sources)
+        self.drops.update(drops)
+        self.rejects += rejects
+        self.proposed += proposed
+        self.steps_in += steps_in
+        self.steps_mined += steps_mined
+        self.step_rejected.update(step_rejected)
+        self.step_rejects += step_rejects
+
+    def skip_step(self, reason: str, row: dict, detail: str) -> None:
+        """A demonstrated step that is not mined (counted under ``steps.rejected``)."""
+        self.step_rejected[reason] += 1
+        self.step_rejects.append(Reject(STAGE, reason, row.get("source_path") or row["traj_id"], detail,
+                                        {"traj_id": row["traj_id"], "step_idx": row["step_idx"]}))
+
+    def trajectory(self, rows: list[dict]) -> list[Pending]:
+        # Pass 1 of the graph build, on demand (failed actions' observations are never read):
+        # the observations it rejects (unparseable, a repeated bid) are not mined either.
+        by_step = {r["step_idx"]: r for r in rows}
+        next_url = dict(zip(by_step, next_urls(rows)))
+        memo: dict[int, Observation | ObservationRejected] = {}
+
+        def observation(step_idx: int) -> Observation | ObservationRejected:
+            if step_idx not in memo:
+                row = by_step[step_idx]
+                try:
+                    memo[step_idx] = observe(row, row["site"], next_url[step_idx], **self.resolve_settings,
+                                             memo=self._site_memos[row["site"]])
+                except ObservationRejected as e:
+                    memo[step_idx] = e
+            return memo[step_idx]
+
+        mapping = self.step_mapping(rows, observation)
+
+        # The demonstrated steps as TrajSteps (failed actions are no demonstration).
+        steps: list[TrajStep] = []
+        where: dict[int, int] = {}
+        for row in rows:
+            if not row["action"] or row["action_error"]:
+                continue
+            o = observation(row["step_idx"])
+            if not isinstance(o, Observation) or not isinstance(o.action, Action):
+                continue
+            node, kind = mapping.get(row["step_idx"], (None, None))
+            where[row["step_idx"]] = len(steps)
+            steps.append(TrajStep(row["step_idx"], o.action, node, kind, o.res.content_page))
+        element_steps = [s for s in steps if s.kind == NodeKind.ELEMENT]
+        goal = element_steps[-1].node if element_steps else None
+
+        out: list[Pending] = []
+        for row in rows:
+            if not row["action"]:
+                continue
+            self.steps_in += 1
+            if row["action_error"]:
+                self.skip_step("action_failed", row, row["action_error"][:300])
+                continue
+            o = observation(row["step_idx"])
+            if isinstance(o, ObservationRejected):
+                self.skip_step(o.reason, row, f"observation rejected as by graph.build: {o.detail}")
+                continue
+            if not isinstance(o.action, Action):
+                self.skip_step("unparseable_action", row, str(o.action))
+                continue
+            ts = steps[where[row["step_idx"]]]
+            if ts.kind is None:
+                self.skip_step("positive_not_in_observation", row,
+                               f"{row['action']}: bid {ts.action.bid!r} is not in the observation")
+                continue
+            self.steps_mined += 1
+            ctx = StepContext(res=o.res, positive=ts.action, pos_node=ts.node, pos_kind=ts.kind,
+                              pos_bid=ts.action.bid if ts.kind == NodeKind.ELEMENT else None, steps=steps,
+                              position=where[row["step_idx"]], goal=goal, graph=self.graph(row["site"]),
+                              prefer_same_op=self.config.params.prefer_same_op)
+            out += self.step(row, ctx)
+        return out
+
+    # -- one step -------------------------------------------------------------------------
+    def step(self, row: dict, ctx: StepContext) -> list[Pending]:
+        """Ground first, then cap: each rule's candidates are grounded in the rule's own order
+        and the first ``max_per_rule`` grounded ones are kept (0: all). Every candidate looked
+        at is counted in (``proposed``, per rule), and one grounding removes is dropped with its
+        reason; candidates ranked below the cap are never looked at."""
+        rng = random.Random(f"{self.config.seed}:{row['traj_id']}:{row['step_idx']}")
+        kept: dict[str, Pending] = {}
+        cap = self.config.max_per_rule
+        slim, pos_str = self.slim(row), ctx.positive.to_string()     # shared by the step's candidates
+        for rule in self.config.rules:
+            grounded = 0
+            for prop in RULE_FUNCS[rule](ctx, self.config.params):
+                if cap and grounded >= cap:
+                    break
+                self.proposed += 1
+                self.rule_in[rule] += 1
+                grounded += self.ground(rule, prop, row, ctx, rng, kept, slim, pos_str)
+        return list(kept.values())
+
+    def ground(self, rule: str, prop: Proposal, row: dict, ctx: StepContext, rng: random.Random,
+               kept: dict[str, Pending], slim: dict, pos_str: str) -> bool:
+        """Ground one candidate: a concrete element whose node resolves to exactly one enabled
+        bid of O_t, with its op and value, different from the positive (``pos_str``) and from
+        what an earlier rule proposed at this step. True when it is kept (in ``kept``, with the
+        step's ``slim`` row), else dropped with the reason."""
+        if prop.kind == NodeKind.VIRTUAL:
+            self.drop("virtual_target", row, f"{rule}: {prop.node} has no DOM anchor", rule)
+            return False
+        bids = ctx.res.node_to_bids.get(prop.node)
+        if not bids:
+            self.drop("absent_target", row, f"{rule}: {prop.node} not visible in O_t", rule)
+            return False
+        if len(bids) > 1:
+            self.drop("ambiguous_target", row, f"{rule}: {prop.node} has bids {bids}", rule)
+            return False
+        bid = bids[0]
+        ax = ctx.res.tree.by_bid()[bid]
+        if is_disabled(ax):
+            self.drop("disabled_target", row, f"{rule}: [{bid}] {ax.role} {ax.name!r} is disabled", rule)
+            return False
+        p = Pending(slim, pos_str, ctx.positive.op, ctx.pos_kind, ctx.pos_bid, ctx.pos_node, rule,
+                     prop, "")
+        source = "action"
+        if prop.action is not None:            # a demonstrated action, replayed here
+            action = prop.action.with_bid(bid)
+            if len(element_targets(action)) > 1:
+                # drag_and_drop's to_bid is a bid of another observation: it is not re-grounded here.
+                self.drop("second_target_ungrounded", row, f"{rule}: {action.to_string()}", rule)
+                return False
+            p.op, p.value, p.value_source = action.op, action.value, "action"
+        else:
+            p.op, source = ctx.op_and_source(prop.node, bid)
+            if not self._value(p, ctx, ax, rng, row):
+                return False
+            action = None if p.value_source == "llm" else _make(p.op, bid, p.value)   # LLM values: in a batch later
+        if action is not None:
+            neg = action.to_string()
+            if neg == pos_str:
+                self.drop("equals_positive", row, f"{rule}: {neg}", rule)
+                return False
+            slot = neg
+        else:
+            # Same element, same op, same prompt: the same negative whichever rule found it.
+            slot, neg = f"\x00llm:{prop.node}:{p.op}", f"{p.op} on {prop.node}"
+        if slot in kept:
+            kept[slot].also_fired.append(rule)
+            self.drop("duplicate_negative", row, f"{rule}: {neg} already proposed by {kept[slot].rule}", rule)
+            return False
+        kept[slot] = p
+        self.op_sources[source] += 1
+        return True
+
+    def _value(self, p: Pending, ctx: StepContext, ax, rng: random.Random, row: dict) -> bool:
+        """Set the value of a fill / select / press negative; False (and a drop) if impossible.
+        A fill with no demonstrated value gets an App. D.3 prompt, answered in a batch later."""
+        if p.op not in VALUE_OPS:
+            return True
+        current = current_values(ax, ctx.res.tree)
+        taken = {v.lower() for v in current}
+        if ctx.positive.op == p.op and ctx.positive.value is not None and not isinstance(ctx.positive.value, (list, tuple)):
+            p.positive_value = str(ctx.positive.value)
+            taken = taken | {p.positive_value.strip().lower()}
+        if p.op == "select_option":
+            p.value, p.value_source = pick_option(ctx.res.tree, ax, taken, rng), "option"
+            if p.value is None:
+                self.drop("no_option", p.row, f"{p.rule}: no other option on {ax.role} {ax.name!r}", p.rule)
+                return False
+            return True
+        demonstrated = ctx.graph.values(p.proposal.node, p.op) if ctx.graph is not None else \
+            [str(s.action.value) for s in ctx.steps if s.node == p.proposal.node and s.action.op == p.op]
+        p.value = pick_value(demonstrated, taken, rng)
+        if p.value is not None:
+            p.value_source = "demonstrated" if ctx.graph is not None else "trajectory"
+            return True
+        if p.op == "press":
+            self.drop("no_value", p.row, f"{p.rule}: no key demonstrated on {ax.name!r}", p.rule)
+            return False
+        p.value_source, p.current, p.numeric = "llm", current, ax.role == "spinbutton"
+        p.prompt = fill_prompt(row["intent"], row["url"], p.proposal.bid, ax, current, p.positive_value,
+                               page_context(row["observation"], p.proposal.bid))
+        return True

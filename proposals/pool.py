@@ -1,0 +1,270 @@
+"""The pool: the miners over a run's successful trajectories (in forked processes, or one task per
+site on the flow's Dask cluster), then once for the whole run the fill values, the last checks, the
+seeded sample, ``candidates.parquet``, the audit and the stage's stats and rejects.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import multiprocessing
+import os
+import random
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from data.progress import progress
+from data.rundir import RunDir, StageStats, atomic_write_parquet
+from data.schema import AXIS_OF, CANDIDATE_SCHEMA
+from graph.identity import NodeKind
+from graph.schema import check_outputs, pinned_table, reading
+from proposals.affordance import FILL_ATTEMPTS
+from proposals.audit import audit_webprm_rejected, write_audit
+from proposals.config import STAGE, MineConfig
+from proposals.fill import complete_fills
+from proposals.graphindex import check_graphs
+from proposals.grounding import INGEST, Miner, Pending, _make, _pair_id, load_rows
+
+_ROWS_BY_TRAJ: dict[str, list[dict]] | None = None   # set in the parent, inherited by forked workers
+_WORKER_GRAPHS: dict[str, dict] = {}     # in a worker: run directory -> the site graphs its chunks loaded
+
+
+def _mine_chunk(args):
+    run_root, config, trajs = args
+    miner = Miner(RunDir(run_root), config, graphs=_WORKER_GRAPHS.setdefault(run_root, {}))
+    pending = []
+    # The cycle collector paused for the chunk: parsing allocates millions of short-lived objects
+    # (freed by reference counting) and each collection walked the inherited rows too (~14% of
+    # the mining's CPU time on the paper-scale pool).
+    gc.disable()
+    try:
+        for traj in trajs:
+            pending += miner.trajectory(_ROWS_BY_TRAJ[traj])
+    finally:
+        gc.enable()
+    return pending, miner.tallies()
+
+
+def open_run(run_dir: str | Path, config: MineConfig) -> RunDir:
+    """The run directory to mine, checked (inputs, graphs, writable outputs) and locked for this stage."""
+    run = RunDir(run_dir)
+    if not run.trajectories.exists():
+        raise FileNotFoundError(f"{run.trajectories} not found: run `python -m data.ingest` first")
+    if not config.no_graph and not run.graph_manifest.exists():
+        raise FileNotFoundError(f"{run.root / 'graphs'} not found: run `python -m graph.build` first "
+                                f"(or mine with --no-graph)")
+    run.check_inputs(STAGE, run.trajectories, *(() if config.no_graph else (run.graphs,)))   # same upstream run
+    check_outputs(run, files=("candidates.parquet", "audit/candidates.json"), dirs=("audit",))
+    if not config.no_graph:
+        check_graphs(run)      # the graph tables open (the trajectories: in load_rows)
+    return run
+
+
+def successful_trajectories(rows: list[dict]) -> tuple[dict[str, list[dict]], list[str]]:
+    """The rows by trajectory (in step order) and the ids of the successful trajectories, sorted."""
+    by_traj: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_traj[r["traj_id"]].append(r)
+    trajs = []
+    for traj in sorted(by_traj):
+        by_traj[traj].sort(key=lambda r: r["step_idx"])
+        if by_traj[traj][0]["success"]:
+            trajs.append(traj)
+    return by_traj, trajs
+
+
+def site_chunks(by_traj: dict[str, list[dict]], trajs: list[str], size: int) -> list[list[str]]:
+    """The trajectories in chunks of at most ``size``, each of one site (a trajectory's site: its
+    first step's), the chunks with the most observations first (they are handed out in order)."""
+    sites: dict[str, list[str]] = defaultdict(list)
+    for traj in trajs:
+        sites[by_traj[traj][0]["site"]].append(traj)
+    chunks = [ts[i:i + size] for ts in sites.values() for i in range(0, len(ts), size)]
+    return sorted(chunks, key=lambda c: -sum(len(by_traj[t]) for t in c))
+
+
+def in_trajectory_order(miner: Miner, pending: list[Pending]) -> None:
+    """Results of trajectories mined in any order put back in the order of a one-process run (a
+    stable sort by trajectory id: each trajectory is mined whole, in step order, by one miner)."""
+    pending.sort(key=lambda p: p.row["traj_id"])
+    for rejects in (miner.rejects, miner.step_rejects):
+        rejects.sort(key=lambda r: r.key["traj_id"])
+
+
+def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
+         workers: int | None = None, show_progress: bool = True) -> StageStats:
+    """Mine the full candidate pool of a run; write ``candidates.parquet`` and the audit
+    (``show_progress``: bars of the trajectories mined and the fill values asked, on stderr)."""
+    config = config or MineConfig()
+    run = open_run(run_dir, config)
+    t0 = time.perf_counter()
+    rows = load_rows(run)
+    by_traj, trajs = successful_trajectories(rows)
+    miner = Miner(run, config)
+    pending: list[Pending] = []
+    workers = min(workers or os.cpu_count() or 1, max(len(trajs) // 8, 1))
+    if workers > 1:
+        # Workers are forked with the rows in memory (no observation text is pickled), mine
+        # chunks of one site's trajectories (so that each loads few site graphs) and send back
+        # slim results, put back in one-process order.
+        global _ROWS_BY_TRAJ
+        _ROWS_BY_TRAJ = by_traj
+        chunks = site_chunks(by_traj, trajs, max(1, -(-len(trajs) // (workers * 4))))
+        try:
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool, \
+                    progress(len(trajs), f"{STAGE} mining", unit="traj", enabled=show_progress) as bar:
+                for (part, tallies), chunk in zip(pool.map(_mine_chunk, [(str(run.root), config, c) for c in chunks]),
+                                                  chunks):
+                    pending += part
+                    miner.absorb(tallies)
+                    bar.update(len(chunk))
+        finally:
+            _ROWS_BY_TRAJ = None
+        in_trajectory_order(miner, pending)
+    else:
+        with progress(len(trajs), f"{STAGE} mining", unit="traj", enabled=show_progress) as bar:
+            for traj in trajs:
+                pending += miner.trajectory(by_traj[traj])
+                bar.update(1)
+    return write_pool(run, config, rows, miner, pending, llm_config, show_progress, t0, workers)
+
+
+
+def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, pending: list[Pending],
+               llm_config, show_progress: bool, t0: float, workers: int = 1) -> StageStats:
+    """What follows the rules: the fill values (each distinct prompt asked once, through the LLM
+    cache), the last checks, the pool and its seeded sample, the audit (its observations parsed
+    by ``workers`` forked processes) and the stage's stats and rejects (``rows``: the run's rows,
+    for the WebPRM rejected-action audit; ``t0``: the stage's start)."""
+    if llm_config is None:
+        from llm import LLMConfig
+        llm_config = LLMConfig()
+    usage, fill_counts = complete_fills(pending, llm_config, config.seed, show_progress)
+    cands = [c for c in map(candidate_row(miner, config), pending) if c is not None]
+    cands.sort(key=lambda c: c["pair_id"])
+    rng = random.Random(config.seed)
+    for i in rng.sample(range(len(cands)), min(config.sample_size, len(cands))):
+        cands[i]["sampled"] = True
+    atomic_write_parquet(run.candidates, pinned_table(cands, CANDIDATE_SCHEMA))
+
+    stats = StageStats(STAGE, n_in=miner.proposed, n_out=len(cands), rejected=miner.drops)
+    stats.extra = {
+        "config": {"sample_size": config.sample_size, "seed": config.seed, "axes": list(config.axes),
+                   "no_graph": config.no_graph, "max_per_rule": config.max_per_rule,
+                   "params": {k: getattr(config.params, k) for k in config.params.__slots__}},
+        # Per rule: candidates looked at (in), candidates written (out), and what grounding and
+        # the later value checks removed, by reason (in = out + rejected for every rule).
+        "rules": rule_counts(config, miner, cands),
+        # Where the grounded negatives' ops came from; 'remapped': the role's fill on a control
+        # that cannot take text, clicked instead (App. F). Counted before LLM fill values.
+        "ops": dict(sorted(miner.op_sources.items())),
+        # Demonstrated steps of successful trajectories: mined, or not (by reason, in rejects.jsonl).
+        "steps": {"in": miner.steps_in, "out": miner.steps_mined, "rejected": dict(sorted(miner.step_rejected.items()))},
+        # Re-derived from the files just written, as ``python -m proposals.audit`` does.
+        "audit": write_audit(run.root, "candidates", workers),
+        "fill": fill_counts,
+        "llm": usage,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    webprm = audit_webprm_rejected(rows)
+    if webprm["pairs"]:
+        stats.extra["webprm_rejected_audit"] = webprm
+    assert miner.steps_in == miner.steps_mined + sum(miner.step_rejected.values())
+    run.write_stage(stats, miner.step_rejects + miner.rejects)
+    return stats
+
+
+def candidate_row(miner: Miner, config: MineConfig):
+    """A function from a pending negative, its value now known, to its ``candidates.parquet`` row,
+    or None when its fill failed or its value makes it equal to the positive or to an earlier
+    negative of its step (dropped with the reason)."""
+    seen: dict[tuple, set] = defaultdict(set)
+
+    def row_of(p: Pending) -> dict | None:
+        row = p.row
+        if p.value_source == "llm" and p.value is None:
+            if p.infra:
+                miner.drop("fill_value_unavailable", row, f"{p.rule}: {p.infra}", p.rule)
+            else:
+                miner.drop(f"fill_invalid_{p.fill_error}", row,
+                           f"{p.rule}: no valid value for {p.proposal.node} after {FILL_ATTEMPTS} answers", p.rule)
+            return None
+        bid = p.proposal.bid
+        action = p.proposal.action.with_bid(bid) if p.proposal.action is not None else _make(p.op, bid, p.value)
+        neg = action.to_string()
+        key = (row["traj_id"], row["step_idx"])
+        if p.value_source == "llm":     # checks deferred until the value existed
+            if neg == p.ctx_pos:
+                miner.drop("equals_positive", row, f"{p.rule}: {neg}", p.rule)
+                return None
+            if neg in seen[key]:
+                miner.drop("duplicate_negative", row, f"{p.rule}: {neg}", p.rule)
+                return None
+        seen[key].add(neg)
+        return {
+            "pair_id": _pair_id(row, p.rule, neg), "site": row["site"], "traj_id": row["traj_id"],
+            "task_id": row["task_id"], "step_idx": row["step_idx"], "rule": p.rule, "axis": AXIS_OF[p.rule],
+            "action_pos": p.ctx_pos, "action_neg": neg,
+            "gmcp": p.pos_kind == NodeKind.ELEMENT and p.pos_op == action.op, "sampled": False,
+            "pos_kind": p.pos_kind, "pos_bid": p.pos_bid, "pos_node": p.pos_node, "neg_bid": bid,
+            "neg_node": p.proposal.node, "op_pos": p.pos_op, "op_neg": action.op, "value_source": p.value_source,
+            "evidence": json.dumps({**p.proposal.evidence, **({"also_fired": p.also_fired} if p.also_fired else {})},
+                                   sort_keys=True, ensure_ascii=False),
+            "mode": "no_graph" if config.no_graph else "graph"}
+    return row_of
+
+
+def rule_counts(config: MineConfig, miner: Miner, cands: list[dict]) -> dict:
+    """Per rule: candidates looked at (in), written (out) and dropped by reason; in = out + rejected."""
+    out_by_rule = Counter(c["rule"] for c in cands)
+    rules = {}
+    for rule in config.rules:
+        dropped = {reason: n for (r, reason), n in sorted(miner.rule_drops.items()) if r == rule}
+        rules[rule] = {"in": miner.rule_in[rule], "out": out_by_rule[rule], "rejected": dropped}
+        assert rules[rule]["in"] == rules[rule]["out"] + sum(dropped.values()), (rule, rules[rule])
+    return rules
+
+
+# -- per site (the propose-negatives flow's tasks, on Dask) ------------------------------------------
+def site_trajectories(run: RunDir) -> dict[str, list[str]]:
+    """The successful trajectories of each site (a trajectory's site: its first step's), sorted,
+    from four light columns: what the flow hands its per-site tasks."""
+    with reading(run.trajectories, INGEST):
+        rows = pq.read_table(run.trajectories, columns=["site", "traj_id", "step_idx", "success"]).to_pylist()
+    by_traj, trajs = successful_trajectories(rows)
+    sites: dict[str, list[str]] = defaultdict(list)
+    for traj in trajs:
+        sites[by_traj[traj][0]["site"]].append(traj)
+    return dict(sorted(sites.items()))
+
+
+def mine_site(run_dir: str | Path, config: MineConfig, traj_ids: list[str]) -> tuple[list[Pending], tuple]:
+    """The rules over one site's successful trajectories ``traj_ids`` (their rows read here), grounded:
+    the negatives still pending and the miner's tallies. Fill values are left to
+    :func:`write_sites`, which asks each distinct prompt once for the whole run."""
+    run = RunDir(run_dir)
+    by_traj, trajs = successful_trajectories(load_rows(run, filters=[("traj_id", "in", list(traj_ids))]))
+    miner = Miner(run, config)
+    pending: list[Pending] = []
+    for traj in trajs:
+        pending += miner.trajectory(by_traj[traj])
+    return pending, miner.tallies()
+
+
+def write_sites(run: RunDir, config: MineConfig, results: list[tuple[list[Pending], tuple]], llm_config,
+                show_progress: bool, t0: float) -> StageStats:
+    """:func:`write_pool` on the sites' results (``mine_site``), put back in the order a one-process
+    run mines in (a stable sort by trajectory id: each trajectory is mined whole, in step order, by
+    one site), so the fill requests, the pool, the sample, the stats and the rejects are the same."""
+    miner = Miner(run, config)
+    pending: list[Pending] = []
+    for part, tallies in results:
+        pending += part
+        miner.absorb(tallies)
+    in_trajectory_order(miner, pending)
+    webprm = load_rows(run, filters=[("source", "==", "webprm")])      # the one audit that reads rows
+    return write_pool(run, config, webprm, miner, pending, llm_config, show_progress, t0)
