@@ -141,7 +141,7 @@ def build_request(messages: list[dict], config: LLMConfig) -> dict:
     return body
 
 
-def parse_response(body: dict, price: tuple[float, float] = (0.0, 0.0)) -> ChatResult:
+def parse_response(body: dict, price: tuple[float, float] = (0.0, 0.0), n: int | None = None) -> ChatResult:
     """A chat-completions response body as a ``ChatResult``.
 
     Raises ``MalformedResponse`` for anything that is not a chat completion -- whatever its
@@ -154,13 +154,19 @@ def parse_response(body: dict, price: tuple[float, float] = (0.0, 0.0)) -> ChatR
     A choice whose content is null and that calls no tool is no answer either: the server
     produced nothing for it (we never ask for tools), so it fails like a malformed body, is
     retried, and is never cached -- not read as an empty answer that a rerun would serve again.
-    Null content beside tool calls reads as ''."""
+    Null content beside tool calls reads as ''.
+
+    With ``n`` (the request's), a body with another number of choices is malformed too: the
+    caller would read choice 0 of answers to some other request, or miss answers it paid for."""
     try:
-        return _parse_response(body, price)
+        result = _parse_response(body, price)
     except MalformedResponse:
         raise
     except Exception as e:          # a shape we did not foresee is still a malformed body
         raise MalformedResponse(f"not a chat completion: {type(e).__name__}: {e}") from e
+    if n is not None and len(result.texts) != n:
+        raise MalformedResponse(f"{len(result.texts)} choices for n={n}")
+    return result
 
 
 def _is_int(value) -> bool:
@@ -349,14 +355,14 @@ class LLMClient:
         payload = build_request(messages, cfg)
         key = request_key(payload, cfg.endpoint)
         cache = self._cache if use_cache else None
-        result = self._from_cache(cache, key, cfg) if cache is not None else None
+        result = self._from_cache(cache, key, cfg, payload["n"]) if cache is not None else None
         if result is None:
             body, attempts, error = await (self._generate_local(payload) if cfg.is_local else self._fetch(payload))
             if error is not None:
                 result = ChatResult(attempts=attempts, infra_error=error, model=payload["model"])
                 log.error("LLM call failed: %s", error)
             else:
-                result = parse_response(body, cfg.price())
+                result = parse_response(body, cfg.price(), payload["n"])
                 result.attempts = attempts
                 if cache is not None:
                     self._store(cache, key, payload, body)
@@ -374,10 +380,10 @@ class LLMClient:
             log.warning("could not cache an LLM response: %s", e)
 
     @staticmethod
-    def _from_cache(cache: ResponseCache, key: str, cfg: LLMConfig) -> ChatResult | None:
+    def _from_cache(cache: ResponseCache, key: str, cfg: LLMConfig, n: int) -> ChatResult | None:
         body = cache.get(key)
         try:
-            result = parse_response(body, cfg.price()) if body is not None else None
+            result = parse_response(body, cfg.price(), n) if body is not None else None
         except MalformedResponse:      # a hand-edited or foreign entry: a miss, answered afresh
             return None
         if result is not None:
@@ -462,7 +468,7 @@ class LLMClient:
                     # the JSON body as sent (a str when it is not JSON, None for null)
                     body = await client.post("/chat/completions", body=payload, cast_to=object,
                                              options=_REQUEST_OPTIONS)
-                parse_response(body)
+                parse_response(body, n=payload["n"])
                 return body, attempt + 1, None
             except openai.APIConnectionError as e:     # APITimeoutError too; the causes say what failed
                 error = self._no_response(e)

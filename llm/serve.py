@@ -602,7 +602,11 @@ def main(argv: list[str] | None = None) -> int:
     from llm.local import load_local_model
 
     torch.set_num_threads(args.threads)
-    model = load_local_model(args.model)   # load before listening: the first request is not slow
+    try:
+        model = load_local_model(args.model)   # load before listening: the first request is not slow
+    except (ValueError, OSError) as e:          # no such model, a bad $SURFPRM_EMBEDDED_MODEL
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     server = model_server(model, args.host, args.port, max_tokens_cap=args.max_tokens_cap,
                           max_active=args.max_active, max_queue=args.max_queue,
                           time_limit_s=args.time_limit_s or None, max_body_bytes=args.max_body_bytes,

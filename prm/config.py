@@ -146,6 +146,7 @@ class PRMTrainConfig(Configurable, SFTConfig, ModelConfig):
         # transformers refuses bf16 on a machine without a bf16 GPU and loads DeepSpeed as soon as
         # TrainingArguments is built; those checks run in trainer_args(), on the machine that trains.
         held = (self.bf16, self.deepspeed)
+        self.world_size()                # accelerate, in the chain below, reads $WORLD_SIZE with a bare int()
         self.bf16, self.deepspeed = False, None
         super().__post_init__()          # SFTConfig's chain; TrainingArguments does not go on to ModelConfig's
         self.bf16, self.deepspeed = held
@@ -178,7 +179,12 @@ class PRMTrainConfig(Configurable, SFTConfig, ModelConfig):
     def world_size(self) -> int:
         """Processes: accelerate's (``WORLD_SIZE``) when launched, else the recipe's ``num_processes``."""
         env = os.environ.get("WORLD_SIZE")
-        return int(env) if env else (self.num_processes or 1)
+        if not env:
+            return self.num_processes or 1
+        if not (env.strip().isascii() and env.strip().isdigit()) or int(env) < 1:
+            raise ValueError(f"$WORLD_SIZE={env!r} is not a positive integer (accelerate sets it to the number of "
+                             f"processes; unset it to use the recipe's num_processes)")
+        return int(env)
 
     def accumulation(self, world_size: int | None = None) -> int:
         """Gradient accumulation steps (see ``effective_batch_size``)."""
