@@ -40,6 +40,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from llm.kvcache import KeptCache, common_prefix, prefill
+
 DEFAULT_MAX_TOKENS = 256
 MAX_N = 128                  # OpenAI's limit on choices per request
 DEFAULT_MAX_BATCH_TOKENS = 65536   # n x (prompt + max_tokens): ~3 GB of KV cache for SmolLM2-135M
@@ -257,10 +259,8 @@ class LocalModel:
         self.max_batch_tokens = max_batch_tokens
         self.steps = 0
         self.prefilled = 0          # prompt tokens run through the model (those reused from the kept cache are not)
-        # The last prompt's KV cache (llm.scoring.KeptCache): the next request's common prefix
+        # The last prompt's KV cache (llm.kvcache.KeptCache): the next request's common prefix
         # reuses it. At most one context of keys and values (~370 MB for SmolLM2-135M's 8,192).
-        from llm.scoring import KeptCache
-
         self._kept = KeptCache()
         # generate() and the global RNG are not safe to share between threads: one runs at a time.
         self._turns = _Turns(max_active)
@@ -306,10 +306,8 @@ class LocalModel:
         return request, inputs
 
     def _prefill(self, tokens: list[int]):
-        """``llm.scoring.prefill`` on the kept cache, run by the generation whose turn it is."""
-        from llm.scoring import _common, prefill
-
-        self.prefilled += len(tokens) - _common(self._kept.tokens, tokens)
+        """``llm.kvcache.prefill`` on the kept cache, run by the generation whose turn it is."""
+        self.prefilled += len(tokens) - common_prefix(self._kept.tokens, tokens)
         return prefill(self.model, self._kept, tokens)
 
     def check(self, payload: dict, max_tokens_cap: int | None = None) -> None:

@@ -44,15 +44,14 @@ beside its base, never gets another model's verdicts.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import logging
 import math
-import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from data.judgment import ANSWER_TAG, swap_responses
 from llm.cache import ResponseCache, request_key
+from llm.kvcache import KeptCache, common_prefix, crop, forward, lock_for
 
 SCORE_MODES = ("score", "score-both")
 log = logging.getLogger(__name__)
@@ -77,16 +76,6 @@ def model_fingerprint(model_dir: str | Path) -> str:
 def local_model_id(model_dir: str | Path) -> str:
     """``<folder name>@<fingerprint[:16]>``: a local model as the LLM cache's keys name it."""
     return f"{Path(model_dir).resolve().name}@{model_fingerprint(model_dir)[:16]}"
-
-_locks: dict[int, threading.Lock] = {}
-_locks_guard = threading.Lock()
-
-
-def _lock_for(model) -> threading.Lock:
-    """One lock per model object: forward passes of one model run one at a time."""
-    with _locks_guard:
-        return _locks.setdefault(id(model), threading.Lock())
-
 
 @dataclass(frozen=True, slots=True)
 class TagScore:
@@ -130,73 +119,15 @@ def tag_token_ids(tokenizer, prefix: str) -> tuple[list[int], list[int], list[in
     """(shared tokens, tail of tag 1, tail of tag 2) for ``prefix`` + each answer tag."""
     a = _encode(tokenizer, prefix + ANSWER_TAG.format(1))
     b = _encode(tokenizer, prefix + ANSWER_TAG.format(2))
-    k = _common(a, b)
+    k = common_prefix(a, b)
     if k == len(a) or k == len(b):
         raise ValueError("the tokenizer does not tell the two answer tags apart")
     return a[:k], a[k:], b[k:]
 
 
-def _common(a: list[int], b: list[int]) -> int:
-    """The length of the longest common prefix of two token lists."""
-    k = 0
-    while k < min(len(a), len(b)) and a[k] == b[k]:
-        k += 1
-    return k
-
-
-def _forward(model, ids: list[int], cache, keep: int):
-    """(log-probabilities at the last ``keep`` positions of ``ids`` run on ``cache``, the cache).
-    ``cache`` None starts a new one; it is extended in place."""
-    import torch
-
-    params = inspect.signature(model.forward).parameters
-    cache_arg = "cache" if "cache" in params else "past_key_values"     # renamed in transformers 5
-    kwargs = {"logits_to_keep": keep} if "logits_to_keep" in params else {}
-    out = model(input_ids=torch.tensor([ids], device=next(model.parameters()).device), use_cache=True,
-                **{cache_arg: cache}, **kwargs)
-    logp = torch.log_softmax(out.logits[0, -keep:].float(), dim=-1)
-    return logp, out["cache"] if "cache" in out else out["past_key_values"]
-
-
-def _crop(cache, length: int) -> None:
-    """Cut ``cache`` back to its first ``length`` tokens (in place)."""
-    drop = cache.get_seq_length() - length
-    if drop > 0:
-        cache.crop(-drop)         # a negative count removes that many tokens (transformers 4 and 5)
-
-
 def _tail_logprob(logp, tail: list[int]) -> float:
     """log p(tail) from the log-probabilities at the positions before each of its tokens."""
     return float(sum(logp[i, t] for i, t in enumerate(tail)))
-
-
-@dataclass
-class KeptCache:
-    """A KV cache kept between calls of ``tag_logprobs`` and the tokens it holds, so that prompts
-    of one state scored in several calls (a tournament's rounds) run their common prefix once.
-    One per model (``prm.judge.LocalJudge`` keeps one)."""
-
-    tokens: list[int] = field(default_factory=list)
-    cache: object = None
-
-
-def prefill(model, kept: KeptCache, tokens: list[int]):
-    """A KV cache of ``tokens`` for a generation to start from (None for no tokens), computed from
-    the longest prefix they share with ``kept``'s, which then holds ``tokens`` for the next call
-    (transformers' prompt-reuse pattern: ``generate(..., cache=prefill(model, kept, prompt[:-1]))``
-    runs only the prompt's last token before decoding). The caller runs one forward pass of
-    ``model`` at a time."""
-    import copy
-
-    shared = _common(kept.tokens, tokens)
-    cache = kept.cache if shared else None
-    kept.cache, kept.tokens = None, []          # until this prefill ends well
-    if cache is not None:
-        _crop(cache, shared)
-    if tokens[shared:]:
-        _, cache = _forward(model, tokens[shared:], cache, 1)
-    kept.cache, kept.tokens = cache, tokens
-    return copy.deepcopy(cache) if cache is not None else None
 
 
 def tag_logprobs(model, sequences: list[tuple[list[int], list[int], list[int]]],
@@ -212,21 +143,21 @@ def tag_logprobs(model, sequences: list[tuple[list[int], list[int], list[int]]],
 
     kept = kept if kept is not None else KeptCache()
     scores: list[tuple[float, float]] = [(0.0, 0.0)] * len(sequences)
-    with _lock_for(model), torch.inference_mode():
+    with lock_for(model), torch.inference_mode():
         cache, seen = kept.cache, kept.tokens       # the tokens ``cache`` holds
         kept.cache, kept.tokens = None, []          # until this call ends well
         for i in sorted(range(len(sequences)), key=lambda i: sequences[i]):
             shared, tail_1, tail_2 = sequences[i]
             # The last shared token always runs: its logits score the tags' first tokens.
-            k = min(_common(seen, shared), len(shared) - 1)
+            k = min(common_prefix(seen, shared), len(shared) - 1)
             if cache is not None:
-                _crop(cache, k)
-            logp, cache = _forward(model, shared[k:] + tail_1[:-1], cache, len(tail_1))
+                crop(cache, k)
+            logp, cache = forward(model, shared[k:] + tail_1[:-1], cache, len(tail_1))
             lp_1, lp_2 = _tail_logprob(logp, tail_1), float(logp[0, tail_2[0]])
             seen = shared + tail_1[:-1]
             if len(tail_2) > 1:
-                _crop(cache, len(shared))
-                logp, cache = _forward(model, tail_2[:-1], cache, len(tail_2) - 1)
+                crop(cache, len(shared))
+                logp, cache = forward(model, tail_2[:-1], cache, len(tail_2) - 1)
                 lp_2 += _tail_logprob(logp, tail_2[1:])
                 seen = shared + tail_2[:-1]
             scores[i] = (lp_1, lp_2)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from data.judgment import DEFAULT_FORMAT, JudgmentFormat, State, parse_verdict, render_pair, swap_responses
 from llm import LLMClient, LLMConfig
-from llm.scoring import KeptCache
+from llm.kvcache import KeptCache
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class LocalJudge:
 
     **Scoring shares prefixes**: the prompts of one call that miss the cache are scored on one KV
     cache (``llm.scoring.score_many``), and the last one's cache is kept for the next call
-    (``llm.scoring.KeptCache``), so a tournament's later rounds on the same state run only from
+    (``llm.kvcache.KeptCache``), so a tournament's later rounds on the same state run only from
     where their prompts part from the round before. **Generation shares them too** on a CPU
     (``shared_prefill`` None: on a CPU; True/False forces it): prompts run one at a time, each from
     where it parts from the one before, instead of in padded batches of ``batch_size``."""
@@ -242,11 +242,11 @@ class LocalJudge:
         if self.shared_prefill or (self.shared_prefill is None and device.type == "cpu"):
             # On a CPU the prompts' prefill is most of the time and a padded batch cannot share
             # it: one prompt at a time, in token order, each run from where it parts from the one
-            # before (a tournament's prompts share their state; llm.scoring.prefill on the kept
+            # before (a tournament's prompts share their state; llm.kvcache.prefill on the kept
             # cache the scoring modes use too). Greedy, as the batches below.
-            from llm.scoring import _lock_for, prefill
+            from llm.kvcache import lock_for, prefill
 
-            with _lock_for(self.model), torch.inference_mode():
+            with lock_for(self.model), torch.inference_mode():
                 for i in sorted(range(len(prompts)), key=lambda i: encoded[i]):
                     ids = encoded[i]
                     cache = prefill(self.model, self._kept, ids[:-1])

@@ -227,7 +227,8 @@ def test_shared_prefix_scores_equal_two_plain_passes_on_the_embedded_model():
     from conftest import EMBEDDED_MODEL
     from data.judgment import State, render_pair, swap_responses
     from llm.local import load_local_model
-    from llm.scoring import _common, _encode, prompt_text, score_both_orders, score_many
+    from llm.kvcache import common_prefix
+    from llm.scoring import _encode, prompt_text, score_both_orders, score_many
 
     if not (EMBEDDED_MODEL / "config.json").exists():
         pytest.skip("embedded model missing: run `make setup`")
@@ -239,7 +240,7 @@ def test_shared_prefix_scores_equal_two_plain_passes_on_the_embedded_model():
     prompts = [render_pair(state, a1, a2, budget=300)[0] for a1, a2 in (("click('4')", "click('5')"),
                                                                        ("click('6')", "scroll(0, 200)"))]
     given, swapped = (_encode(tok, prompt_text(tok, m)) for m in (prompts[0], swap_responses(prompts[0])))
-    part = _common(given, swapped)          # at Response 1's action: the AXTree and all before it are shared
+    part = common_prefix(given, swapped)          # at Response 1's action: the AXTree and all before it are shared
     ran, hook = _counting(model)
     try:
         score_both_orders(model, tok, prompts[0])
