@@ -6,6 +6,7 @@ import atexit
 import gzip
 import os
 import pickle
+import random
 import shutil
 import sys
 import tempfile
@@ -94,5 +95,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     first test, so a module-scoped fixture is built on one worker only, and a long browser or model
     test does not start last and keep one worker busy alone while the other idles. (Not
     ``--dist loadgroup``: with pytest 9.2 it silently stops grouping, pytest-xdist issue #1386.)"""
+    seed = config.getoption("shuffle_seed")
+    if seed is not None:                        # the same shuffle on every worker: xdist checks they agree
+        random.Random(seed).shuffle(items)
     if hasattr(config, "workerinput"):          # each worker sorts the same collection the same way
         items.sort(key=lambda item: "slow" not in item.keywords)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--shuffle-seed", type=int, default=None,
+                     help="run the tests in an order shuffled with this seed: a test that reads another "
+                          "test's files, server records or leftovers fails in some order")

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import BUNDLED
+from prefect_artifacts import flow_run_artifacts
 from data.ingest import ingest
 from data.rundir import Reject, RunDir, StageStats
 
@@ -77,7 +78,7 @@ def test_build_graphs_flow_writes_what_the_cli_writes(prefect_harness, run_with_
     for run in (cli, fl):
         _later_stage(run)
     assert cli_main(["--run", str(cli), "--workers", "1"]) == 0
-    build_graphs_flow(run=str(fl))
+    state = build_graphs_flow(run=str(fl), return_state=True)
     lines = (cli / "rejects.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["stage"] == "proposals.mine"          # not moved behind graph.build's lines
     assert (fl / "rejects.jsonl").read_bytes() == (cli / "rejects.jsonl").read_bytes()
@@ -99,13 +100,9 @@ def test_build_graphs_flow_writes_what_the_cli_writes(prefect_harness, run_with_
     assert pq.read_table(fl / "candidates.parquet").equals(pq.read_table(cli / "candidates.parquet"))
     assert (fl / "rejects.jsonl").read_bytes() == (cli / "rejects.jsonl").read_bytes()
 
-    # The flow run's summary is a markdown artifact (shown in the UI).
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-
-    with get_client(sync_client=True) as client:
-        arts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["build-graphs-summary"])))
-    assert arts and arts[0].type == "markdown" and "[graph.build]" in arts[0].data
+    # The flow run's summary is a markdown artifact of this flow run (shown in the UI).
+    art = flow_run_artifacts(state, ["build-graphs-summary"])["build-graphs-summary"]
+    assert art.type == "markdown" and "[graph.build]" in art.data
 
 
 @pytest.mark.slow      # a Prefect API (prefect_harness)

@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 
+from prefect_artifacts import flow_run_artifacts
 from scripted_teacher import ScriptedTeacher, make_run, start
 
 
@@ -29,7 +30,8 @@ def test_verify_pairs_flow_writes_the_dataset(prefect_harness, tmp_path):
     try:
         llm = LLMConfig(base_url=server.base_url, model="scripted-teacher", cache_dir=str(tmp_path / "cache"),
                         max_retries=0, api_key_env="SURFPRM_TEST_KEY_UNSET")
-        stats = verify_pairs_flow(run=str(tmp_path), llm=llm)
+        state = verify_pairs_flow(run=str(tmp_path), llm=llm, return_state=True)
+        stats = state.result()
         assert verify_main(["--run", str(cli), "--base-url", server.base_url, "--model", "scripted-teacher",
                             "--cache-dir", str(cli / "cache"), "--max-retries", "0",
                             "--api-key-env", "SURFPRM_TEST_KEY_UNSET", "--quiet"]) == 0
@@ -52,12 +54,7 @@ def test_verify_pairs_flow_writes_the_dataset(prefect_harness, tmp_path):
         assert (tmp_path / rel).exists(), rel
     recorded = json.loads((tmp_path / "stats.json").read_text())
     assert recorded["teacher.verify"]["out"] == 3 and recorded["data.export.trl"]["in"] == 3
-    # The summary and the run's report are markdown artifacts of the flow run (the Prefect UI shows them).
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-
-    with get_client(sync_client=True) as client:
-        arts = {a.key: a for a in client.read_artifacts(artifact_filter=ArtifactFilter(
-            key=ArtifactFilterKey(any_=["verify-pairs-summary", "synthesis-report"])))}
+    # The summary and the run's report are markdown artifacts of this flow run (the Prefect UI shows them).
+    arts = flow_run_artifacts(state, ["verify-pairs-summary", "synthesis-report"])
     assert "teacher.verify: done: kept 3 of 4 pairs" in arts["verify-pairs-summary"].data
     assert arts["synthesis-report"].data == (tmp_path / "report" / "README.md").read_text()
