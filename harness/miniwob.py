@@ -84,10 +84,18 @@ def select_tasks(names: list[str] | None, known) -> list[str]:
     return out
 
 
-def check_pages(url: str, names: list[str]) -> None:
-    """``MiniWoBSetupError`` when a ``file://`` base URL lacks a task's page (an http one is the
-    user's server)."""
+PROBE_TIMEOUT_S = 5.0       # an http MINIWOB_URL that does not answer a page within this is refused
+
+
+def check_pages(url: str, names: list[str], timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """``MiniWoBSetupError`` when a ``file://`` base URL lacks a task's page, or an http(s) one does
+    not serve it (closed port, no answer within ``timeout_s``, an error status): said in one line
+    before any browser starts."""
     parts = urlsplit(url)
+    if parts.scheme in ("http", "https"):
+        for name in names:
+            _probe(url, f"{url}{name}.html", timeout_s)
+        return
     if parts.scheme != "file":
         return
     missing = [n for n in names if not (Path(unquote(parts.path)) / f"{n}.html").is_file()]
@@ -95,16 +103,35 @@ def check_pages(url: str, names: list[str]) -> None:
         raise MiniWoBSetupError(f"MINIWOB_URL={url}: no page for {missing}")
 
 
-def miniwob_harness(name: str, url: str | None = None, **options):
+def _probe(base: str, page: str, timeout_s: float) -> None:
+    import socket
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(page, timeout=timeout_s) as response:      # noqa: S310 (the user's server)
+            response.read(1)
+    except urllib.error.HTTPError as e:
+        raise MiniWoBSetupError(f"MINIWOB_URL={base}: {page} answered HTTP {e.code}") from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        if isinstance(reason, (TimeoutError, socket.timeout)):
+            reason = f"no answer within {timeout_s:g} s"
+        raise MiniWoBSetupError(f"MINIWOB_URL={base}: {page} could not be fetched ({reason})") from None
+
+
+def miniwob_harness(name: str, url: str | None = None, lean: bool = False, **options):
     """A ``BrowserHarness`` on MiniWoB task ``name`` (``click-button`` or ``miniwob.click-button``)
-    at ``url`` (default ``base_url()``), validated live; ``options`` go to ``BrowserHarness``.
+    at ``url`` (default ``base_url()``), validated live; ``options`` go to ``BrowserHarness``;
+    ``lean``: a ``harness.lean.LeanHarness`` (kept browser, AXTree-only observations: replays).
     ``file://`` pages have no host, so every ``goto`` is refused; an http ``MINIWOB_URL`` allows
     its own host."""
     from harness.env import BrowserHarness, host_of
+    from harness.lean import LeanHarness
 
     url = url or base_url()
     task_class = task_classes().get(name.removeprefix(PREFIX))
     if task_class is None:
         raise MiniWoBSetupError(f"unknown MiniWoB task {name!r}")
-    return BrowserHarness(task_class, {"base_url": url}, allowed_hosts={host_of(url)} - {""},
+    return (LeanHarness if lean else BrowserHarness)(task_class, {"base_url": url}, allowed_hosts={host_of(url)} - {""},
                           live_validation=True, **options)

@@ -303,9 +303,10 @@ def replay_all(run: RunDir, pairs: list[Pair], config: VerifyConfig, replay_conf
     """``--verifier replay``: every pair replayed in MiniWoB++ (``teacher.replay.replay_all``: by
     episode, in ``replay_config.workers`` processes), finished pairs served by the replay cache.
     Returns the decisions in the order of ``pairs`` and the replay's figures for stats.json."""
+    from llm import LLMConfig
     from teacher import replay as rp
 
-    backend = backend or rp.MiniWoBBackend()
+    backend = backend or rp.MiniWoBBackend(LLMConfig() if replay_config.continuation == "policy" else None)
     on_done = (lambda r: progress.update("kept" if r.kept else "discarded")) if progress is not None else None
     try:
         results, counts = rp.replay_all(rp.load_targets(run, pairs), replay_config, backend, on_done)
@@ -319,7 +320,9 @@ def replay_all(run: RunDir, pairs: list[Pair], config: VerifyConfig, replay_conf
         decisions.append(Decision(pair, f["status"], [attempt], judgment=f["judgment"], reason=f["reason"],
                                   replay=result))
     return decisions, {"replay": {**rp.summarize(list(zip(pairs, results))), "backend": backend.name,
-                                  "solver_steps": replay_config.solver_steps, "workers": replay_config.workers,
+                                  "solver_steps": replay_config.solver_steps,
+                                  "workers": rp.worker_count(replay_config),
+                                  "continuation": replay_config.continuation, "rollouts": replay_config.rollouts,
                                   **dict(counts)}}
 
 
@@ -457,7 +460,8 @@ def format_summary(stats: StageStats) -> str:
                      f"verdicts {e['verdict_outcomes']}, ${llm['cost_usd']:.4f}")
     elif e.get("replay"):
         r = e["replay"]
-        lines.append(f"replay ({r['backend']}, solver steps <= {r['solver_steps']}): outcomes {r['outcomes']}; "
+        lines.append(f"replay ({r['backend']}, {r.get('continuation', 'solver')} x{r.get('rollouts', 1)}, "
+                     f"continuation steps <= {r['solver_steps']}, {r['workers']} worker(s)): outcomes {r['outcomes']}; "
                      f"{r.get('replayed', 0)} replayed, {r.get('cached', 0)} from the replay cache")
     elif e.get("verdict_modes"):      # scoring only: no chat completions were requested
         lines.append(f"teacher {e['teacher_model']}: verdicts by {e['config']['verdict_mode']} "
@@ -495,10 +499,13 @@ def build_parser(prog: str = "python -m teacher.verify", doc: str = __doc__):
     VerifyConfig.add_args(ap)     # --k, --seed, --temperature, --max-tokens, --axtree-chars, --untrusted, ...
     LLMConfig.add_args(ap, skip=("seed", "temperature", "max_tokens"))   # the teacher; those three come from above
     ReplayConfig.add_args(ap, prefix="replay-")     # --verifier replay: --replay-solver-steps, ...
+    # --replay-continuation policy: the policy's model, as the search CLIs' --policy-* flags
+    LLMConfig.add_args(ap, prefix="replay-policy-")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness.policy import PolicyError
     from llm import LLMConfig
     from teacher.replay import NotReplayable, ReplayConfig
 
@@ -512,10 +519,17 @@ def main(argv: list[str] | None = None) -> int:
         config.format
     except ValueError as e:
         ap.error(str(e))
+    replay = ReplayConfig.from_args(args, prefix="replay-")
     try:
+        backend = None
+        if config.verifier == "replay":
+            from teacher.replay import MiniWoBBackend
+
+            policy = LLMConfig.from_args(args, prefix="replay-policy-") if replay.continuation == "policy" else None
+            backend = MiniWoBBackend(policy.validate() if policy is not None else None)
         stats = verify(cmd.run, config, LLMConfig.from_args(args), progress=not cmd.quiet,
-                       replay_config=ReplayConfig.from_args(args, prefix="replay-"))
-    except (FileNotFoundError, NotReplayable) as e:
+                       replay_config=replay, replay_backend=backend)
+    except (FileNotFoundError, NotReplayable, PolicyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_summary(stats))

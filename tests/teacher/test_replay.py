@@ -34,20 +34,19 @@ def _bid(axtree: str, role: str, name: str) -> str:
 
 @pytest.fixture(scope="module")
 def backend():
-    b = MiniWoBBackend()
     envs = {}
 
-    class Backend:      # the module's harness, reopened when the task changes (one at a time)
-        name, version = b.name, b.version
-        solve_step = staticmethod(b.solve_step)
-
+    class Backend(MiniWoBBackend):      # the module's harness, reopened when the task changes (one at a time)
         def open(self, task):
             if task not in envs:
                 for env in envs.values():
                     env.close()
                 envs.clear()
-                envs[task] = b.open(task)
+                envs[task] = super().open(task)
             return envs[task]
+
+        def solve_step(self, task, obs):
+            return self.chooser(task, 0)(obs, [], "", 0)
     yield Backend()
     for env in envs.values():
         env.close()
@@ -162,11 +161,11 @@ class Dying(MiniWoBBackend):
         env, backend = super().open(task), self
         reset = env.reset
 
-        def dying_reset(seed):
+        def dying_reset(seed, **kw):
             backend.resets += 1
-            if backend.resets == 5:     # the third pair's first reset (two per pair)
+            if backend.resets == 4:     # the third pair's (a+ once for the step, then one per a-)
                 os.kill(os.getpid(), signal.SIGKILL)
-            return reset(seed=seed)
+            return reset(seed=seed, **kw)
         env.reset = dying_reset
         return env
 
@@ -176,29 +175,27 @@ verify(sys.argv[1], VerifyConfig(verifier="replay"), progress=False,
 
 
 class Counting:
-    """The module's backend, counting the resets (two per pair replayed)."""
+    """The module's backend, counting the resets (one per step's a+, one per pair's a-)."""
 
     def __init__(self, inner):
         self.inner, self.resets, self.name, self.version = inner, 0, inner.name, inner.version
 
-    def solve_step(self, task, obs):
-        return self.inner.solve_step(task, obs)
+    def check(self, tasks):
+        self.inner.check(tasks)
+
+    def chooser(self, task, rollout):
+        return self.inner.chooser(task, rollout)
 
     def open(self, task):
         env, outer = self.inner.open(task), self
 
         class Env:
-            task_done = property(lambda self: env.task_done)
+            def __getattr__(self, name):
+                return getattr(env, name)
 
-            def reset(self, seed):
+            def reset(self, seed, **kw):
                 outer.resets += 1
-                return env.reset(seed=seed)
-
-            def step(self, action):
-                return env.step(action)
-
-            def evaluate(self):
-                return env.evaluate()
+                return env.reset(seed=seed, **kw)
 
             def close(self):
                 pass
@@ -219,8 +216,8 @@ def test_stage_writes_outcomes_and_resumes_after_a_kill(backend, click_button, t
     stats = verify(root, VerifyConfig(verifier="replay"), progress=False, replay_config=replay,
                    replay_backend=counting)
     r = stats.extra["replay"]
-    # the two pairs finished before the kill are not replayed again: two pairs, two resets each
-    assert (r["cached"], r["replayed"], counting.resets) == (2, 2, 4)
+    # the two pairs finished before the kill are not replayed again: a+ once, then the two a-
+    assert (r["cached"], r["replayed"], counting.resets) == (2, 2, 3)
     assert r["outcomes"] == {"detour": 1, "equivalent": 1, "harmful": 1, "not_executable": 1}
     kept, disc = (pq.read_table(root / f).to_pylist() for f in ("preferences.parquet", "discarded.parquet"))
     assert pq.read_schema(root / "preferences.parquet").equals(PREFERENCE_SCHEMA)
@@ -317,7 +314,8 @@ def test_two_workers_write_what_one_writes_and_share_the_cache(backend, tmp_path
     shutil.copytree(one, two)
     assert len(ids) == 8
     single = verify(one, VerifyConfig(verifier="replay"), progress=False,
-                    replay_config=ReplayConfig(solver_steps=5, no_cache=True), replay_backend=Counting(backend))
+                    replay_config=ReplayConfig(solver_steps=5, no_cache=True, workers=1),
+                    replay_backend=Counting(backend))
     cache = tmp_path / "replay_cache"
     replay = ReplayConfig(solver_steps=5, cache_dir=str(cache), workers=2)
     double = verify(two, VerifyConfig(verifier="replay"), progress=False, replay_config=replay)

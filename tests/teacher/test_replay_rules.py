@@ -80,11 +80,17 @@ class FlakyEnv:
         return SimpleNamespace(axtree="[1] button 'ok'" if not self.task_done else "done", goal="g",
                                last_action_error=error)
 
-    def reset(self, seed):
+    def reset(self, seed, observe=True):
         self.task_done, self.resets = False, self.resets + 1
         return self._obs()
 
-    def step(self, action):
+    def action_set(self):
+        return {"click"}
+
+    def refused(self, action):
+        return None
+
+    def step(self, action, observe=True):
         if action != "click('1')":
             return self._obs("ValueError: Could not find element")
         if self.timeouts:
@@ -98,8 +104,8 @@ class FlakyEnv:
 
 
 class NoSolver:
-    def solve_step(self, task, obs):
-        return None
+    def chooser(self, task, rollout):
+        return lambda obs, history, feedback, step: None
 
 
 @pytest.mark.parametrize("timeouts, outcome, attempts", [(0, "not_executable", 1), (1, "not_executable", 2),
@@ -115,9 +121,10 @@ def test_a_timed_out_replay_is_replayed_again(timeouts, outcome, attempts):
     assert env.resets == attempts + (outcome != "replay_mismatch")     # two resets per finished attempt
 
 
-def test_episodes_group_pairs_by_task_and_seed():
-    from teacher.replay import episodes
+def test_steps_group_pairs_by_task_seed_history_and_positive():
+    from teacher.replay import steps
 
-    targets = [Target(task, seed, (), "", "a", "b") for task, seed in
-               (("b", 1), ("a", 2), ("b", 1), ("a", 0), ("a", 2))]
-    assert episodes(targets) == [[3], [1, 4], [0, 2]]
+    targets = [Target(task, seed, hist, "", pos, "b") for task, seed, hist, pos in
+               (("b", 1, (), "a"), ("a", 2, ("x",), "a"), ("b", 1, (), "a"), ("a", 0, (), "a"), ("a", 2, (), "a"),
+                ("a", 2, ("x",), "a"), ("a", 2, ("x",), "c"))]
+    assert steps(targets) == [[3], [4], [1, 5], [6], [0, 2]]

@@ -1,0 +1,162 @@
+"""A BrowserGym harness that keeps its browser and observes only the AXTree: for replays, which
+reset many times and whose judge reads the AXTree and the task's reward.
+
+    from harness.lean import LeanHarness, vet
+    with LeanHarness(MyTask, task_kwargs={...}, allowed_hosts=set(), live_validation=True) as h:
+        h.reset(seed=0, observe=False)          # marked, not extracted: obs.axtree == ""
+        obs = h.step(vet("click('12')", h))     # the canonical action, or ActionRefused
+        reward, info = h.evaluate()
+
+What differs from ``harness.env.BrowserHarness`` (same pages, same bids, same actions):
+- BrowserGym launches a new Chromium at every ``reset``; here the first one is kept and each reset
+  opens a new browser context (fresh cookies and storage, as a new browser would have), which cuts
+  a reset from ~2.4 s to ~0.8 s.
+- BrowserGym extracts a DOM snapshot, a screenshot, the focused element and the element properties
+  at every step; here only the elements are marked (their bids: BrowserGym's actions find elements
+  by them, so they are marked after every step as BrowserGym does) and, when asked, the AXTree is
+  extracted. Actions still run through BrowserGym's ``step`` (its action mapping and execution),
+  and the task's validator still runs after every step (``live_validation``).
+- ``vet``: an action runs only as one call of the run's action set with literal arguments
+  (``data.actions.parse_action``), navigation confined to the task's hosts (``refused``), waits
+  bounded (``MAX_WAIT_MS``); what runs is the canonical text of that one call.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from data.actions import ActionParseError, parse_action
+from harness.env import BrowserHarness, Observation
+
+# noop(wait_ms) waits at most this long; every other BrowserGym action is bounded by Playwright's
+# timeouts (500 ms per element action, the task's 5 s for navigation, 3 s per frame's load wait).
+MAX_WAIT_MS = 5000
+
+
+class ActionRefused(ValueError):
+    """The action may not run in the harness (the message says why)."""
+
+
+class _KeptBrowser:
+    """The harness's browser as BrowserGym's reset sees it: its ``close`` keeps it open."""
+
+    def __init__(self, browser):
+        self.browser = browser
+
+    def __getattr__(self, name):
+        return getattr(self.browser, name)
+
+    def close(self):
+        pass
+
+
+class LeanHarness(BrowserHarness):
+    """``BrowserHarness`` with a kept browser and AXTree-only observations (module doc)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._kept = None           # the real Playwright browser, once launched
+        self._extract = True        # whether the next observation extracts the AXTree
+
+    def _make(self):
+        env = super()._make()
+        env._get_obs = self._lean_obs       # BrowserGym calls it at the end of reset and step
+        return env
+
+    def action_set(self) -> set[str]:
+        """The ops BrowserGym's action mapping of this harness accepts."""
+        from browsergym.core.action.highlevel import HighLevelActionSet
+
+        subsets = self.action_subsets
+        return set((HighLevelActionSet(subsets=subsets) if subsets else HighLevelActionSet()).action_set)
+
+    @contextmanager
+    def _same_browser(self):
+        """BrowserGym's reset closes its browser and launches another: give it the kept one."""
+        import browsergym.core as bgc
+
+        if self._kept is None:
+            yield
+            self._kept = self.env.browser
+            self.env.browser = _KeptBrowser(self._kept)
+            return
+        chromium = bgc._get_global_playwright().chromium
+        chromium.launch = lambda **kwargs: self._kept
+        try:
+            yield
+        finally:
+            del chromium.launch
+            self.env.browser = _KeptBrowser(self._kept)
+
+    def reset(self, seed: int = 0, observe: bool = True) -> Observation:
+        """``BrowserHarness.reset`` on the kept browser; ``observe=False``: no AXTree (``axtree`` '')."""
+        if self.env is None:
+            self.env = self._make()
+        self._extract = observe
+        with self._same_browser():
+            return super().reset(seed=seed)
+
+    def step(self, action: str, observe: bool = True) -> Observation:
+        """``BrowserHarness.step``; ``observe=False``: the elements are marked, no AXTree extracted."""
+        self._extract = observe
+        return super().step(action)
+
+    def _lean_obs(self) -> dict:
+        """BrowserGym's observation reduced to what the replay reads: bids marked as its
+        ``_get_obs`` marks them, the AXTree when asked (retried as BrowserGym retries)."""
+        import playwright.sync_api
+        from browsergym.core.env import EXTRACT_OBS_MAX_TRIES, _try_to_extract_legacy_goal
+        from browsergym.core.observation import MarkingError, _post_extract, _pre_extract, extract_merged_axtree
+
+        env = self.env
+        axtree = {"nodes": []}
+        for left in reversed(range(EXTRACT_OBS_MAX_TRIES)):
+            try:
+                _pre_extract(env.page, tags_to_mark=env.tags_to_mark, lenient=(left == 0))
+                if self._extract:
+                    axtree = extract_merged_axtree(env.page)
+            except (playwright.sync_api.Error, MarkingError):
+                _post_extract(env.page)
+                if left == 0:
+                    raise
+                continue
+            break
+        _post_extract(env.page)
+        return {"goal": _try_to_extract_legacy_goal(env.goal_object), "url": env.page.url,
+                "open_pages_urls": tuple(p.url for p in env.context.pages),
+                "active_page_index": [env.context.pages.index(env.page)], "axtree_object": axtree,
+                "focused_element_bid": None, "last_action": env.last_action,
+                "last_action_error": env.last_action_error}
+
+    def _observe(self, obs: dict) -> Observation:
+        if self._extract:
+            return super()._observe(obs)
+        self.last_obs, self.last_axtree = obs, ""
+        self.observation = Observation(goal=obs["goal"] or "", axtree="", url=obs["url"],
+                                       open_urls=list(obs["open_pages_urls"]),
+                                       active_tab=int(obs["active_page_index"][0]), last_action=obs["last_action"],
+                                       last_action_error=obs["last_action_error"], start_url=self.start_url)
+        return self.observation
+
+    def close(self):
+        if self._kept is not None and self.env is not None:
+            self.env.browser = self._kept       # BrowserGym's close then closes it
+        self._kept = None
+        super().close()
+
+
+def vet(text: str, harness) -> str:
+    """The canonical text of ``text`` when it may run in ``harness`` (module doc), else
+    ``ActionRefused`` saying why: one call with literal arguments, an op of the harness's action
+    set, a ``goto`` inside its hosts, a ``noop`` of at most ``MAX_WAIT_MS``."""
+    try:
+        action = parse_action(text)
+    except ActionParseError as e:
+        raise ActionRefused(f"refused: {e}") from None
+    if action.op not in harness.action_set():
+        raise ActionRefused(f"refused: {action.op} is not in the run's action set")
+    if refusal := harness.refused(action):
+        raise ActionRefused(refusal)
+    if action.op == "noop" and dict(action.args)["wait_ms"] > MAX_WAIT_MS:
+        raise ActionRefused(f"refused: noop waits at most {MAX_WAIT_MS} ms")
+    return action.to_string()
