@@ -26,6 +26,11 @@ Why the wrapping (see ``../shared/docs/ENVIRONMENT.md``):
   of entries once torch is imported). That was two thirds of a MiniWoB episode's time under pytest
   (36 of 54 s). ``lighten_playwright_stacks`` gives Playwright the same frames without the source
   lookups (what later Playwright releases do themselves, playwright-python #2835, #3147).
+- OpenWebRL's robustness (App. A.1, ``harness.robust.Robustness``): the start page is retried with
+  backoff; start-up, actions and screenshots have their own time-outs; a host
+  blocklist beside the allow-list; one record per infrastructure failure in ``diagnostics``. The
+  element probes of its feedback (A.2): ``element_under`` and ``focused_element``
+  (``element_probes``: on by default).
 - ``start_url`` is the task's own start URL (``task_start_url``: a WebArena config's
   ``start_url`` as BrowserGym resolved it, or the task's ``start_url`` attribute), which the PRM's
   prompt shows; only a task that declares none falls back to the first page observed.
@@ -41,6 +46,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from harness.robust import (SCREENSHOT_MS, Robustness, ScreenshotError, add_to_blocklist, block_hosts, diagnostic,
+                            element_under, focused_element, install_timed_screenshots, read_blocklist, transient)
+
 
 class _Stacks:
     """``inspect`` and ``traceback`` as Playwright's modules see them, with cheap stack captures:
@@ -116,7 +125,7 @@ NLTK_PUNKT_FILES = ("collocations.tab", "sent_starters.txt", "abbrev_types.txt",
 
 
 class SiteUnreachable(RuntimeError):
-    """The start page did not load (connection refused, DNS, chrome error page)."""
+    """The start page did not load (connection refused, DNS, chrome error page, a blocked host)."""
 
 
 def prepare_nltk_stub(cache: Path = CACHE) -> Path:
@@ -183,9 +192,10 @@ class StubChat:
         pass
 
 
-def _deferred(task_entrypoint, slow_mo: int, timeout: int | None, live_validation: bool = False):
+def _deferred(task_entrypoint, slow_mo: int, timeout: int | None, live_validation: bool = False, prepare=None):
     """A task entrypoint whose tasks validate only when ``evaluate`` asks, or after every step
-    with ``live_validation`` (see module docstring)."""
+    with ``live_validation`` (see module docstring); ``prepare(page)`` runs before the task's own
+    set-up (its first navigation)."""
     from browsergym.core.task import AbstractBrowserTask
 
     class DeferredTask(AbstractBrowserTask):
@@ -201,6 +211,8 @@ def _deferred(task_entrypoint, slow_mo: int, timeout: int | None, live_validatio
             self.timeout = timeout if timeout is not None else self.inner.timeout
 
         def setup(self, page):
+            if prepare is not None:
+                prepare(page)
             return self.inner.setup(page)
 
         def validate(self, page, chat_messages):
@@ -247,7 +259,8 @@ class BrowserHarness:
     def __init__(self, task_entrypoint, task_kwargs: dict | None = None, allowed_hosts=None,
                  headless: bool = True, timeout_ms: int = 5000, pre_observation_delay: float = 0.1,
                  chromium: Path | None = None, viewport: dict | None = None,
-                 action_subsets: list[str] | None = None, live_validation: bool = False):
+                 action_subsets: list[str] | None = None, live_validation: bool = False,
+                 robustness: Robustness | None = None, element_probes: bool = True):
         self.task_entrypoint, self.task_kwargs = task_entrypoint, dict(task_kwargs or {})
         self.allowed_hosts = {h.lower() for h in allowed_hosts} if allowed_hosts is not None else None
         self.headless, self.timeout_ms = headless, timeout_ms
@@ -264,6 +277,10 @@ class BrowserHarness:
         self.last_axtree = ""
         self.start_url = ""         # the task's start URL, known after reset (``task_start_url``)
         self.browser_s = 0.0        # time spent in the browser (reset, steps, evaluation)
+        # A.1 (harness.robust): ``timeout_ms`` is the action time-out unless ``robustness`` names one
+        self.robustness = (robustness or Robustness(action_s=timeout_ms / 1000)).check()
+        self.diagnostics: list[dict] = []       # one record per infrastructure failure
+        self.element_probes = element_probes    # A.2: element_under / focused_element answer
 
     def _make(self):
         import browsergym.core.env as bg_env
@@ -273,13 +290,15 @@ class BrowserHarness:
             raise FileNotFoundError(f"chromium not found at {self.chromium} (apt-get install chromium)")
         bg_env.Chat = StubChat      # BrowserEnv.reset builds its chat window from this name
         lighten_playwright_stacks()
+        install_timed_screenshots()
         extra = {}
         if self.action_subsets:
             from browsergym.core.action.highlevel import HighLevelActionSet
 
             extra["action_mapping"] = HighLevelActionSet(subsets=self.action_subsets).to_python_code
-        return BrowserEnv(**extra, task_entrypoint=_deferred(self.task_entrypoint, 0, self.timeout_ms,
-                                                                   self.live_validation),
+        startup_ms = int(self.robustness.startup_s * 1000)
+        return BrowserEnv(**extra, task_entrypoint=_deferred(self.task_entrypoint, 0, startup_ms,
+                                                                   self.live_validation, self._prepare),
                           task_kwargs=self.task_kwargs, headless=self.headless,
                           viewport=self.viewport, pre_observation_delay=self.pre_observation_delay,
                           pw_chromium_kwargs={"executable_path": str(self.chromium)})
@@ -299,8 +318,36 @@ class BrowserHarness:
                                        focused_bid=obs.get("focused_element_bid") or None, start_url=self.start_url)
         return self.observation
 
+    def _prepare(self, page) -> None:
+        """Before the task's first navigation: the blocklist's routes and the screenshot time-out."""
+        block_hosts(page.context, read_blocklist(self.robustness.blocklist))
+        setattr(page.context, SCREENSHOT_MS, int(self.robustness.screenshot_s * 1000))
+
     def reset(self, seed: int = 0) -> Observation:
-        """Start the browser and the task; ``SiteUnreachable`` when the start page did not load."""
+        """Start the browser and the task, the start page retried with backoff, each attempt a new
+        BrowserGym reset (it closes the last attempt's browser context; ``harness.robust``); ``SiteUnreachable`` when it did not load in any attempt (its host
+        then joins the blocklist file, when there is one)."""
+        r = self.robustness
+        for attempt in range(r.start_retries + 1):
+            if attempt:
+                time.sleep(r.backoff_s * 2 ** (attempt - 1))
+            t = time.perf_counter()
+            try:
+                return self._reset_once(seed)
+            except SiteUnreachable as e:
+                self.diagnostics.append(diagnostic("start", e, attempt, self._start_url_tried(e), time.perf_counter() - t))
+                if not transient(str(e)):
+                    raise
+            except Exception as e:
+                self.diagnostics.append(diagnostic("start", e, attempt, self._start_url_tried(e), time.perf_counter() - t))
+                raise
+        if r.blocklist:
+            add_to_blocklist(r.blocklist, self.diagnostics[-1]["host"], f"start page failed {attempt + 1} times: "
+                                                                         f"{self.diagnostics[-1]['error']}")
+        raise SiteUnreachable(f"{self.diagnostics[-1]['error']} (after {attempt + 1} attempts)")
+
+    def _reset_once(self, seed: int) -> Observation:
+        """One attempt at the start page."""
         t = time.perf_counter()
         try:
             if self.env is None:
@@ -311,36 +358,73 @@ class BrowserHarness:
             if url.startswith("chrome-error://") or url == "about:blank":
                 raise SiteUnreachable(f"start page did not load (at {url})")
             self.start_url = task_start_url(getattr(self.env.task, "inner", self.env.task)) or url
+            self.env.context.set_default_timeout(self.robustness.action_s * 1000)
             return self._observe(obs)
         except SiteUnreachable:
             raise
         except Exception as e:
             text = f"{type(e).__name__}: {e}"
-            if "net::ERR_" in text or "ECONNREFUSED" in text:
+            if "net::ERR_" in text or "ECONNREFUSED" in text or "Timeout" in type(e).__name__:
                 raise SiteUnreachable(text.splitlines()[0]) from None
             raise
         finally:
             self.browser_s += time.perf_counter() - t
 
+    def _start_url_tried(self, error) -> str:
+        """The start page an attempt went for: the task's declared one, else the URL in
+        Playwright's error ('... at http://host/path'), else ''."""
+        task = getattr(self.env, "task", None) if self.env is not None else None
+        url = task_start_url(getattr(task, "inner", task)) if task is not None else None
+        if url:
+            return url
+        words = [w for w in str(error).split() if "://" in w and not w.startswith("chrome-error")]
+        return words[-1].rstrip(".,)") if words else ""
+
     def refused(self, action) -> str | None:
-        """Why an action may not run (navigation outside the configured hosts), else None."""
-        if self.allowed_hosts is None or getattr(action, "op", None) != "goto":
+        """Why an action may not run (navigation outside the configured hosts, or to a host on
+        the blocklist), else None."""
+        if getattr(action, "op", None) != "goto":
             return None
         host = host_of(str(action.value))
+        if host in read_blocklist(self.robustness.blocklist):
+            return f"refused: goto({action.value!r}) goes to a host on the blocklist ({self.robustness.blocklist})"
+        if self.allowed_hosts is None:
+            return None
         if host not in self.allowed_hosts:
             return (f"refused: goto({action.value!r}) leaves the configured sites "
                     f"({', '.join(sorted(self.allowed_hosts))})")
         return None
 
     def step(self, action: str) -> Observation:
+        """Run one action; an exception (the browser, not the action: BrowserGym reports an
+        action's own failure in ``last_action_error``) is recorded in ``diagnostics`` and raised."""
         t = time.perf_counter()
         try:
             obs, reward, terminated, *_ = self.env.step(action)
             self.task_done = self.live_validation and bool(terminated)
             self.reward = float(reward) if self.live_validation else 0.0
             return self._observe(obs)
+        except Exception as e:
+            phase = "screenshot" if isinstance(e, ScreenshotError) else "action"
+            self.diagnostics.append(diagnostic(phase, e, 0, self._page_url(), time.perf_counter() - t))
+            raise
         finally:
             self.browser_s += time.perf_counter() - t
+
+    def _page_url(self) -> str:
+        try:
+            return self.env.page.url
+        except Exception:
+            return ""
+
+    def element_under(self, bid: str) -> dict | None:
+        """A.2: what lies at the centre of element ``bid`` (``harness.robust.element_under``);
+        None without probes."""
+        return element_under(self.env.page, bid) if self.element_probes and self.env is not None else None
+
+    def focused_element(self) -> dict | None:
+        """A.2: the element that has focus (``harness.robust.focused_element``); None without probes."""
+        return focused_element(self.env.page) if self.element_probes and self.env is not None else None
 
     def evaluate(self) -> tuple[float, dict]:
         """Run the task's real validator once, on the final page and chat."""
@@ -349,6 +433,9 @@ class BrowserHarness:
             env = self.env
             reward, done, message, info = env.task.inner.validate(env.page, env.chat.messages)
             return float(reward), {"done": done, "message": message, **(info or {})}
+        except Exception as e:
+            self.diagnostics.append(diagnostic("evaluate", e, 0, self._page_url(), time.perf_counter() - t))
+            raise
         finally:
             self.browser_s += time.perf_counter() - t
 

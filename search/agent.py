@@ -13,7 +13,9 @@ The prompt shows the goal, the URL, the AXTree (cut to ``budget`` characters by
 taken so far and textual feedback on the last action. Feedback follows OpenWebRL's idea: compare
 the browser state before and after an action and say what happened (``describe_outcome``: navigated or not, new tab, typed value differs
 from what was asked, scroll did not move, element not found), so the policy sees failed actions
-that BrowserGym reports as success. N samples are one request with the endpoint's ``n`` at
+that BrowserGym reports as success; and, as OpenWebRL's App. A.2 does, which element lay under a
+click's point (an overlay that took the click) and which element has focus after typing
+(``element_notes``; on by default, ``--no-element-feedback`` leaves them out). N samples are one request with the endpoint's ``n`` at
 temperature 1.0 (``--prm none`` asks for one greedy sample). Building the prompt and reading the
 actions out of the answers are pure functions; only ``Policy.propose`` calls the model. Each
 answer's action is ``data.actions.extract_action``'s (``candidate_text``).
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from data.actions import ActionParseError, parse_action
 # The AXTree policy itself (prompt, sampling) is harness.policy's: teacher.replay runs it too.
 from harness.policy import AXTREE_BUDGET, SYSTEM, Policy, build_messages, candidate_text, sample_texts  # noqa: F401
+from harness.robust import element_text
 from llm import LLMConfig
 from search.loop import AgentKind, run_episode, sample
 from search.tournament import pick, read_actions, screen
@@ -40,13 +43,35 @@ def _node_value(axtree: str, bid: str):
     return (node.value if node else None), node is not None
 
 
-def describe_outcome(action: str, before, after) -> str:
-    """What an action did, from the observations before and after it (pure)."""
+CLICK_OPS = ("click", "dblclick")
+FOCUS_OPS = ("fill", "press", "focus", "clear")
+
+
+def element_notes(act, under: dict | None, focused: dict | None) -> list[str]:
+    """OpenWebRL A.2's element messages (pure): which element lay under the click point
+    (``harness.robust.element_under``, read before the click) and which has focus after typing
+    (``focused_element``, read after); none without probes."""
+    notes = []
+    if act.op in CLICK_OPS and under:
+        if under.get("covered"):
+            notes.append(f"the click landed on {element_text(under['under'])}, which covers [{act.bid}] "
+                         f"{element_text(under['target'])} at its centre")
+        else:
+            notes.append(f"clicked {element_text(under['target'])}")
+    if act.op in FOCUS_OPS:
+        notes.append(f"focused element: {element_text(focused)}" if focused else "no element has focus")
+    return notes
+
+
+def describe_outcome(action: str, before, after, under: dict | None = None, focused: dict | None = None,
+                     probed: bool = False) -> str:
+    """What an action did, from the observations before and after it (pure); ``probed``: the
+    harness's element probes were read (``under``, ``focused``: ``element_notes``)."""
     try:
         act = parse_action(action)
     except ActionParseError:
         return f"the action {action!r} could not be parsed"
-    notes = []
+    notes = element_notes(act, under, focused) if probed else []
     err = (after.last_action_error or "").strip()
     if err:
         first = err.splitlines()[0]
@@ -138,13 +163,18 @@ class AXTreeAgent:
 def execute(harness, action: str, obs, step: AXTreeStep):
     """Run a BrowserGym action (``search.loop``'s page side): a ``goto`` outside the harness's
     hosts is refused (recorded, not run); the step records what the action did
-    (``describe_outcome``); ``send_msg_to_user``/``report_infeasible`` answer."""
+    (``describe_outcome``, with OpenWebRL A.2's element messages when the harness probes:
+    ``harness.element_probes``, ``--no-element-feedback`` turns them off);
+    ``send_msg_to_user``/``report_infeasible`` answer."""
     parsed = parse_action(action)
     if refusal := harness.refused(parsed):
         step.error = step.feedback = refusal
         return obs, None
+    probed = bool(getattr(harness, "element_probes", False))
+    under = harness.element_under(parsed.bid) if probed and parsed.op in CLICK_OPS and parsed.bid else None
     after = harness.step(action)
-    step.feedback = describe_outcome(action, obs, after)
+    focused = harness.focused_element() if probed and parsed.op in FOCUS_OPS else None
+    step.feedback = describe_outcome(action, obs, after, under, focused, probed)
     return after, (str(parsed.value) if parsed.op in ANSWER_OPS else None)
 
 

@@ -21,6 +21,7 @@ import socket
 import sys
 import time
 import uuid
+from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -69,7 +70,8 @@ def episode_runner(benchmark, config, run: RunFolder, stack: contextlib.ExitStac
 
 def run_task(benchmark, config, task: dict, make_harness, make_agent, log, keep=None, steps=None) -> dict:
     """One task: one episode of ``make_agent(seed)`` in ``make_harness(task)``, a JSONL line per
-    step, the result row; ``keep(decided, final_observation, row)`` gets the steps with the
+    step, a ``diagnostic`` line per infrastructure failure the harness recorded (``harness.robust``),
+    the result row (``diagnostics``: their count per phase); ``keep(decided, final_observation, row)`` gets the steps with the
     observations they were decided on (``search.trajectories``); ``steps`` (a progress bar)
     advances by one a step. A task config's own ``seed`` (MiniWoB) is its episode's, else the
     run's ``--seed``."""
@@ -88,16 +90,40 @@ def run_task(benchmark, config, task: dict, make_harness, make_agent, log, keep=
     seed = task.get("seed", config.seed)
     kind = benchmark.agent
     with make_harness(task) as harness:
+        configure_harness(harness, config)
         episode = run_episode(harness, make_agent(seed), kind.execute, max_steps=config.max_steps, seed=seed,
                               max_format_errors=config.max_format_errors, on_step=on_step, reset=kind.reset,
                               result_class=kind.result_class)
         final = getattr(harness, "observation", None)
+        diagnostics = list(getattr(harness, "diagnostics", []))
+    for record in diagnostics:
+        log({"type": "diagnostic", **record})
     first = decided[0][1] if decided else None
-    row = {**benchmark.row(config, task, episode, first), "worker": f"{socket.gethostname()}:{os.getpid()}"}
+    row = {**benchmark.row(config, task, episode, first), "worker": f"{socket.gethostname()}:{os.getpid()}",
+           "diagnostics": dict(Counter(d["phase"] for d in diagnostics))}
     log(row)
     if keep:
         keep(decided, final, row)
     return row
+
+
+def robustness(config):
+    """The run's ``harness.robust.Robustness`` (OpenWebRL A.1) from its flags (``--start-retries``,
+    ``--start-backoff``, ``--startup-timeout``, ``--action-timeout``, ``--screenshot-timeout``,
+    ``--host-blocklist``)."""
+    from harness.robust import Robustness
+
+    return Robustness(start_retries=config.start_retries, backoff_s=config.start_backoff,
+                      startup_s=config.startup_timeout, action_s=config.action_timeout,
+                      screenshot_s=config.screenshot_timeout, blocklist=config.host_blocklist).check()
+
+
+def configure_harness(harness, config) -> None:
+    """The run's OpenWebRL A.1 settings on a ``BrowserHarness`` (``robustness``) and
+    its A.2 element probes (on for agents whose feedback reads them: ``--element-feedback``)."""
+    if hasattr(harness, "robustness"):
+        harness.robustness = robustness(config)
+        harness.element_probes = bool(getattr(config, "element_feedback", False))
 
 
 # -- models -------------------------------------------------------------------------------------
@@ -172,10 +198,13 @@ def load_models(benchmark, config):
 
 def model_settings(benchmark, config) -> dict:
     """What ``run.json`` records of the models beside the resume settings: the token limits in
-    force (given or defaulted) and where a local PRM loads (``auto`` resolved on this machine)."""
+    force (given or defaulted), the PRM's verdict mode (``prm_judge_mode_used``: score-both or
+    generate), where a local PRM loads (``auto`` resolved on this machine), and the browser's
+    OpenWebRL settings (``browser``: retries, time-outs, blocklist; ``element_feedback``)."""
     c = config
     policy = policy_llm_config(c, benchmark.agent.policy_llm)
-    out = {"policy_max_tokens": policy.max_tokens, "policy_temperature": policy.temperature}
+    out = {"policy_max_tokens": policy.max_tokens, "policy_temperature": policy.temperature,
+           "browser": asdict(robustness(c)), "element_feedback": bool(getattr(c, "element_feedback", False))}
     if c.guided:
         from prm.judge import placement
 

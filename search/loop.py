@@ -31,7 +31,8 @@ agent failure:
 - ``format_errors``: ``max_format_errors`` steps in a row without one valid candidate (None: no
   limit; MAG's invalid steps just use budget);
 - ``env_error``: the browser or the task raised;
-- ``site_unreachable``: the start page did not load;
+- ``site_unreachable``: the start page did not load, in any of the harness's attempts (OpenWebRL
+  A.1: ``harness.robust``, retried with backoff) or its host is on the blocklist;
 - ``policy_error``: the policy model gave no answer (an outage: ``PolicyError``, which carries
   the step's record).
 The task's validator runs once, at the end, for the first four (``evaluated=True``); the others

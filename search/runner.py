@@ -73,6 +73,7 @@ import argparse
 import contextlib
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable
@@ -84,7 +85,7 @@ from llm import LLMConfig
 from prm.judge import DEVICES, DTYPES, GENERATE_MAX_TOKENS    # prm.judge imports torch only when a model loads
 from search.agent import AXTREE, AXTREE_BUDGET
 from search.episodes import (RunFolder, SetupError, episode_runner, model_settings, prm_judge_mode, prm_llm_config,
-                             read_summary)
+                             read_summary, robustness)
 from search.loop import AgentKind, sum_counts
 
 __all__ = ["AXTreeSearch", "Benchmark", "SearchConfig", "SetupError", "base_row", "build_parser", "main",
@@ -133,6 +134,19 @@ class SearchConfig(Configurable):
         "choices": DEVICES, "help": "where a local PRM folder loads (auto: cuda when one is visible, else cpu)"})
     prm_dtype: str = field(default="auto", metadata={
         "choices": DTYPES, "help": "a local PRM's weights (auto: bfloat16 on a GPU, float32 on the CPU)"})
+    # OpenWebRL App. A.1 (harness.robust): the browser's retries, time-outs and blocklist
+    start_retries: int = field(default=2, metadata={
+        "min": 0, "help": "attempts at a task's start page after the first (OpenWebRL A.1: retried with backoff)"})
+    start_backoff: float = field(default=1.0, metadata={
+        "min": 0, "metavar": "S", "help": "seconds before the first retry, doubling at each further one"})
+    startup_timeout: float = field(default=30.0, metadata={
+        "min": 0.001, "metavar": "S", "help": "seconds for the browser launch, the task's set-up and its start page"})
+    action_timeout: float = field(default=5.0, metadata={
+        "min": 0.001, "metavar": "S", "help": "seconds for each action and the page loads it triggers"})
+    screenshot_timeout: float = field(default=10.0, metadata={
+        "min": 0.001, "metavar": "S", "help": "seconds for each screenshot"})
+    host_blocklist: str | None = field(default=None, metadata={
+        "metavar": "FILE", "help": "hosts never visited, one a line; a start page that fails every retry adds its host"})
 
     @property
     def guided(self) -> bool:
@@ -150,6 +164,7 @@ class SearchConfig(Configurable):
         from search.tournament import prm_format
 
         prm_format(self)            # a bad --prm-prompt-template
+        robustness(self)            # negative retries, a time-out of 0
         if self.guided:
             prm_judge_mode(self, prm_llm_config(self).is_local)     # a scoring mode at an endpoint
 
@@ -157,6 +172,9 @@ class SearchConfig(Configurable):
 @dataclass
 class AXTreeSearch(SearchConfig):
     """A search whose policy reads the AXTree (``search.agent.Policy``: WebArena-Lite, MiniWoB)."""
+
+    element_feedback: bool = field(default=True, metadata={
+        "help": "tell the policy which element lay under a click and which has focus after typing (OpenWebRL A.2)"})
 
     max_format_errors: int | None = field(default=3, metadata={
         "help": "steps in a row without a valid candidate that end an episode"})
@@ -352,14 +370,16 @@ def env_failure_list(rows: list[dict]) -> list[dict]:
 def run_summary(rows: list[dict], key=lambda r: r["site"]) -> dict:
     """What every search summary holds: success per site (or per ``key(row)``) and its
     macro-average over every task run, the environment failures beside them, terminations, step
-    totals."""
+    totals, and the harness's infrastructure failures per phase (``diagnostics``: OpenWebRL A.1's
+    records, each a ``diagnostic`` line in its task's log)."""
     per, macro = site_success(rows, key)
     terminations: dict[str, int] = {}
     for r in rows:
         terminations[r["termination"]] = terminations.get(r["termination"], 0) + 1
     return {"sites": per, "macro": {"success_rate": macro}, "tasks": len(rows),
             "env_failures": sum(not r["evaluated"] for r in rows), "env_failed_tasks": env_failure_list(rows),
-            "terminations": terminations, "totals": sum_counts([r.get("totals") or {} for r in rows])}
+            "terminations": terminations, "totals": sum_counts([r.get("totals") or {} for r in rows]),
+            "diagnostics": dict(sum((Counter(r.get("diagnostics") or {}) for r in rows), Counter()))}
 
 
 # -- the command line ---------------------------------------------------------------------------
