@@ -145,4 +145,7 @@ CANDIDATE_SCHEMA = pa.schema([
     pa.field("value_source", pa.string()),                 # demonstrated | trajectory | option | llm | action
     pa.field("evidence", pa.string(), nullable=False),     # JSON: why the rule fired (parameters, graph facts)
     pa.field("mode", pa.string(), nullable=False),         # 'graph' | 'no_graph'
+    # Every rule that drew this negative at its step, ``rule`` (the one that kept it) first; null in
+    # pools written before the column existed.
+    pa.field("rules", pa.list_(pa.string())),
 ])

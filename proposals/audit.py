@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from data.config import Configurable, make_parser
+from cli.config import Configurable, make_parser
 from data.actions import ELEMENT_OPS, Action, ActionParseError, parse_action
 from data.rundir import RunDir, RunDirError, atomic_write_text
 from graph.axtree import AXTree, AXTreeParseError, parse_axtree

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from data.config import Configurable, check_ranges
+from cli.config import Configurable, check_ranges
 from data.schema import AXES, AXIS_OF, RULES
 from proposals.rules import Params
 
@@ -30,13 +30,17 @@ class MineConfig(Configurable):
 
     sample_size: int = field(default=10000, metadata={
         "min": 0, "deprecated": ("budget",), "help": "rows of the seeded sample the teacher verifies"})
-    seed: int = field(default=42, metadata={"help": "seeds the sample and the values picked"})
+    seed: int = field(default=42, metadata={"help": "seeds the sample, the rules' draws and the values picked"})
+    selection: str = field(default="sample", metadata={
+        "choices": ("sample", "rank"),
+        "help": "sample: each rule's negatives drawn from its distribution q_G, seeded (the paper's a- ~ q_G); "
+                "rank: the first in the rule's own ranking"})
     axes: tuple[str, ...] = field(default=AXES, metadata={
         "help": "comma-separated subset of spatial,temporal,spatiotemporal", "type": parse_axes, "metavar": "AXES"})
     no_graph: bool = field(default=False, metadata={
         "help": "mine from the local observation and trajectory only (the No-Graph ablation)"})
     max_per_rule: int = field(default=3, metadata={
-        "min": 0, "metavar": "N", "help": "grounded negatives kept per rule and step, in the rule's own ranking; "
+        "min": 0, "metavar": "N", "help": "grounded negatives kept per rule and step, in draw (or rank) order; "
                                           "counted after grounding (our choice: the paper states no cap); 0 = no cap"})
     params: Params = field(default_factory=Params)
 

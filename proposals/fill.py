@@ -5,24 +5,37 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from data.progress import progress
+from cli.progress import progress
 from proposals.affordance import FILL_ATTEMPTS, FILL_TEMPERATURE, valid_fill
 from proposals.config import STAGE
 from proposals.grounding import Pending
 
 
-def complete_fills(pending: list[Pending], llm_config, seed: int, show_progress: bool = False) -> tuple[dict, dict]:
+def complete_fills(pending: list[Pending], llm_config, seed: int, show_progress: bool = False,
+                   replace=None) -> tuple[dict, dict]:
     """Ask for the missing fill values at temperature 0.2; an answer that fails
     ``valid_fill`` is asked again with the next seed, up to ``FILL_ATTEMPTS`` requests, and
-    its field is then rejected with the last reason. Returns (LLM usage, fill counts)."""
+    its field is then rejected with the last reason. ``replace(failed)``: the negatives that take
+    the failed ones' slots (their own fills asked in turn), or None. Returns (LLM usage, fill counts)."""
     need = [p for p in pending if p.value_source == "llm"]
-    counts = {"fields": len(need), "valid_at_attempt": Counter(), "invalid_answers": Counter()}
-    if not need:
-        return {}, counts
-    from llm import LLMClient
+    counts = {"fields": 0, "valid_at_attempt": Counter(), "invalid_answers": Counter(), "replaced": 0}
+    client = None
+    while need:
+        from llm import LLMClient
 
-    client = LLMClient(llm_config)
-    todo = need
+        client = client or LLMClient(llm_config)
+        counts["fields"] += len(need)
+        failed = _ask(client, need, seed, counts, show_progress)
+        spares = replace(failed) if replace and failed else []
+        counts["replaced"] += len(spares)
+        need = [p for p in spares if p.value_source == "llm"]
+    usage = client.usage[STAGE].as_dict() if client is not None and STAGE in client.usage else {}
+    return usage, {k: dict(sorted(v.items())) if isinstance(v, Counter) else v for k, v in counts.items()}
+
+
+def _ask(client, todo: list[Pending], seed: int, counts: dict, show_progress: bool) -> list[Pending]:
+    """Up to ``FILL_ATTEMPTS`` answers for each of ``todo``'s fields; returns those left without a value."""
+    failed = []
     for attempt in range(FILL_ATTEMPTS):
         # Identical prompts (the same field on replicated or repeated pages) are asked once.
         prompts: dict[str, list] = {}
@@ -40,6 +53,7 @@ def complete_fills(pending: list[Pending], llm_config, seed: int, show_progress:
             r = answers[json.dumps(p.prompt, sort_keys=True)]
             if not r.ok:
                 p.value, p.infra = None, r.infra_error
+                failed.append(p)
                 continue
             p.value, p.fill_error = valid_fill(r.text, p.current, p.positive_value, p.numeric)
             if p.value is None:
@@ -50,5 +64,4 @@ def complete_fills(pending: list[Pending], llm_config, seed: int, show_progress:
         todo = retry
         if not todo:
             break
-    usage = client.usage[STAGE].as_dict() if STAGE in client.usage else {}
-    return usage, {k: dict(sorted(v.items())) if isinstance(v, Counter) else v for k, v in counts.items()}
+    return failed + todo

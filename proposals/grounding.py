@@ -24,7 +24,7 @@ from proposals.affordance import current_values, fill_prompt, is_disabled, page_
 from proposals.audit import element_targets
 from proposals.config import STAGE, MineConfig
 from proposals.graphindex import GraphIndex, read_columns
-from proposals.rules import RULE_FUNCS, Proposal, StepContext, TrajStep
+from proposals.rules import RULE_FUNCS, Proposal, StepContext, TrajStep, draw
 
 INGEST = "python -m data.ingest"
 COLUMNS = ["source", "site", "task_id", "traj_id", "step_idx", "intent", "url", "observation", "obs_format",
@@ -54,6 +54,49 @@ class Pending:
     also_fired: list = field(default_factory=list)
     infra: str | None = None         # the LLM layer's infrastructure error, when no answer came
     fill_error: str | None = None    # why the last answer was refused (``valid_fill``)
+    spare: Tally | None = None       # a replacement for a failed fill: the counts of drawing it, added if used
+
+
+@dataclass
+class Tally:
+    """What grounding counted; a replacement for a failed fill carries its own until it is used."""
+
+    drops: Counter = field(default_factory=Counter)
+    rejects: list[Reject] = field(default_factory=list)
+    proposed: int = 0
+    rule_in: Counter = field(default_factory=Counter)      # candidates each rule put forward (grounded or not)
+    rule_drops: Counter = field(default_factory=Counter)   # (rule, reason) -> candidates removed
+    op_sources: Counter = field(default_factory=Counter)   # where grounded negatives' ops came from
+    fired: list[tuple[Pending, str]] | None = None         # deferred: (kept negative, rule that drew it again)
+
+    def look(self, rule: str) -> None:
+        self.proposed += 1
+        self.rule_in[rule] += 1
+
+    def drop(self, reason: str, row: dict, detail: str, rule: str | None = None) -> None:
+        self.drops[reason] += 1
+        key = {"traj_id": row["traj_id"], "step_idx": row["step_idx"]}
+        if rule:
+            key["rule"] = rule
+            self.rule_drops[(rule, reason)] += 1
+        self.rejects.append(Reject(STAGE, reason, row.get("source_path") or row["traj_id"], detail, key))
+
+    def also_fired(self, kept: Pending, rule: str) -> None:
+        """``rule`` drew a negative already kept: recorded on it now, or when this tally is added."""
+        if self.fired is None:
+            kept.also_fired.append(rule)
+        else:
+            self.fired.append((kept, rule))
+
+    def add(self, other: Tally) -> None:
+        self.drops.update(other.drops)
+        self.rejects += other.rejects
+        self.proposed += other.proposed
+        self.rule_in.update(other.rule_in)
+        self.rule_drops.update(other.rule_drops)
+        self.op_sources.update(other.op_sources)
+        for kept, rule in other.fired or ():
+            self.also_fired(kept, rule)
 
 
 def load_rows(run: RunDir, filters=None) -> list[dict]:
@@ -94,12 +137,7 @@ class Miner:
     def __init__(self, run: RunDir, config: MineConfig, graphs: dict[str, GraphIndex | None] | None = None):
         """``graphs``: a site -> graph cache to share (the chunks a worker process mines share one)."""
         self.run, self.config = run, config
-        self.drops: Counter = Counter()
-        self.rejects: list[Reject] = []
-        self.proposed = 0
-        self.rule_in: Counter = Counter()               # candidates each rule put forward (grounded or not)
-        self.rule_drops: Counter = Counter()            # (rule, reason) -> candidates removed
-        self.op_sources: Counter = Counter()            # where grounded negatives' ops came from
+        self.tally = Tally()
         self.steps_in = self.steps_mined = 0           # demonstrated steps, and those mined
         self.step_rejected: Counter = Counter()         # steps not mined, by reason
         self.step_rejects: list[Reject] = []
@@ -124,12 +162,7 @@ class Miner:
         return {k: row[k] for k in ("site", "task_id", "traj_id", "step_idx", "intent", "source_path")}
 
     def drop(self, reason: str, row: dict, detail: str, rule: str | None = None) -> None:
-        self.drops[reason] += 1
-        key = {"traj_id": row["traj_id"], "step_idx": row["step_idx"]}
-        if rule:
-            key["rule"] = rule
-            self.rule_drops[(rule, reason)] += 1
-        self.rejects.append(Reject(STAGE, reason, row.get("source_path") or row["traj_id"], detail, key))
+        self.tally.drop(reason, row, detail, rule)
 
     # -- one trajectory -------------------------------------------------------------------
     def step_mapping(self, rows: list[dict], observation) -> dict[int, tuple[str, NodeKind]]:
@@ -158,18 +191,11 @@ class Miner:
 
     def tallies(self) -> tuple:
         """The counts and rejects of this miner (a worker's, sent back to the parent)."""
-        return (self.drops, self.rejects, self.proposed, self.steps_in, self.steps_mined, self.step_rejected,
-                self.step_rejects, self.rule_in, self.rule_drops, self.op_sources)
+        return self.tally, self.steps_in, self.steps_mined, self.step_rejected, self.step_rejects
 
     def absorb(self, tallies: tuple) -> None:
-        (drops, rejects, proposed, steps_in, steps_mined, step_rejected, step_rejects, rule_in, rule_drops,
-         op_sources) = tallies
-        self.rule_in.update(rule_in)
-        self.rule_drops.update(rule_drops)
-        self.op_sources.update(op_sources)
-        self.drops.update(drops)
-        self.rejects += rejects
-        self.proposed += proposed
+        tally, steps_in, steps_mined, step_rejected, step_rejects = tallies
+        self.tally.add(tally)
         self.steps_in += steps_in
         self.steps_mined += steps_mined
         self.step_rejected.update(step_rejected)
@@ -245,23 +271,60 @@ class Miner:
 
     # -- one step -------------------------------------------------------------------------
     def step(self, row: dict, ctx: StepContext) -> list[Pending]:
-        """Ground first, then cap: each rule's candidates are grounded in the rule's own order
-        and the first ``max_per_rule`` grounded ones are kept (0: all). Every candidate looked
-        at is counted in (``proposed``, per rule), and one grounding removes is dropped with its
-        reason; candidates ranked below the cap are never looked at."""
-        rng = random.Random(f"{self.config.seed}:{row['traj_id']}:{row['step_idx']}")
+        """Ground first, then cap: each rule's candidates are grounded in the order of a seeded
+        draw from the rule's q_G (``--selection sample``) or in the rule's own ranking (``rank``),
+        and the first ``max_per_rule`` grounded ones are kept (0: all). Every candidate looked at
+        is counted in (``proposed``, per rule), and one grounding removes is dropped with its
+        reason; candidates after the cap are never looked at, except the spares drawn to replace
+        failed fills (:meth:`spares`), counted only when used. Returns the kept, then the spares."""
+        where = f"{self.config.seed}:{row['traj_id']}:{row['step_idx']}"
+        rng = random.Random(where)
         kept: dict[str, Pending] = {}
+        spares: list[Pending] = []
         cap = self.config.max_per_rule
         slim, pos_str = self.slim(row), ctx.positive.to_string()     # shared by the step's candidates
         for rule in self.config.rules:
+            props = RULE_FUNCS[rule](ctx, self.config.params)
+            if self.config.selection == "sample":
+                props = iter(draw(props, random.Random(f"{where}:{rule}")))
             grounded = 0
-            for prop in RULE_FUNCS[rule](ctx, self.config.params):
-                if cap and grounded >= cap:
+            while not cap or grounded < cap:
+                prop = next(props, None)
+                if prop is None:
                     break
-                self.proposed += 1
-                self.rule_in[rule] += 1
+                self.tally.look(rule)
                 grounded += self.ground(rule, prop, row, ctx, rng, kept, slim, pos_str)
-        return list(kept.values())
+            if cap and self.config.selection == "sample":
+                fills = sum(p.rule == rule and p.value_source == "llm" for p in kept.values())
+                spares += self.spares(rule, props, fills, row, ctx, rng, dict(kept), slim, pos_str)
+        return list(kept.values()) + spares
+
+    def spares(self, rule: str, props, fills: int, row: dict, ctx: StepContext, rng: random.Random,
+               taken: dict[str, Pending], slim: dict, pos_str: str) -> list[Pending]:
+        """The next grounded draws of ``rule`` after its cap, one per kept negative that waits for
+        an LLM fill (``fills``; a spare that needs one itself counts too), at most ``max_per_rule``:
+        each takes the slot of a fill that fails (``proposals.pool``). Each carries the counts of
+        drawing it (``Pending.spare``), so a spare never used is never counted; ``taken``: the
+        step's kept negatives, which a spare must differ from."""
+        out: list[Pending] = []
+        while fills > len(out) and len(out) < self.config.max_per_rule:
+            mine, self.tally = self.tally, Tally(fired=[])
+            try:
+                got = None
+                for prop in props:
+                    self.tally.look(rule)
+                    before = len(taken)
+                    if self.ground(rule, prop, row, ctx, rng, taken, slim, pos_str):
+                        got = list(taken.values())[before]
+                        break
+            finally:
+                mine, self.tally = self.tally, mine
+            if got is None:
+                break
+            got.spare = mine
+            fills += got.value_source == "llm"
+            out.append(got)
+        return out
 
     def ground(self, rule: str, prop: Proposal, row: dict, ctx: StepContext, rng: random.Random,
                kept: dict[str, Pending], slim: dict, pos_str: str) -> bool:
@@ -309,11 +372,11 @@ class Miner:
             # Same element, same op, same prompt: the same negative whichever rule found it.
             slot, neg = f"\x00llm:{prop.node}:{p.op}", f"{p.op} on {prop.node}"
         if slot in kept:
-            kept[slot].also_fired.append(rule)
+            self.tally.also_fired(kept[slot], rule)
             self.drop("duplicate_negative", row, f"{rule}: {neg} already proposed by {kept[slot].rule}", rule)
             return False
         kept[slot] = p
-        self.op_sources[source] += 1
+        self.tally.op_sources[source] += 1
         return True
 
     def _value(self, p: Pending, ctx: StepContext, ax, rng: random.Random, row: dict) -> bool:

@@ -1,20 +1,24 @@
 """Propose grounded, minimally contrastive negatives for every demonstrated step.
 
     python -m proposals.mine --run RUN [--sample-size 10000 --seed 42 --axes spatial,temporal,spatiotemporal --no-graph
-                                        --max-per-rule 3 --prefer-same-op]
+                                        --selection sample|rank --max-per-rule 3 --prefer-same-op]
 
 Reads ``RUN/trajectories.parquet`` and the graphs of ``graph.build`` (with the step-to-node
-mapping it wrote; observations it rejected are not mined: ``steps`` in stats.json). Each rule's ranked
-candidates are grounded first (the element resolves to exactly one enabled bid of O_t, the negative differs
-from the positive and from what an earlier rule proposed at this step, it has a value), and the first
-``--max-per-rule`` grounded ones are kept (0: all); what grounding removes is counted per rule and reason
-(``rules`` in stats.json). Writes the full pool to
-``RUN/candidates.parquet`` with ``sampled`` marking the seeded sample of ``--sample-size`` rows the
+mapping it wrote; observations it rejected are not mined: ``steps`` in stats.json). Each rule's
+candidates are grounded (the element resolves to exactly one enabled bid of O_t, the negative differs
+from the positive and from what an earlier rule proposed at this step, it has a value) in the order of
+a seeded draw from the rule's distribution q_G (``--selection sample``, the default: the paper's
+``a- ~ q_G``) or of its own ranking (``rank``), and the first ``--max-per-rule`` grounded ones are kept
+(0: all; a failed fill's slot goes to the rule's next draw); what grounding removes is counted per rule
+and reason (``rules`` in stats.json). Writes the full pool to ``RUN/candidates.parquet`` (``rules``: every
+rule that drew a negative) with ``sampled`` marking the seeded sample of ``--sample-size`` rows the
 teacher will verify, then audits that file with ``proposals.audit`` (re-derived from the files:
 ``RUN/audit/candidates.json``, copied into the ``proposals.mine`` entry of ``stats.json`` with
-the drops by reason) and writes the dropped proposals to ``rejects.jsonl``. ``--no-graph`` mines from the local observation and trajectory
-only (the paper's No-Graph ablation); ``--axes`` builds single-axis variants. Same inputs, seed
-and LLM cache: byte-identical output.
+the drops by reason) and writes the dropped proposals to ``rejects.jsonl``. ``--no-graph`` mines from
+the local observation and trajectory only (the paper's No-Graph ablation); ``--axes`` builds
+single-axis variants. Same inputs, seed and LLM cache: byte-identical output. The work is split by
+job: ``proposals.grounding`` (the rules and grounding), ``proposals.fill`` (LLM fill values),
+``proposals.pool`` (the process fan-out and the files).
 """
 
 
@@ -24,8 +28,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data.config import Configurable, make_parser
-from data.progress import done_line
+from cli.config import Configurable, make_parser
+from cli.progress import done_line
 from data.rundir import RunDir, StageStats
 from proposals.audit import format_audit as format_table_audit
 from proposals.config import STAGE, MineConfig, parse_axes
@@ -72,7 +76,7 @@ class MineCommand(Configurable):
 
 
 def build_parser(prog: str = "python -m proposals.mine", doc: str = __doc__):
-    """The command's flags (``data.config``): ``MineCommand``, ``MineConfig`` with the rules'
+    """The command's flags (``cli.config``): ``MineCommand``, ``MineConfig`` with the rules'
     ``Params`` (``--sample-size``, ``--seed``, ``--axes``, ``--near-hops``, ...) and the fill
     model's ``LLMConfig`` under ``--fill-``."""
     from llm import LLMConfig

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from data.progress import progress
+from cli.progress import progress
 from data.rundir import RunDir, StageStats, atomic_write_parquet
 from data.schema import AXIS_OF, CANDIDATE_SCHEMA
 from graph.identity import NodeKind
@@ -91,7 +91,7 @@ def in_trajectory_order(miner: Miner, pending: list[Pending]) -> None:
     """Results of trajectories mined in any order put back in the order of a one-process run (a
     stable sort by trajectory id: each trajectory is mined whole, in step order, by one miner)."""
     pending.sort(key=lambda p: p.row["traj_id"])
-    for rejects in (miner.rejects, miner.step_rejects):
+    for rejects in (miner.tally.rejects, miner.step_rejects):
         rejects.sort(key=lambda r: r.key["traj_id"])
 
 
@@ -143,17 +143,19 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
     if llm_config is None:
         from llm import LLMConfig
         llm_config = LLMConfig()
-    usage, fill_counts = complete_fills(pending, llm_config, config.seed, show_progress)
-    cands = [c for c in map(candidate_row(miner, config), pending) if c is not None]
+    kept = [p for p in pending if p.spare is None]
+    usage, fill_counts = complete_fills(kept, llm_config, config.seed, show_progress, replace=spares_for(miner, pending, kept))
+    cands = [c for c in map(candidate_row(miner, config), kept) if c is not None]
     cands.sort(key=lambda c: c["pair_id"])
     rng = random.Random(config.seed)
     for i in rng.sample(range(len(cands)), min(config.sample_size, len(cands))):
         cands[i]["sampled"] = True
     atomic_write_parquet(run.candidates, pinned_table(cands, CANDIDATE_SCHEMA))
 
-    stats = StageStats(STAGE, n_in=miner.proposed, n_out=len(cands), rejected=miner.drops)
+    stats = StageStats(STAGE, n_in=miner.tally.proposed, n_out=len(cands), rejected=miner.tally.drops)
     stats.extra = {
-        "config": {"sample_size": config.sample_size, "seed": config.seed, "axes": list(config.axes),
+        "config": {"sample_size": config.sample_size, "seed": config.seed, "selection": config.selection,
+                   "axes": list(config.axes),
                    "no_graph": config.no_graph, "max_per_rule": config.max_per_rule,
                    "params": {k: getattr(config.params, k) for k in config.params.__slots__}},
         # Per rule: candidates looked at (in), candidates written (out), and what grounding and
@@ -161,7 +163,7 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
         "rules": rule_counts(config, miner, cands),
         # Where the grounded negatives' ops came from; 'remapped': the role's fill on a control
         # that cannot take text, clicked instead (App. F). Counted before LLM fill values.
-        "ops": dict(sorted(miner.op_sources.items())),
+        "ops": dict(sorted(miner.tally.op_sources.items())),
         # Demonstrated steps of successful trajectories: mined, or not (by reason, in rejects.jsonl).
         "steps": {"in": miner.steps_in, "out": miner.steps_mined, "rejected": dict(sorted(miner.step_rejected.items()))},
         # Re-derived from the files just written, as ``python -m proposals.audit`` does.
@@ -174,15 +176,37 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
     if webprm["pairs"]:
         stats.extra["webprm_rejected_audit"] = webprm
     assert miner.steps_in == miner.steps_mined + sum(miner.step_rejected.values())
-    run.write_stage(stats, miner.step_rejects + miner.rejects)
+    run.write_stage(stats, miner.step_rejects + miner.tally.rejects)
     return stats
+
+
+def spares_for(miner: Miner, pending: list[Pending], kept: list[Pending]):
+    """``complete_fills``' ``replace``: a negative whose fill failed gives its slot to its rule's
+    next spare at that step (``Miner.spares``), which joins ``kept`` and whose counts are added."""
+    spares: dict[tuple, list[Pending]] = defaultdict(list)
+    for p in reversed(pending):
+        if p.spare is not None:
+            spares[(p.row["traj_id"], p.row["step_idx"], p.rule)].append(p)
+
+    def replace(failed: list[Pending]) -> list[Pending]:
+        out = []
+        for p in failed:
+            left = spares[(p.row["traj_id"], p.row["step_idx"], p.rule)]
+            if left:
+                out.append(left.pop())
+                miner.tally.add(out[-1].spare)
+        kept.extend(out)
+        return out
+    return replace
 
 
 def candidate_row(miner: Miner, config: MineConfig):
     """A function from a pending negative, its value now known, to its ``candidates.parquet`` row,
     or None when its fill failed or its value makes it equal to the positive or to an earlier
-    negative of its step (dropped with the reason)."""
-    seen: dict[tuple, set] = defaultdict(set)
+    negative of its step (dropped with the reason, its rule added to that negative's ``rules``).
+    ``rule`` is the rule that kept the negative (the first in ``RULES`` order to draw it, unless
+    it replaced a failed fill), ``rules`` every rule that drew it."""
+    seen: dict[tuple, dict[str, dict]] = defaultdict(dict)
 
     def row_of(p: Pending) -> dict | None:
         row = p.row
@@ -197,15 +221,15 @@ def candidate_row(miner: Miner, config: MineConfig):
         action = p.proposal.action.with_bid(bid) if p.proposal.action is not None else _make(p.op, bid, p.value)
         neg = action.to_string()
         key = (row["traj_id"], row["step_idx"])
-        if p.value_source == "llm":     # checks deferred until the value existed
+        if p.value_source == "llm" or p.spare is not None:     # checks deferred until the value existed
             if neg == p.ctx_pos:
                 miner.drop("equals_positive", row, f"{p.rule}: {neg}", p.rule)
                 return None
             if neg in seen[key]:
                 miner.drop("duplicate_negative", row, f"{p.rule}: {neg}", p.rule)
+                seen[key][neg]["rules"] = list(dict.fromkeys(seen[key][neg]["rules"] + [p.rule, *p.also_fired]))
                 return None
-        seen[key].add(neg)
-        return {
+        seen[key][neg] = out = {
             "pair_id": _pair_id(row, p.rule, neg), "site": row["site"], "traj_id": row["traj_id"],
             "task_id": row["task_id"], "step_idx": row["step_idx"], "rule": p.rule, "axis": AXIS_OF[p.rule],
             "action_pos": p.ctx_pos, "action_neg": neg,
@@ -214,7 +238,8 @@ def candidate_row(miner: Miner, config: MineConfig):
             "neg_node": p.proposal.node, "op_pos": p.pos_op, "op_neg": action.op, "value_source": p.value_source,
             "evidence": json.dumps({**p.proposal.evidence, **({"also_fired": p.also_fired} if p.also_fired else {})},
                                    sort_keys=True, ensure_ascii=False),
-            "mode": "no_graph" if config.no_graph else "graph"}
+            "mode": "no_graph" if config.no_graph else "graph", "rules": list(dict.fromkeys([p.rule, *p.also_fired]))}
+        return out
     return row_of
 
 
@@ -223,8 +248,8 @@ def rule_counts(config: MineConfig, miner: Miner, cands: list[dict]) -> dict:
     out_by_rule = Counter(c["rule"] for c in cands)
     rules = {}
     for rule in config.rules:
-        dropped = {reason: n for (r, reason), n in sorted(miner.rule_drops.items()) if r == rule}
-        rules[rule] = {"in": miner.rule_in[rule], "out": out_by_rule[rule], "rejected": dropped}
+        dropped = {reason: n for (r, reason), n in sorted(miner.tally.rule_drops.items()) if r == rule}
+        rules[rule] = {"in": miner.tally.rule_in[rule], "out": out_by_rule[rule], "rejected": dropped}
         assert rules[rule]["in"] == rules[rule]["out"] + sum(dropped.values()), (rule, rules[rule])
     return rules
 

@@ -2,13 +2,15 @@
 
 Each rule is a plain function ``rule(ctx, params) -> Iterator[Proposal]``: which element (node and
 bid of the current observation) to act on, optionally the full action (temporal rules replay a
-demonstrated action), and the evidence that made the rule fire. Each rule yields its candidates
-ranked by its own criterion (nearest, most similar, closest in time, least extra distance,
-tightest loop), lazily and without a cap; ``prefer_same_op`` ranks those taking the positive's op
-first (an option, off by default: GMCP is an outcome of the rules, not a target). Grounding comes
-first, then the cap (``proposals.mine``): the miner grounds each candidate in rank order and keeps
-the first ``--max-per-rule`` grounded ones, so a rule whose best picks are absent, ambiguous or
-already proposed by an earlier rule still fires when it has a grounded candidate further down.
+demonstrated action), the evidence that made the rule fire, and its weight under the rule's
+proposal distribution q_G (each rule's docstring states it). Each rule yields its candidates ranked
+by its own criterion (nearest, most similar, closest in time, least extra distance, tightest loop),
+without a cap; ``prefer_same_op`` ranks those taking the positive's op first (an option, off by
+default: GMCP is an outcome of the rules, not a target). ``proposals.mine --selection sample`` (the
+default, the paper's ``a- ~ q_G``) grounds them in the order of a seeded weighted draw
+(:func:`draw`), ``--selection rank`` in rank order. Grounding comes first, then the cap: the miner
+keeps the first ``--max-per-rule`` grounded ones, so a rule whose first picks are absent, ambiguous
+or already proposed by an earlier rule still fires when it has a grounded candidate further down.
 
 spatial:        structurally_near, textually_near_graph_distant
 temporal:       repeat_past, act_too_early
@@ -17,8 +19,9 @@ spatiotemporal: away_from_goal, create_a_cycle
 
 from __future__ import annotations
 
+import random
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from rapidfuzz import fuzz
@@ -165,6 +168,18 @@ class Proposal:
     evidence: dict
     action: Action | None = None    # set when the rule replays a demonstrated action
     kind: NodeKind = NodeKind.ELEMENT   # a replayed action's node may be virtual (never a negative)
+    weight: float = 1.0             # q_G: the rule's probability of drawing it, up to a constant (> 0)
+    group: int = 0                  # ``prefer_same_op``: group 0 (the positive's op) is drawn first
+
+
+def draw(proposals: Iterable[Proposal], rng: random.Random) -> list[Proposal]:
+    """``a- ~ q_G(a | s_t, a+)`` (§3.3): a rule's candidates in the order of a weighted sample without
+    replacement, each next draw taking a remaining candidate with probability proportional to its
+    ``weight`` (Efraimidis and Spirakis' keys ``u ** (1 / w)``, largest first); ``prefer_same_op``'s
+    group 0 is drawn out before group 1. The miner grounds the draws in this order."""
+    keyed = [(p.group, -rng.random() ** (1.0 / p.weight), i, p) for i, p in enumerate(proposals)]
+    keyed.sort(key=lambda t: t[:3])
+    return [t[3] for t in keyed]
 
 
 def _others(ctx: StepContext):
@@ -172,7 +187,8 @@ def _others(ctx: StepContext):
 
 
 def structurally_near(ctx: StepContext, p: Params) -> Iterator[Proposal]:
-    """Elements a few containment hops from the positive target on the current page."""
+    """Elements a few containment hops from the positive target on the current page.
+    q_G: p(element) proportional to 1 / hops (nearer is likelier); ranked: nearest first."""
     if ctx.pos_kind != NodeKind.ELEMENT or ctx.pos_bid is None:
         return
     src = {n: k for k, n in enumerate(ctx.chain(ctx.ax(ctx.pos_bid).index))}
@@ -182,15 +198,17 @@ def structurally_near(ctx: StepContext, p: Params) -> Iterator[Proposal]:
         if common is not None:
             scored.append((ctx.rank_op(node, bid), d, idx, node, bid, common))
     scored.sort()
-    for _, d, idx, node, bid, common in scored:
+    for group, d, idx, node, bid, common in scored:
         shared = ctx.res.tree.nodes[common]
         yield Proposal(node, bid, {"hops": d, "near_hops": p.near_hops,
-                                   "shared_container": [shared.role, shared.name[:60]]})
+                                   "shared_container": [shared.role, shared.name[:60]]},
+                       weight=1.0 / max(d, 1), group=group)
 
 
 def textually_near_graph_distant(ctx: StepContext, p: Params) -> Iterator[Proposal]:
     """Elements whose text looks like the positive's but that sit far from it in the graph, so
-    viable alternative paths (close in the graph) are not penalized."""
+    viable alternative paths (close in the graph) are not penalized. q_G: p(element) proportional to
+    the similarity ratio (more alike is likelier); ranked: most similar first."""
     if ctx.pos_kind != NodeKind.ELEMENT or ctx.pos_bid is None:
         return
     name = ctx.ax(ctx.pos_bid).name.strip()
@@ -208,15 +226,17 @@ def textually_near_graph_distant(ctx: StepContext, p: Params) -> Iterator[Propos
         if hops > p.far_hops:
             scored.append((ctx.rank_op(node, bid), -ratio, idx, node, bid, ratio, hops))
     scored.sort()
-    for _, _, _, node, bid, ratio, hops in scored:
+    for group, _, _, node, bid, ratio, hops in scored:
         yield Proposal(node, bid, {"ratio": round(ratio, 4), "text_ratio": p.text_ratio,
                                    "hops": None if hops == INF else hops, "far_hops": p.far_hops,
-                                   "distance": "graph" if ctx.graph is not None else "page"})
+                                   "distance": "graph" if ctx.graph is not None else "page"},
+                       weight=ratio, group=group)
 
 
 def _replay(ctx: StepContext, p: Params, direction: int, label: str) -> Iterator[Proposal]:
-    """Demonstrated actions k = 1..window steps away, nearest first (replayed actions keep their
-    own op; ``prefer_same_op`` moves those with the positive's op ahead)."""
+    """Demonstrated actions k = 1..window steps away (replayed actions keep their own op;
+    ``prefer_same_op`` moves those with the positive's op ahead). q_G: p(action k steps away)
+    proportional to 1 / k (nearer in time is likelier); ranked: nearest first."""
     out = []
     for k in range(1, p.window + 1):
         j = ctx.position + direction * k
@@ -228,10 +248,10 @@ def _replay(ctx: StepContext, p: Params, direction: int, label: str) -> Iterator
         bids = ctx.res.node_to_bids.get(other.node)
         # Grounding decides about absent, ambiguous and virtual targets (and counts them).
         bid = bids[0] if bids else ""
-        out.append((int(p.prefer_same_op and other.action.op != ctx.positive.op), k,
-                    Proposal(other.node, bid, {label: k, "from_step": other.step_idx,
-                                               "demonstrated": other.action.to_string(), "window": p.window},
-                             action=other.action, kind=other.kind)))
+        group = int(p.prefer_same_op and other.action.op != ctx.positive.op)
+        out.append((group, k, Proposal(other.node, bid, {label: k, "from_step": other.step_idx,
+                                                         "demonstrated": other.action.to_string(), "window": p.window},
+                                       action=other.action, kind=other.kind, weight=1.0 / k, group=group)))
     out.sort(key=lambda t: t[:2])
     for _, _, prop in out:
         yield prop
@@ -250,7 +270,8 @@ def act_too_early(ctx: StepContext, p: Params) -> Iterator[Proposal]:
 def away_from_goal(ctx: StepContext, p: Params) -> Iterator[Proposal]:
     """Elements strictly farther from the task's final interaction element than the positive, at
     a finite distance: an element the goal cannot be reached from is not "farther" (its
-    distance is unknown), so it is never proposed. Least extra distance first."""
+    distance is unknown), so it is never proposed. q_G: p(element) proportional to 1 / (its extra
+    distance) (a small detour is likelier); ranked: least extra distance first."""
     if ctx.goal is None:
         return
     goal_bid = ctx.res.unique_bid(ctx.goal)
@@ -267,14 +288,16 @@ def away_from_goal(ctx: StepContext, p: Params) -> Iterator[Proposal]:
         if d_pos < d < INF:
             scored.append((ctx.rank_op(node, bid), d - d_pos, idx, node, bid, d))
     scored.sort()
-    for _, _, _, node, bid, d in scored:
+    for group, extra, _, node, bid, d in scored:
         yield Proposal(node, bid, {"goal": ctx.goal, "pos_hops": d_pos, "neg_hops": d,
-                                   "distance": "graph" if ctx.graph is not None else "page"})
+                                   "distance": "graph" if ctx.graph is not None else "page"},
+                       weight=1.0 / extra, group=group)
 
 
 def create_a_cycle(ctx: StepContext, p: Params) -> Iterator[Proposal]:
-    """Elements that lead back to a page already visited in this trajectory; the tightest loop
-    first (the page left most recently, ``loop_steps`` demonstrated steps ago)."""
+    """Elements that lead back to a page already visited in this trajectory. q_G: p(element)
+    proportional to 1 / loop_steps (a tighter loop is likelier); ranked: the tightest loop first
+    (the page left most recently, ``loop_steps`` demonstrated steps ago)."""
     here = ctx.res.content_page
     last_seen = {s.page: i for i, s in enumerate(ctx.steps[: ctx.position]) if s.page != here}
     visited = set(last_seen)
@@ -296,9 +319,10 @@ def create_a_cycle(ctx: StepContext, p: Params) -> Iterator[Proposal]:
                     break
         if target is not None:
             loop = ctx.position - last_seen[target]
-            found.append((ctx.rank_op(node, bid), loop, idx,
+            group = ctx.rank_op(node, bid)
+            found.append((group, loop, idx,
                           Proposal(node, bid, {"returns_to": target, "via": via, "current_page": here,
-                                               "loop_steps": loop})))
+                                               "loop_steps": loop}, weight=1.0 / max(loop, 1), group=group)))
     found.sort(key=lambda t: t[:3])
     for _, _, _, prop in found:
         yield prop

@@ -82,7 +82,7 @@ def test_fill_value_completed_through_the_real_client(form_run, tmp_path):
     page = user[user.index("<page>"): user.index("</page>")]
     assert "[5] textbox 'First name'" in page and "[7] button 'Submit'" in page
     assert stats.extra["llm"]["calls"] >= 1
-    assert stats.extra["fill"] == {"fields": 2, "valid_at_attempt": {1: 2}, "invalid_answers": {}}
+    assert stats.extra["fill"] == {"fields": 2, "valid_at_attempt": {1: 2}, "invalid_answers": {}, "replaced": 0}
 
 
 def test_invalid_answers_are_retried_with_another_seed(form_run, tmp_path):

@@ -1,9 +1,13 @@
 """The rules as the paper states them, on small hand-made trajectories: each rule ranks by its
 own criterion (``--prefer-same-op`` is an option, off by default), an element takes its most
 frequently demonstrated op, away_from_goal never calls an unreachable element "farther", and
-create_a_cycle keeps the tightest loop."""
+create_a_cycle keeps the tightest loop (``--selection rank``); by default each rule's negatives are
+drawn from its q_G (seeded, likelier as the rule's score says), a negative drawn by several rules
+lists them all, and a failed fill gives its slot to the rule's next draw."""
 
 import json
+import random
+from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
@@ -15,8 +19,10 @@ from graph.build import build_graphs
 from proposals.affordance import choose_op
 from proposals.graphindex import INF, GraphIndex
 from proposals.mine import MineConfig, main, mine
-from proposals.rules import Params
+from proposals.rules import Params, Proposal, draw
+from data.schema import RULES
 from llm import LLMConfig
+from llm.serve import serve_in_thread
 
 SHOP = ("RootWebArea 'Shop'\n\t[2] form 'Order'\n\t\t[3] textbox 'Quantity'\n\t\t[4] button 'Add'\n"
         "\t\t[5] button 'Buy'\n\t[8] link 'Help'")
@@ -41,9 +47,10 @@ def shop_run(tmp_path):
     return tmp_path
 
 
-def _mine(run, axes=("spatial", "temporal", "spatiotemporal"), max_per_rule=3, **params):
-    stats = mine(run, MineConfig(sample_size=50, axes=axes, max_per_rule=max_per_rule, params=Params(**params)), NO_LLM,
-                 workers=1)
+def _mine(run, axes=("spatial", "temporal", "spatiotemporal"), max_per_rule=3, selection="rank", seed=42, llm=NO_LLM,
+          **params):
+    stats = mine(run, MineConfig(sample_size=50, axes=axes, max_per_rule=max_per_rule, selection=selection, seed=seed,
+                                 params=Params(**params)), llm, workers=1, show_progress=False)
     return stats, pq.read_table(run / "candidates.parquet").to_pylist()
 
 
@@ -75,7 +82,7 @@ def test_rules_rank_by_their_own_criterion_unless_prefer_same_op(shop_run):
     stats, rows = _mine(shop_run, max_per_rule=1)
     assert _negs(rows, 3, "structurally_near") == ["press('3', 'Enter')"]
     assert stats.extra["config"]["params"]["prefer_same_op"] is False
-    assert main(["--run", str(shop_run), "--max-per-rule", "1", "--prefer-same-op", "--workers", "1",
+    assert main(["--run", str(shop_run), "--max-per-rule", "1", "--prefer-same-op", "--workers", "1", "--selection", "rank",
                  "--fill-base-url", NO_LLM.base_url, "--fill-model", "none"]) == 0
     rows = pq.read_table(shop_run / "candidates.parquet").to_pylist()
     assert _negs(rows, 3, "structurally_near") == ["click('5')"]
@@ -107,7 +114,9 @@ def _page(letter, links):
     return "\n".join(lines)
 
 
-def test_create_a_cycle_keeps_the_tightest_loop(tmp_path):
+@pytest.fixture
+def cycle_run(tmp_path):
+    """A -> B -> C; on C, links back to A (left two steps ago) and to B (one step ago)."""
     base = "https://shop.example.com"
     steps = [
         _step(0, "click('10')", _page("A", [("10", "link", "To B", f"{base}/b")]), f"{base}/a"),
@@ -119,8 +128,83 @@ def test_create_a_cycle_keeps_the_tightest_loop(tmp_path):
     ]
     atomic_write_parquet(tmp_path / "trajectories.parquet", steps_to_table(steps))
     build_graphs(tmp_path, workers=1)
-    _, rows = _mine(tmp_path, max_per_rule=1)
+    return tmp_path
+
+
+def test_create_a_cycle_keeps_the_tightest_loop(cycle_run):
+    _, rows = _mine(cycle_run, max_per_rule=1)
     # 'Back to A' comes first on the page, but B was left one step ago, A two.
     got = [c for c in rows if c["step_idx"] == 2 and c["rule"] == "create_a_cycle"]
     assert [c["action_neg"] for c in got] == ["click('32')"]
     assert json.loads(got[0]["evidence"])["loop_steps"] == 1
+
+
+def test_draw_takes_each_candidate_in_proportion_to_its_weight():
+    props = [Proposal("a", "1", {}, weight=1.0), Proposal("b", "2", {}, weight=3.0)]
+    firsts = Counter(draw(props, random.Random(i))[0].node for i in range(4000))
+    assert 0.72 < firsts["b"] / 4000 < 0.78
+    assert draw(props, random.Random(7)) == draw(props, random.Random(7))          # seeded
+    # --prefer-same-op: group 0 (the positive's op) is drawn out first, whatever the weights.
+    props = [Proposal("a", "1", {}, weight=100.0, group=1), Proposal("b", "2", {}, weight=0.01)]
+    assert all(draw(props, random.Random(i))[0].node == "b" for i in range(50))
+
+
+def test_create_a_cycle_samples_the_tighter_loop_more_often(cycle_run):
+    # q_G of create_a_cycle: p proportional to 1 / loop_steps, so 'Back to B' (1 step) is drawn
+    # first about twice as often as 'Back to A' (2 steps); the same seed draws the same.
+    picks = Counter()
+    for seed in range(16):
+        stats, rows = _mine(cycle_run, axes=("spatiotemporal",), max_per_rule=1, selection="sample", seed=seed)
+        picks.update(c["action_neg"] for c in rows if c["step_idx"] == 2 and c["rule"] == "create_a_cycle")
+    assert stats.extra["config"]["selection"] == "sample"
+    assert picks["click('32')"] > picks["click('31')"] > 0 and sum(picks.values()) == 16
+    again = _mine(cycle_run, axes=("spatiotemporal",), max_per_rule=1, selection="sample", seed=15)[1]
+    assert again == rows
+
+
+def test_a_negative_drawn_by_several_rules_lists_them_all(shop_run):
+    # Step 3 (click Add): pressing Enter in the quantity box is structurally near, farther from
+    # the goal, and the action of the step before: one row, every rule that drew it.
+    _, rows = _mine(shop_run, max_per_rule=0, selection="sample")
+    press = [c for c in rows if c["step_idx"] == 3 and c["action_neg"] == "press('3', 'Enter')"]
+    assert len(press) == 1
+    assert press[0]["rules"][0] == press[0]["rule"]
+    assert {"structurally_near", "away_from_goal", "repeat_past"} <= set(press[0]["rules"]) <= set(RULES)
+    assert all(c["rules"][0] == c["rule"] for c in rows)
+    steps = Counter((c["step_idx"], c["action_neg"]) for c in rows)
+    assert max(steps.values()) == 1
+
+
+FIELDS = ("RootWebArea 'Form'\n\t[2] form 'Order'\n\t\t[3] textbox 'Alpha'\n\t\t[4] textbox 'Beta'\n"
+          "\t\t[5] textbox 'Gamma'\n\t\t[6] button 'Send'")
+
+
+def test_a_failed_fill_gives_its_slot_to_the_next_draw(tmp_path):
+    # Three undemonstrated text fields, equally near the clicked button; the fill model never
+    # answers for 'Alpha' ([3]). Sampling: whichever field is drawn first, the rule keeps one
+    # filled negative; ranked (today's behaviour), the first field's failed fill loses the slot.
+    atomic_write_parquet(tmp_path / "trajectories.parquet",
+                         steps_to_table([_step(0, "click('6')", FIELDS), _step(1, None, FIELDS)]))
+    build_graphs(tmp_path, workers=1)
+
+    def complete(request):
+        bad = "target: fill on [3]" in request["messages"][-1]["content"]
+        return {"id": "x", "object": "chat.completion", "model": "scripted",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "no" if bad else '{"value": "7"}'},
+                             "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
+    server = serve_in_thread(complete, "scripted")
+    llm = LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(tmp_path / "cache"))
+    try:
+        replaced = 0
+        for seed in range(6):
+            stats, rows = _mine(tmp_path, axes=("spatial",), max_per_rule=1, selection="sample", seed=seed, llm=llm)
+            near = [c for c in rows if c["rule"] == "structurally_near"]
+            assert len(near) == 1 and near[0]["neg_bid"] != "3" and near[0]["value_source"] == "llm"
+            replaced += stats.extra["fill"]["replaced"]
+            rule = stats.extra["rules"]["structurally_near"]
+            assert rule["in"] == 1 + stats.extra["fill"]["replaced"] and rule["out"] == 1
+        assert replaced >= 1
+        stats, rows = _mine(tmp_path, axes=("spatial",), max_per_rule=1, selection="rank", llm=llm)
+    finally:
+        server.shutdown()
+    assert rows == [] and stats.extra["rules"]["structurally_near"]["rejected"] == {"fill_invalid_not_json": 1}
