@@ -98,16 +98,19 @@ replay-demo: setup
 	$(PY) -c 'import sys, datasets; print(datasets.load_dataset(sys.argv[1], "preferences"))' $(REPLAY_DEMO)/run
 	@echo "replay outcomes: $(REPLAY_DEMO)/run/report/README.md  card: $(REPLAY_DEMO)/run/README.md"
 
-# The one-way layering (pyproject.toml [tool.importlinter]) is part of the tests. The tests run on
+# Lint and import order (pyproject.toml [tool.ruff]) and the one-way layering with no import cycle
+# (pyproject.toml [tool.importlinter]) are part of the tests. The tests run on
 # pytest-xdist workers (auto: one per core, 2 here), a whole module per worker (its module-scoped
 # fixtures are built once) and the modules with slow tests first (tests/conftest.py says why).
 TEST_WORKERS ?= auto
 PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 test: setup
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q $(PYTEST_XDIST)
 
 test-fast: setup
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q $(PYTEST_XDIST) -m "not slow"
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from paper_scale import MODEL, PAPER, Endpoint, build_pool, commit, machine, run_stage, write_labels  # noqa: E402
 
-from data.config import make_parser  # noqa: E402
+from cli.config import make_parser  # noqa: E402
 from data.ingest import ingest  # noqa: E402
 
 MINED = ("candidates.parquet", "audit/candidates.json", "rejects.jsonl")

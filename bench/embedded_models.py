@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 import pyarrow.parquet as pq  # noqa: E402
 
-from data.config import make_parser  # noqa: E402
+from cli.config import make_parser  # noqa: E402
 
 RUN = ROOT / ".cache" / "bench" / "embedded_models" / "run"
 
@@ -86,7 +86,7 @@ def pick(pairs, n: int, seed: int = 0):
 
 
 def measure(judge, pairs) -> dict:
-    from data.judgment import swap_responses
+    from judgment.parse import swap_responses
     from prm.judge import judge_expected, position_stats
 
     t0 = time.perf_counter()
@@ -124,8 +124,8 @@ def debiased(row: dict) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from data.judgment import JudgmentFormat
-    from data.pairs import load_pairs
+    from judgment.format import JudgmentFormat
+    from judgment.pairs import load_pairs
     from data.rundir import RunDir
     from llm.embedded import MODELS, model_dir
     from prm.judge import LocalJudge
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     torch_threads = os.cpu_count()
 
     run = mined_run(args.shared, args.sample)
-    pairs = pick(load_pairs(RunDir(run), 0, JudgmentFormat(budget=args.axtree_chars)), args.pairs)
+    pairs = pick(load_pairs(RunDir(run), 0, JudgmentFormat(axtree_chars=args.axtree_chars)), args.pairs)
     mined = pq.read_metadata(run / "candidates.parquet").num_rows
     print(f"run {run}: {mined} candidates; judging {len(pairs)} pairs "
           f"(labels: {sum(p.label == 1 for p in pairs)} at position 1), AXTree budget {args.axtree_chars}", flush=True)

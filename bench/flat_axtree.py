@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 import pyarrow.parquet as pq  # noqa: E402
 
-from data.config import make_parser  # noqa: E402
+from cli.config import make_parser  # noqa: E402
 from data.actions import ELEMENT_OPS, parse_action  # noqa: E402
 from graph.flatten import flatten_run  # noqa: E402
 from data.ingest import ingest  # noqa: E402
@@ -310,7 +310,7 @@ def paper_format_check(run: Path) -> None:
     """On the flat run: the audit re-derived from the files, and a TRL export (label-only targets:
     no teacher here) checked to be in the benchmark's format and Action-Only."""
     from dataset.export import export_trl_labels
-    from data.judgment import parse_prompt
+    from judgment.parse import parse_prompt
     from proposals.audit import write_audit
 
     audit = write_audit(run, "candidates")

@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from data.config import make_parser  # noqa: E402
+from cli.config import make_parser  # noqa: E402
 from data.ingest import ingest  # noqa: E402
 from data.rundir import atomic_write_parquet  # noqa: E402
 from data.schema import ROW_GROUP_SIZE, for_storage  # noqa: E402

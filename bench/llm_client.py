@@ -31,7 +31,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from data.config import make_parser  # noqa: E402
+from cli.config import make_parser  # noqa: E402
 from llm import LLMClient, LLMConfig  # noqa: E402
 
 

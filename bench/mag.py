@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
 from local_pages import MARKS_PAGE, Pages, many_links_page, open_page_task  # noqa: E402
 from shop_scripts import mag_output  # noqa: E402
-from data.config import make_parser  # noqa: E402
+from cli.config import make_parser  # noqa: E402
 from search.demo_site import Shop, make_task  # noqa: E402
 from prm.judge import LocalJudge  # noqa: E402
 from search.mag import som  # noqa: E402

@@ -37,7 +37,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 from miniwob_scripts import actions, policy  # noqa: E402
 from scripted_llm import scripted_server  # noqa: E402
 
-from data.config import make_parser  # noqa: E402
+from cli.config import make_parser  # noqa: E402
 
 DEFAULT_TASKS = ["click-test", "click-button", "click-dialog", "focus-text", "enter-text"]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",

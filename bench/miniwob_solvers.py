@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
-from data.config import Configurable, make_parser  # noqa: E402
-from prm.stats import wilson  # noqa: E402
+from cli.config import Configurable, make_parser  # noqa: E402
+from dataset.stats import wilson  # noqa: E402
 
 COUNTS = 0.9        # a solver counts at this success rate or above
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",

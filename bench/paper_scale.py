@@ -24,7 +24,7 @@ job on 10x the trajectories and observations over the same ``--sites`` sites; th
 The teacher: ``llm.serve.ChatServer`` in a process of its own, answering after ``--latency``
 seconds (from the request's arrival) with full judgments in the benchmark format
 (``tests/scripted_teacher.judgment``). Before the teacher's stage the bench renders every
-sampled pair's prompt as ``teacher.verify`` will (``data.pairs.load_pairs``) and hands the server
+sampled pair's prompt as ``teacher.verify`` will (``judgment.pairs.load_pairs``) and hands the server
 each prompt's hash with the positive's position; a pair's script comes from its id: 95% agree on the
 first attempt, 1.8% on the second, 1% on the third, 0.5% on the fourth and on the fifth, 1.2%
 never (expected 1.121 calls per pair: the paper's 11,210 calls for 10,000 pairs at K=5). Fill
@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from graphs import measure  # noqa: E402
 
 from data.actions import parse_action  # noqa: E402
-from data.config import make_parser  # noqa: E402
+from cli.config import make_parser  # noqa: E402
 from data.ingest import ingest  # noqa: E402
 from data.schema import TRAJECTORY_SCHEMA  # noqa: E402
 
@@ -197,10 +197,10 @@ def prompt_key(messages: list[dict]) -> str:
 
 def write_labels(run: Path, dst: Path) -> dict:
     """What the scripted teacher needs to know of each sampled pair: its prompt as ``teacher.verify``
-    renders it (``data.pairs.load_pairs`` with the teacher's default seed and format), the
+    renders it (``judgment.pairs.load_pairs`` with the teacher's default seed and format), the
     positive's position and the attempt of its first agreement. Exact, where the actions alone
     (``ScriptedTeacher.by_actions``) collide between steps that swap the same two actions."""
-    from data.pairs import load_pairs
+    from judgment.pairs import load_pairs
     from data.rundir import RunDir
     from teacher.verify import VerifyConfig
 
@@ -217,7 +217,7 @@ def _serve(latency: float, labels_path: str, port, ready, counts, times) -> None
     import threading
 
     sys.path.insert(0, str(ROOT / "tests"))
-    from data.judgment import parse_prompt
+    from judgment.parse import parse_prompt
     from llm.serve import ChatServer, fixed_answer
     from scripted_teacher import judgment
 

@@ -63,9 +63,10 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data.config import CLIParser, Configurable, build, given, make_parser
+from cli.config import CLIParser, Configurable, build, given, make_parser
 from prm.split import fill_to, sample_states, split_by_template, task_template
-from prm.stats import RULES, bootstrap, state_table, wilson
+from dataset.stats import wilson  # noqa: E402
+from prm.stats import RULES, bootstrap, state_table
 
 SHARED = ROOT.parent / "shared" / "data" / "agentlab_workarena"
 BUNDLED = ROOT / "data" / "bundled" / "agentlab_workarena.parquet"
@@ -92,7 +93,7 @@ def _variants(text: str) -> tuple[str, ...]:
 
 @dataclass
 class BenchConfig(Configurable):
-    """Sizes and seeds of one bench run (see the module doc); every field is a flag (``data.config``)."""
+    """Sizes and seeds of one bench run (see the module doc); every field is a flag (``cli.config``)."""
 
     ARG_GROUP = "bench"
 

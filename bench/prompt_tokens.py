@@ -4,7 +4,7 @@
     .venv/bin/python bench/prompt_tokens.py [--shared ../shared/data] [--run DIR] [--baseline ae7df4c]
                                             [--axtree-chars 12000 --axtree-chars 2000]
 
-The prompt is the teacher's pairwise verification prompt (``data.pairs.load_pairs``), which is
+The prompt is the teacher's pairwise verification prompt (``judgment.pairs.load_pairs``), which is
 also the PRM's training and evaluation prompt (``dataset.export``). The pairs are the mined
 sample of the shared WorkArena traces: unless ``--run`` names a run directory that holds
 ``candidates.parquet``, the pipeline's own commands build one in ``runs/bench-prompt-tokens``
@@ -35,9 +35,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from data.config import make_parser  # noqa: E402
-from data.judgment import JudgmentFormat, parse_prompt, render_pair, response_blocks  # noqa: E402
-from data.pairs import load_pairs  # noqa: E402
+from cli.config import make_parser  # noqa: E402
+from judgment.format import JudgmentFormat, render_pair
+from judgment.parse import parse_prompt, response_blocks  # noqa: E402
+from judgment.pairs import load_pairs  # noqa: E402
 from data.rundir import RunDir  # noqa: E402
 from llm.embedded import smallest_model_dir  # noqa: E402
 
@@ -76,7 +77,7 @@ def baseline_renderer(rev: str):
 
 
 def current_renderer(state, a1, a2, budget):
-    return render_pair(state, a1, a2, fmt=JudgmentFormat(budget=budget))[0]
+    return render_pair(state, a1, a2, fmt=JudgmentFormat(axtree_chars=budget))[0]
 
 
 def part_labels(messages: list[dict], text: str) -> list[str]:

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from graphs import measure, replicate  # noqa: E402
 
-from data.config import make_parser  # noqa: E402
+from cli.config import make_parser  # noqa: E402
 from data.ingest import ingest  # noqa: E402
 from graph.build import build_graphs  # noqa: E402
 

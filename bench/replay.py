@@ -40,8 +40,9 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from data.config import Configurable, make_parser  # noqa: E402
-from dataset.report import FN_PAPER, FN_WEBARBITER, REPLAY_OUTCOMES as OUTCOMES, wilson  # noqa: E402
+from cli.config import Configurable, make_parser  # noqa: E402
+from dataset.report import FN_PAPER, FN_WEBARBITER, REPLAY_OUTCOMES as OUTCOMES  # noqa: E402
+from dataset.stats import wilson  # noqa: E402
 
 SETS = ("graph", "no_graph", "random")
 SMALL = {"tasks": ["click-button", "enter-text", "login-user"], "seeds": "0-1", "sample_size": 12}

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
-from data.config import make_parser  # noqa: E402
+from cli.config import make_parser  # noqa: E402
 from search.demo_site import Shop, make_task  # noqa: E402
 from prm.judge import JUDGE_MODES, LocalJudge, judge_pairs  # noqa: E402
 from search.agent import Policy, run_axtree_episode  # noqa: E402
@@ -38,7 +38,9 @@ from harness.env import BrowserHarness, host_of  # noqa: E402
 from search.tournament import prm_pair_judge, prm_state  # noqa: E402
 from llm.embedded import default_model_dir  # noqa: E402
 from llm import LLMConfig  # noqa: E402
-from data.judgment import State, render_pair, swap_responses  # noqa: E402
+from data.state import State
+from judgment.format import render_pair
+from judgment.parse import swap_responses  # noqa: E402
 
 
 def episode(args, judge, policy, shop) -> dict:

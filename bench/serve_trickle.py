@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.config import make_parser  # noqa: E402
+from cli.config import make_parser  # noqa: E402
 from llm.serve import DEFAULT_MAX_ACTIVE, DEFAULT_MAX_QUEUE, fixed_answer, serve_in_thread  # noqa: E402
 
 HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4194304\r\n\r\n{"

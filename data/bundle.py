@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data.config import Configurable, make_parser
+from cli.config import Configurable, make_parser
 from data.readers.agentlab import read_experiment
 from data.rundir import atomic_write_parquet
 from data.schema import ROW_GROUP_SIZE, StepRecord, for_storage, steps_to_table

@@ -5,7 +5,7 @@ by name through ``runpy``, so that ``data`` imports nothing from a layer above i
 
 import runpy
 
-from data.config import deprecation
+from cli.config import deprecation
 
 if __name__ == "__main__":
     deprecation("python -m data.export", "python -m dataset.export (same flags)")

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data.config import Configurable, make_parser
+from cli.config import Configurable, make_parser
 from data.readers.agentlab import read_agentlab
 from data.readers.canonical import read_canonical
 from data.readers.safe_pickle import DEFAULT_MAX_DECOMPRESSED_MB

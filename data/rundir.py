@@ -37,13 +37,11 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-if TYPE_CHECKING:
-    from data.judgment import State
+from data.state import State
 
 
 # A site's folder name: the name itself when it is plain, short and cannot be mistaken for a
@@ -298,10 +296,6 @@ class RunDir:
         trajectory's earlier rows. (WebPRM rows' own ``action_history`` is not used: in the shared
         samples it holds more actions than the step has predecessors, the task's later ones
         included.) Keys whose step is not in the file are left out."""
-        import json
-
-        from data.judgment import State
-
         keys = set(keys)
         trajs = sorted({t for t, _ in keys})
         if not trajs:

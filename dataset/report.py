@@ -24,9 +24,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from data.config import CLIParser, make_parser
+from cli.config import CLIParser, make_parser
 from data.rundir import RunDir, atomic_write_bytes, atomic_write_text
 from data.schema import AXES, AXIS_OF, RULES
+from dataset.stats import wilson
 from dataset.tables import read_pinned, require_run_dir
 
 GMCP_WEBARBITER, GMCP_PAPER = 0.2419, 0.7460
@@ -300,16 +301,6 @@ def render_markdown(r: dict) -> str:
 REPLAY_OUTCOMES = ("equivalent", "harmful", "detour", "not_executable", "replay_mismatch")
 # False negatives in the paper's human audit of 100 pairs (§4.3): surfPRM-data and WebArbiter's data.
 FN_PAPER, FN_WEBARBITER = 0.12, 0.30
-
-
-def wilson(k: int, n: int) -> tuple[float, float]:
-    """The Wilson 95% interval of ``k/n`` (scipy); (0, 1) for ``n = 0``."""
-    from scipy.stats import binomtest
-
-    if not n:
-        return 0.0, 1.0
-    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
-    return float(ci.low), float(ci.high)
 
 
 def _share(k: int, n: int) -> str:

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from data.config import Configurable
+from cli.config import Configurable
 
 # The exception every stage CLI prints as one ``error:`` line (a missing input; RunDirError and
 # StaleInputError are FileNotFoundErrors too); a task whose CLI refuses more names them (``refused``).

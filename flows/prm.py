@@ -22,7 +22,7 @@ import sys
 
 from prefect import flow, task
 
-from data.config import CLIParser, make_parser
+from cli.config import CLIParser, make_parser
 from flows.common import (PENDING, StageError, cli_flow, exit_code, post_markdown, retry_unless_refused, stage_task,
                           unwrap)
 from llm import LLMConfig

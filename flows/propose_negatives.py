@@ -25,7 +25,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 
-from data.progress import progress as progress_bar
+from cli.progress import progress as progress_bar
 from data.rundir import StageStats
 from flows.common import (DaskConfig, cli_flow, dask_scheduler, exit_code, final_state, on_dask, post_markdown,
                           retry_unless_refused, stage_task, unwrap)

@@ -19,7 +19,7 @@ import sys
 from prefect import serve
 from prefect.types.entrypoint import EntrypointType
 
-from data.config import make_parser
+from cli.config import make_parser
 from flows.build_graphs import build_graphs_flow
 from flows.prm import evaluate_prm_flow, train_prm_flow
 from flows.propose_negatives import propose_negatives_flow

@@ -31,7 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data.config import Configurable, check_ranges, make_parser
+from cli.config import Configurable, check_ranges, make_parser
 from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_write_parquet, atomic_write_text
 from graph import passes
 from graph.identity import DEFAULT_IDENTITY, IDENTITIES, check_identity
@@ -47,7 +47,7 @@ COLUMNS = ["traj_id", "task_id", "step_idx", "site", "url", "observation", "obs_
 
 @dataclass
 class BuildConfig(Configurable):
-    """How ``graph.build`` builds; every field is a flag (``data.config``)."""
+    """How ``graph.build`` builds; every field is a flag (``cli.config``)."""
 
     ARG_GROUP = "graph building"
 

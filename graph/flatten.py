@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from data.config import Configurable, make_parser
+from cli.config import Configurable, make_parser
 from graph.axtree import parse_axtree, parse_props
 
 

@@ -13,7 +13,7 @@ answer are pure functions; only ``Policy.propose`` calls the model.
 from __future__ import annotations
 
 from data.actions import ActionParseError, extract_action, split_agent_output
-from data.judgment import budget_axtree
+from judgment.axtree import budget_axtree
 from llm import LLMClient, LLMConfig
 
 

@@ -48,7 +48,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-from data.config import Configurable, make_parser
+from cli.config import Configurable, make_parser
 from llm.cache import ResponseCache, request_key
 from llm.config import LLMConfig
 from llm.cost import UsageTotals, cost_usd

@@ -1,6 +1,6 @@
 """``LLMConfig``: where chat completions go and how they are sampled, retried, cached and
 priced; every field is a flag (``LLMConfig.add_args(ap, prefix=...)``) and a YAML key, by the
-rules of :mod:`data.config` (``--llm-config FILE``, optionally under an ``llm:`` key; flags
+rules of :mod:`cli.config` (``--llm-config FILE``, optionally under an ``llm:`` key; flags
 override the file; ``--no-cache``/``--cache``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data.config import Configurable, check_ranges
+from cli.config import Configurable, check_ranges
 from llm.cost import DEFAULT_PRICES, price_for
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -107,7 +107,7 @@ class LLMConfig(Configurable):
                                  f"two finite numbers >= 0, not {row!r:.60}")
         return self
 
-    # -- loading (data.config): defaults, then the YAML file, then the flags given -----------
+    # -- loading (cli.config): defaults, then the YAML file, then the flags given -----------
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: dict | None = None) -> "LLMConfig":
         return super().from_yaml(path, overrides).validate()

@@ -46,7 +46,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data.config import Configurable, make_parser
+from cli.config import Configurable, make_parser
 
 MODELS_DIR = Path(".cache/models")
 CHUNK = 1 << 20

@@ -7,7 +7,7 @@
 For a transformers causal LM and its tokenizer: the prompt is rendered with the tokenizer's chat
 template (``add_generation_prompt=True``), optionally followed by a ``rationale`` the model
 generated, and the two answers ``<Answer>Response 1</Answer>`` and ``<Answer>Response 2</Answer>``
-(``data.judgment.ANSWER_TAG``) are scored as continuations: ``log p(tag | prompt)`` summed over
+(``judgment.format.ANSWER_TAG``) are scored as continuations: ``log p(tag | prompt)`` summed over
 the tag's tokens. The tokens both tagged sequences share (the prompt, the rationale and
 ``<Answer>Response ``) go through the model once, with its KV cache kept; the two short tails
 (``1</Answer>`` / ``2</Answer>``) continue from it, the cache cut back to the shared tokens between
@@ -49,7 +49,8 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from data.judgment import ANSWER_TAG, swap_responses
+from judgment.format import ANSWER_TAG
+from judgment.parse import swap_responses
 from llm.cache import ResponseCache, request_key
 from llm.kvcache import KeptCache, common_prefix, crop, forward, lock_for
 

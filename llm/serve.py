@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from data.config import Configurable, make_parser
+from cli.config import Configurable, make_parser
 from llm.local import Cancelled, check_request
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Typed configuration of comparative PRM training: TRL's ``SFTConfig`` and ``ModelConfig`` plus
-the data fields, loadable from YAML and overridable from flags (:mod:`data.config`).
+the data fields, loadable from YAML and overridable from flags (:mod:`cli.config`).
 
 ``PRMTrainConfig`` *is* an ``SFTConfig`` and a ``ModelConfig`` (a subclass of both): every
 TRL/transformers training field (``learning_rate``, ``lr_scheduler_type``, ``save_strategy``,
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from trl import ModelConfig, SFTConfig
 
-from data.config import Configurable, add_dataclass_args, check_keys, flag_name, renamed
+from cli.config import Configurable, add_dataclass_args, check_keys, flag_name, renamed
 
 MODEL_FIELDS = tuple(f.name for f in fields(ModelConfig))
 DATA_FIELDS = ("train_file", "eval_file", "max_length", "max_train_samples")

@@ -30,7 +30,7 @@ Protocol (paper §5.1, §5.3):
   unparsed or truncated judgment or an outage counts as wrong (and makes its state wrong);
   unparsed and truncated are counted apart, per source and pooled, with ``truncated_share``.
 - GMCP partition of benchmark pairs (§5.3, "both candidates operate on genuine page elements
-  with identical action types"): each prompt is read back (``data.judgment.parse_prompt``), the
+  with identical action types"): each prompt is read back (``judgment.parse.parse_prompt``), the
   action of each response is read with ``data.actions.extract_action`` and the
   AXTree is parsed; a pair is GMCP when both actions are element actions with the same op whose
   targets are present, once each, in the AXTree. ``gmcp_partition`` gives pairwise/BoN on the
@@ -60,9 +60,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from data.config import CLIParser, Configurable, make_parser
+from cli.config import CLIParser, Configurable, make_parser
 from data.actions import ELEMENT_OPS, Action, extract_action
-from data.judgment import JudgmentFormat, parse_prompt, rerender_prompt
+from judgment.format import JudgmentFormat
+from judgment.parse import parse_prompt, rerender_prompt
 from prm.judge import (DEVICES, DTYPES, GENERATE_MAX_TOKENS, JUDGE_MODES, generate_max_tokens, judge_expected,
                        make_judge, position_stats)
 from llm import LLMConfig
@@ -377,7 +378,7 @@ def rerender(rows: list[dict], fmt: JudgmentFormat) -> int:
 @dataclass
 class EvaluateOptions(Configurable):
     """What ``prm.evaluate`` judges and writes (``run``'s settings, which the evaluate-prm flow
-    passes whole); every field is a flag (``data.config``); the judge itself is an ``LLMConfig``
+    passes whole); every field is a flag (``cli.config``); the judge itself is an ``LLMConfig``
     (``--model``, ``--base-url``, ``--max-tokens``, ...)."""
 
     ARG_GROUP = "evaluation"

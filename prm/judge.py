@@ -7,7 +7,7 @@
 
 A judge takes ready chat prompts (``judge_prompts``: a benchmark's own prompts, used as given) or a
 state and two raw actions (``judge``/``judge_pairs``: rendered in the comparative-judgment format,
-``data.judgment.render_pair``, Action-Only). The verdict is read by ``data.judgment.parse_verdict``:
+``judgment.format.render_pair``, Action-Only). The verdict is read by ``judgment.parse.parse_verdict``:
 a judgment is valid when it ends in exactly one ``<Answer>Response N</Answer>``; an invalid one
 is ``truncated`` when the generation hit the length limit, else unparsed. A local
 transformers folder loads where ``device`` says, in ``dtype`` (``placement``: ``auto`` is cuda
@@ -35,7 +35,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from data.judgment import DEFAULT_FORMAT, JudgmentFormat, State, parse_verdict, render_pair, swap_responses
+from data.state import State
+from judgment.format import DEFAULT_FORMAT, JudgmentFormat, render_pair
+from judgment.parse import parse_verdict, swap_responses
 from llm import LLMClient, LLMConfig
 from llm.kvcache import KeptCache
 

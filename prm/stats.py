@@ -1,10 +1,9 @@
 """Accuracy of a PRM's judged pairs with intervals: per-state tables from ``prm.evaluate``'s
-``.pairs.jsonl`` records, pairwise and best-of-N accuracy, a bootstrap over states and a Wilson
-interval (both from ``scipy.stats``).
+``.pairs.jsonl`` records, pairwise and best-of-N accuracy and a bootstrap over states
+(``scipy.stats``); a proportion's interval is ``dataset.stats.wilson``.
 
     tables = [state_table(records_of_seed) for records_of_seed in seeds]
     bootstrap(tables, [state_table(base_records)], n=2000)   # point values, 95% CIs, paired diff
-    wilson(17, 24)                                           # 95% interval of a proportion
 """
 
 from __future__ import annotations
@@ -86,12 +85,3 @@ def bootstrap(model: list[dict], base: list[dict] | None, n: int = 2000, seed: i
                     "bon_diff": float(point[3]), "bon_diff_ci": ci(3)})
         out["beats_base"] = out["pairwise_diff_ci"][0] > 0
     return out
-
-
-def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The Wilson score interval of a proportion ``k/n`` (``scipy.stats.binomtest``); (0, 1) when
-    there is nothing to count."""
-    if n == 0:
-        return (0.0, 1.0)
-    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
-    return (float(ci.low), float(ci.high))

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from data.config import make_parser
+from cli.config import make_parser
 
 if TYPE_CHECKING:                 # prm.config imports TRL, hence torch: only where a config is built
     from prm.config import PRMTrainConfig
@@ -169,7 +169,7 @@ def write_help(path: Path = HELP_FILE) -> str:
 
 def done_summary(record: dict) -> str:
     """The command's last line: steps, the loss from first to last step, time, where the model is."""
-    from data.progress import done_line
+    from cli.progress import done_line
 
     losses = record["losses"]
     loss = f", loss {losses[0]:.4g} -> {losses[-1]:.4g}" if losses else ""

@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from data.progress import progress, say
+from cli.progress import progress, say
 from search.loop import run_episode
 
 

@@ -39,13 +39,13 @@ failures again, and refuses a folder whose ``run.json`` has other ``resume_setti
 (``search.episodes``: the models, the run folder, one task's episode).
 
 Flags: every field of the benchmark's config is a flag with its help and default
-(``data.config``), and the two models' ``llm.LLMConfig`` flags come prefixed (``--prm-*``,
+(``cli.config``), and the two models' ``llm.LLMConfig`` flags come prefixed (``--prm-*``,
 ``--policy-*``). Settings that decide what a model sees: ``--prm-axtree-chars`` (every search),
 ``--policy-axtree-chars`` (AXTree policies: ``AXTreeSearch``), ``--prm-device`` and
 ``--prm-dtype`` (a local PRM, ``prm.judge.placement``). An agent kind's ``policy_llm`` class holds
 its policy's defaults (MAG: 1,024 tokens); a PRM that generates gets 1,024 tokens unless given.
 
-Progress (``data.progress``): a bar of the run's episodes and one of the current episode's steps
+Progress (``cli.progress``): a bar of the run's episodes and one of the current episode's steps
 (of ``max_steps``), with rates and ETAs, on stderr; a line per finished task; the run ends with
 one summary line (``summary_line``).
 
@@ -78,9 +78,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable
 
-from data.config import Configurable, make_parser
-from data.judgment import DEFAULT_BUDGET
-from data.progress import done_line, progress
+from cli.config import Configurable, make_parser
+from judgment.format import DEFAULT_BUDGET
+from cli.progress import done_line, progress
 from llm import LLMConfig
 from prm.judge import DEVICES, DTYPES, GENERATE_MAX_TOKENS    # prm.judge imports torch only when a model loads
 from search.agent import AXTREE, AXTREE_BUDGET
@@ -120,7 +120,7 @@ class SearchConfig(Configurable):
     demo: bool = field(default=False, metadata={
         "help": "run the built-in demo task (a small shop on 127.0.0.1) instead: no sites needed"})
     prm_prompt_template: str | None = field(default=None, metadata={
-        "metavar": "FILE", "help": "render the PRM's prompts with a YAML template (user, optional system; data.judgment)"})
+        "metavar": "FILE", "help": "render the PRM's prompts with a YAML template (user, optional system; judgment.format)"})
     prm_llm: dict = field(default_factory=dict)       # ``llm.LLMConfig`` settings given for the PRM (--prm-* flags)
     policy_llm: dict = field(default_factory=dict)    # ... and for the policy (base_url, max_tokens, ...)
     workers: int = field(default=1, metadata={
@@ -128,7 +128,7 @@ class SearchConfig(Configurable):
     dask_address: str | None = field(default=None, metadata={
         "help": "run the episodes on this Dask scheduler (tcp://host:8786) instead; --out must be shared"})
     prm_axtree_chars: int = field(default=DEFAULT_BUDGET, metadata={
-        "min": 1, "metavar": "CHARS", "help": "AXTree characters in each PRM prompt (data.judgment.budget_axtree: "
+        "min": 1, "metavar": "CHARS", "help": "AXTree characters in each PRM prompt (judgment.axtree.budget_axtree: "
                                               "cut around the two targets; MAG: the menu in the AXTree section)"})
     prm_device: str = field(default="auto", metadata={
         "choices": DEVICES, "help": "where a local PRM folder loads (auto: cuda when one is visible, else cpu)"})
@@ -179,7 +179,7 @@ class AXTreeSearch(SearchConfig):
     max_format_errors: int | None = field(default=3, metadata={
         "help": "steps in a row without a valid candidate that end an episode"})
     policy_axtree_chars: int = field(default=AXTREE_BUDGET, metadata={
-        "min": 1, "metavar": "CHARS", "help": "AXTree characters in each policy prompt (data.judgment.budget_axtree: "
+        "min": 1, "metavar": "CHARS", "help": "AXTree characters in each policy prompt (judgment.axtree.budget_axtree: "
                                               "the root line first, then lines in page order until the budget is spent)"})
 
 
@@ -277,7 +277,7 @@ def run_search(benchmark: Benchmark, config: SearchConfig) -> dict:
 
 
 def summary_line(name: str, summary: dict, ran: int, resumed: int, steps: int, seconds: float, path) -> str:
-    """The line a search command ends with (``data.progress.done_line``): tasks run and resumed,
+    """The line a search command ends with (``cli.progress.done_line``): tasks run and resumed,
     the macro success rate, the environment failures, the steps taken, the time, where the summary is."""
     rate = (summary.get("macro") or {}).get("success_rate")
     parts = [f"{ran} task(s) run" + (f", {resumed} resumed" if resumed else ""),

@@ -307,10 +307,10 @@ def expected_rounds(n: int) -> int:
 
 
 def prm_pair_judge(judge_, state, budget: int | None = None, fmt=None) -> PairJudge:
-    """Adapt a ``prm.judge`` judge (local or endpoint) and a ``data.judgment.State`` to the
+    """Adapt a ``prm.judge`` judge (local or endpoint) and a ``data.state.State`` to the
     tournament's pair judge: one batched ``judge_pairs`` call per round, in the comparative-judgment
-    format (or ``fmt``, a ``data.judgment.JudgmentFormat``: ``--prm-prompt-template``)."""
-    from data.judgment import DEFAULT_FORMAT
+    format (or ``fmt``, a ``judgment.format.JudgmentFormat``: ``--prm-prompt-template``)."""
+    from judgment.format import DEFAULT_FORMAT
     from prm.judge import judge_pairs
 
     def call(pairs: list[tuple[str, str]]):
@@ -322,17 +322,17 @@ def prm_pair_judge(judge_, state, budget: int | None = None, fmt=None) -> PairJu
 def prm_format(config):
     """The PRM's ``JudgmentFormat`` from a search config's ``prm_prompt_template``
     (``--prm-prompt-template FILE``; ValueError on a bad template)."""
-    from data.judgment import DEFAULT_FORMAT, JudgmentFormat
+    from judgment.format import DEFAULT_FORMAT, JudgmentFormat
 
     path = getattr(config, "prm_prompt_template", None)
     return JudgmentFormat.from_options(path) if path else DEFAULT_FORMAT
 
 
 def prm_state(obs, history):
-    """The PRM's state for a search step (``data.judgment.State``): the goal, the AXTree, the
+    """The PRM's state for a search step (``data.state.State``): the goal, the AXTree, the
     current URL, the task's real start URL (``obs.start_url``, set by the harness from the task:
     not the current page, nor the first page observed when they differ) and the executed actions."""
-    from data.judgment import State
+    from data.state import State
 
     return State(intent=obs.goal, axtree=obs.axtree, url=obs.url, start_url=getattr(obs, "start_url", "") or "",
                  history=list(history))

@@ -41,10 +41,10 @@ def search_episode(benchmark, config, task_config: dict, run_id: str) -> dict:
 @flow(name="search-episodes")
 def search_episodes_flow(benchmark, config, todo: list[dict], run_id: str) -> list[dict]:
     """Every episode of ``todo`` as a ``search-episode`` task; the result rows in ``todo``'s order,
-    with a progress bar of the finished episodes (``data.progress``)."""
+    with a progress bar of the finished episodes (``cli.progress``)."""
     from prefect.futures import as_completed
 
-    from data.progress import progress
+    from cli.progress import progress
 
     futures = search_episode.map(unmapped(benchmark), unmapped(config), todo, unmapped(run_id))
     with progress(len(futures), f"{benchmark.name} episodes", "episode") as bar:

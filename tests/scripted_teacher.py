@@ -7,7 +7,7 @@ the real model). ``ScriptedTeacher`` answers each request from a per-pair script
 attempt (the attempt is the request's seed): ``agree``, ``disagree``, ``unparsed`` (no answer
 tag), ``bare`` (the right tag with no other section), ``truncated`` (cut off before its tag,
 finish_reason ``length``), ``outage`` (HTTP 500); it counts what it answered. Candidates are read
-back with ``data.judgment.parse_prompt``.
+back with ``judgment.parse.parse_prompt``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data.judgment import parse_prompt
+from judgment.parse import parse_prompt
 from data.schema import RULES
 from llm.serve import OpenAIHandler, serve_in_thread
 

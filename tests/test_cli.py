@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from data.config import make_parser
+from cli.config import make_parser
 from test_cli_config import PACKAGES, entry_points
 
 
@@ -49,7 +49,7 @@ def test_help_names_the_command_as_typed():
 
 
 def test_no_parser_is_built_without_the_shared_helper():
-    """Every command's parser comes from ``data.config.make_parser`` (no prefix matching, short errors)."""
+    """Every command's parser comes from ``cli.config.make_parser`` (no prefix matching, short errors)."""
     offenders = []
     for pkg in (*PACKAGES, "bench"):
         for path in (ROOT / pkg).rglob("*.py"):

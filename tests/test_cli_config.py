@@ -1,4 +1,4 @@
-"""Every ``python -m`` command takes its flags from typed dataclasses through ``data.config`` (the
+"""Every ``python -m`` command takes its flags from typed dataclasses through ``cli.config`` (the
 convention in that module's docstring): each entry point's ``build_parser()`` is built from
 ``Configurable.add_args`` calls, each field of those dataclasses has its flag with the field's help
 and default and no default of the parser's own, and at most one flag per parser is written by hand."""
@@ -11,7 +11,7 @@ import re
 import pytest
 
 from conftest import ROOT
-from data.config import dest_name, field_help, flag_fields, flag_name
+from cli.config import dest_name, field_help, flag_fields, flag_name
 
 PACKAGES = ("data", "dataset", "graph", "proposals", "teacher", "prm", "search", "flows", "llm")
 
@@ -115,7 +115,7 @@ def test_the_walk_catches_a_hand_written_flag_a_retyped_default_and_a_missing_he
     default differs from the dataclass, and a field without help text are each reported."""
     from dataclasses import dataclass, field
 
-    from data.config import Configurable, make_parser
+    from cli.config import Configurable, make_parser
 
     @dataclass
     class Demo(Configurable):

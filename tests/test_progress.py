@@ -1,11 +1,11 @@
 """Long commands show progress with an ETA on stderr and end with one summary line on stdout
-(``data.progress``); TRL's own progress bar stays on for prm.train."""
+(``cli.progress``); TRL's own progress bar stays on for prm.train."""
 
 from __future__ import annotations
 
 import pytest
 
-from data.progress import done_line, progress
+from cli.progress import done_line, progress
 from scripted_teacher import ScriptedTeacher, make_run, start
 
 

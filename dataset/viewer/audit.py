@@ -34,9 +34,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from scipy.stats import binomtest
 
 from data.rundir import atomic_write_parquet
+from dataset.stats import wilson as wilson_interval
 
 # answer as given (display positions) -> its meaning is derived with the order shown
 ANSWERS = {"1": "Response 1 is better", "2": "Response 2 is better",
@@ -133,11 +133,11 @@ class AuditLog:
 # -- the figures --------------------------------------------------------------------------------
 
 def wilson(k: int, n: int) -> dict:
-    """k of n as a rate with its 95% Wilson interval (``scipy.stats.binomtest``); None when n is 0."""
+    """k of n as a rate with its 95% Wilson interval (``dataset.stats.wilson``); None when n is 0."""
     if n == 0:
         return {"k": 0, "n": 0, "rate": None, "low": None, "high": None}
-    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
-    return {"k": k, "n": n, "rate": k / n, "low": float(ci.low), "high": float(ci.high)}
+    low, high = wilson_interval(k, n)
+    return {"k": k, "n": n, "rate": k / n, "low": low, "high": high}
 
 
 def false_negatives(rows: list[dict]) -> dict:

@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from data.config import CLIParser, Configurable, make_parser
+from cli.config import CLIParser, Configurable, make_parser
 from data.rundir import RunDirError
 
 

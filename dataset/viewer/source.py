@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from data.actions import ActionParseError, parse_action
-from data.judgment import JudgmentFormat, State, parse_prompt, render_pair
+from data.judgment import JudgmentFormat, State, parse_prompt, recorded_axtree_chars, render_pair
 from data.rundir import RunDir, RunDirError
 from dataset.tables import read_pinned
 from graph.axtree import AXTree, AXTreeParseError, parse_axtree
@@ -207,11 +207,10 @@ class PairSource:
 
     def _verify_format(self) -> JudgmentFormat:
         """The format ``teacher.verify`` rendered with, as its ``stats.json`` entry records it
-        (``untrusted``, ``budget``, ``prompt_template``); the defaults where it records none."""
+        (``untrusted``, ``axtree_chars``, ``prompt_template``); the defaults where it records none."""
         config = RunDir(self.path).read_stats().get("teacher.verify", {}).get("config", {})
-        budget = config.get("budget")
         return JudgmentFormat.from_options(config.get("prompt_template"), config.get("untrusted", "escape"),
-                                           budget if isinstance(budget, int) else None)
+                                           recorded_axtree_chars(config))
 
     # -- WebPRMBench files ------------------------------------------------------------------
     def _bench_pairs(self) -> list[dict]:

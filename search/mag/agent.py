@@ -39,7 +39,8 @@ import time
 from dataclasses import dataclass, field
 
 from data.actions import parse_action
-from data.judgment import fence, fill_placeholders, placeholder_names, read_template_file
+from judgment.format import fill_placeholders, placeholder_names, read_template_file
+from judgment.untrusted import fence
 from llm import LLMClient, LLMConfig
 from search.agent import PolicyLLMConfig, sample_texts
 from search.loop import AgentKind, EpisodeResult, run_episode, sample

@@ -1,4 +1,4 @@
-"""data.config: one mechanism turns dataclass fields into flags and YAML keys, and every stage's
+"""cli.config: one mechanism turns dataclass fields into flags and YAML keys, and every stage's
 CLI keeps its documented flags under it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from data.config import Configurable
+from cli.config import Configurable
 
 
 @dataclass

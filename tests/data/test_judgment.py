@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from data.actions import parse_action
-from data.judgment import (BEGIN, END, JudgmentFormat, PromptTemplate, State, budget_axtree, fence,
-                           judgment_sections, neutralize, parse_prompt, parse_verdict, render_pair, rerender_prompt,
-                           swap_responses)
+from data.state import State
+from judgment.axtree import budget_axtree
+from judgment.format import BEGIN, END, JudgmentFormat, PromptTemplate, recorded_axtree_chars, render_pair
+from judgment.parse import judgment_sections, parse_prompt, parse_verdict, rerender_prompt, swap_responses
+from judgment.untrusted import fence, neutralize
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "webprm_collection_samples"
 
@@ -253,7 +255,7 @@ def test_fold_lookalikes_returns_text_without_them_as_is_and_folds_any_other_ful
     full translate gives, on random texts drawn from the folded characters and others."""
     import random
 
-    from data.judgment import _FOLD, fold_lookalikes
+    from judgment.untrusted import _FOLD, fold_lookalikes
 
     rng = random.Random(0)
     alphabet = [chr(cp) for cp in _FOLD] + list("ab <>#[]\n\r\u00e9\u2019\u2022")
@@ -263,3 +265,22 @@ def test_fold_lookalikes_returns_text_without_them_as_is_and_folds_any_other_ful
         assert fold_lookalikes(text) == text.replace("\r\n", "\n").translate(_FOLD), repr(text)
     plain = "RootWebArea 'Shop \u2019s page'\n\t[12] link 'Home'"
     assert fold_lookalikes(plain) is plain
+
+
+def test_the_recorded_format_names_axtree_chars_and_old_records_still_read():
+    """``describe()`` records the AXTree characters as ``axtree_chars``; a run recorded before the
+    rename (``budget``) reads back the same, and the format renders with what it recorded."""
+    fmt = JudgmentFormat(axtree_chars=300)
+    record = fmt.describe()
+    assert record["axtree_chars"] == 300 and "budget" not in record
+    old = {**{k: v for k, v in record.items() if k != "axtree_chars"}, "budget": 300}
+    assert recorded_axtree_chars(record) == recorded_axtree_chars(old) == 300
+    assert recorded_axtree_chars({}) is None and recorded_axtree_chars({"budget": True}) is None
+    again = JudgmentFormat.from_options(None, old["untrusted"], recorded_axtree_chars(old))
+    state = State(intent="Buy", axtree="\n".join(f"[{i}] link 'item {i}'" for i in range(200)), url="http://x/")
+    assert render_pair(state, "click('3')", "click('4')", fmt=again) == render_pair(state, "click('3')", "click('4')",
+                                                                                 fmt=fmt)
+    cut = render_pair(state, "click('3')", "click('4')", fmt=fmt)[1]
+    assert cut["truncated"] and cut["chars_shown"] < 400           # about 300, with the cut markers
+    assert not render_pair(state, "click('3')", "click('4')", fmt=JudgmentFormat())[1]["truncated"]
+    assert fmt.budget == 300            # the old attribute name still reads

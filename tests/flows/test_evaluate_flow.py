@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from dataset.export import MESSAGE
-from data.judgment import State, render_pair
+from data.state import State
+from judgment.format import render_pair
 
 STATE = State(intent="Buy the cheapest blue mug", url="http://shop.test/mugs",
               axtree="[1] RootWebArea 'Shop'\n\t[12] link 'Blue mug $4'\n\t[40] link 'Red mug $9'")

@@ -55,7 +55,7 @@ def test_every_stage_flag_is_a_flow_flag_with_its_default(i):
 
 
 def test_every_config_field_is_a_flag():
-    """The stage configs' fields themselves (nested ones flattened as data.config does), so a field
+    """The stage configs' fields themselves (nested ones flattened as cli.config does), so a field
     added to a config shows up in the flow's command or fails here."""
     from dataclasses import fields, is_dataclass
 
@@ -63,7 +63,7 @@ def test_every_config_field_is_a_flag():
     import flows.prm
     import flows.propose_negatives
     import flows.synthesize
-    from data.config import flag_name
+    from cli.config import flag_name
     from flows.common import DaskConfig
     from graph.build import BuildConfig
     from llm import LLMConfig

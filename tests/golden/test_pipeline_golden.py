@@ -30,7 +30,7 @@ SEED = 42
 def _judge_answer(payload: dict) -> dict:
     """A deterministic judge: prefers the response whose action sorts first, answers without a tag
     when the two actions have the same length (a share of the pairs is unparsed)."""
-    from data.judgment import parse_prompt
+    from judgment.parse import parse_prompt
 
     parts = parse_prompt(payload["messages"])
     r1, r2 = parts.response_1, parts.response_2

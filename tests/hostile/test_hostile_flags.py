@@ -1,5 +1,5 @@
 """Values that were not checked (issue 24, items 2 and 11): every flag is range-checked when it
-is parsed (``data.config``: field metadata ``min``/``max``/``gt``, floats finite, ints within 64
+is parsed (``cli.config``: field metadata ``min``/``max``/``gt``, floats finite, ints within 64
 bits), so a bad value is a one-line error before any work or paid call, not a traceback after
 it, a silently different output, or a run that stays pending forever; an immutable output fails
 the writability pre-check."""
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from data.config import Configurable, check_ranges
+from cli.config import Configurable, check_ranges
 from data.rundir import RunDir, RunDirNotWritable
 from llm.config import LLMConfig
 

@@ -13,8 +13,10 @@ import signal
 
 import pytest
 
-from data.judgment import (MAX_INTENT_CHARS, MAX_URL_CHARS, JudgmentFormat, State, judgment_sections, neutralize,
-                           parse_prompt, render_pair, rerender_prompt, response_action, swap_responses)
+from data.state import State
+from judgment.format import MAX_INTENT_CHARS, MAX_URL_CHARS, JudgmentFormat, render_pair
+from judgment.parse import judgment_sections, parse_prompt, rerender_prompt, response_action, swap_responses
+from judgment.untrusted import neutralize
 
 AXTREE = "RootWebArea 'Shop'\n\t[12] button 'Buy'\n\t[13] link 'Home'"
 N = 200_000          # lines: a linear pass takes milliseconds, the old quadratic one many minutes

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tiny_lm import tiny_lm
-from data.judgment import ANSWER_TAG, parse_verdict
+from judgment.format import ANSWER_TAG
+from judgment.parse import parse_verdict
 
 TEXTS = ["which response is better click scroll fill the page",
          "<Answer>Response 1</Answer> <Answer>Response 2</Answer> Response 1 Response 2",
@@ -89,7 +90,7 @@ BLOCKS = [{"role": "system", "content": "which response is better"},
 
 
 def test_both_orders_cancel_a_position_pull(lm):
-    from data.judgment import swap_responses
+    from judgment.parse import swap_responses
     from llm.scoring import score_answers, score_both_orders
     from prm.judge import LocalJudge
 
@@ -175,7 +176,7 @@ def _blocks(first: str, second: str, page: str = "the page") -> list[dict]:
 
 
 def test_many_prompts_on_one_cache_score_as_separate_full_passes():
-    from data.judgment import swap_responses
+    from judgment.parse import swap_responses
     from llm.scoring import prompt_text, score_many, tag_token_ids
 
     model, tok = tiny_lm(TEXTS, seed=5)
@@ -225,7 +226,9 @@ def test_shared_prefix_scores_equal_two_plain_passes_on_the_embedded_model():
     the scores of plain passes over each order, and the swapped order runs only from where the two
     orders part (Response 1's action)."""
     from conftest import EMBEDDED_MODEL
-    from data.judgment import State, render_pair, swap_responses
+    from data.state import State
+    from judgment.format import render_pair
+    from judgment.parse import swap_responses
     from llm.local import load_local_model
     from llm.kvcache import common_prefix
     from llm.scoring import _encode, prompt_text, score_both_orders, score_many

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data.judgment import State, render_pair
+from data.state import State
+from judgment.format import render_pair
 from dataset.export import MESSAGE
 from prm.evaluate import main
 

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from data.judgment import State, render_pair
+from data.state import State
+from judgment.format import render_pair
 from prm.evaluate import compare, evaluate, load_bench, main, markdown, pair_structure, split_sources
 from prm.judge import Judgment
 from llm.serve import serve_in_thread
@@ -36,7 +37,7 @@ def webarbiter_prompt(hint: str, r1: str, r2: str) -> str:
 
 
 def project_prompt(hint: str, r1: str, r2: str) -> list[dict]:
-    """A prompt as this project's export writes it: chat messages (data.judgment.render_pair)."""
+    """A prompt as this project's export writes it: chat messages (judgment.format.render_pair)."""
     state = State(intent=f"Order an iPad {hint}", axtree=AXTREE, url="http://shop/ipad", start_url="http://shop/")
     return render_pair(state, r1, r2)[0]
 

@@ -14,7 +14,9 @@ from dataset.export import MESSAGE
 from prm.evaluate import compare, load_bench, main, score
 from prm.judge import EndpointJudge, Judgment, LocalJudge, PairOutcome, judge, judge_expected, swap_responses
 from llm import LLMConfig
-from data.judgment import State, parse_prompt, render_pair
+from data.state import State
+from judgment.format import render_pair
+from judgment.parse import parse_prompt
 from llm.serve import serve_in_thread
 
 
@@ -69,7 +71,7 @@ def test_endpoint_judge_parses_realistic_outputs(tmp_path):
         got = j.judge_prompts([[{"role": "user", "content": f"case={i}"}] for i in range(len(keys))])
     finally:
         server.shutdown()
-    # valid = ends in exactly one answer tag (data.judgment.parse_verdict): an echoed template with
+    # valid = ends in exactly one answer tag (judgment.parse.parse_verdict): an echoed template with
     # two tags, a phrase without a tag and a restatement are unparsed; the cut one is truncated
     assert [g.verdict for g in got] == [2, None, None, None, None, None]
     assert [g.truncated for g in got] == [False] * 5 + [True]

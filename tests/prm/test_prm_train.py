@@ -12,7 +12,7 @@ import torch
 from trl import SFTConfig
 
 from dataset.export import export_trl_labels
-from data.judgment import parse_prompt
+from judgment.parse import parse_prompt
 from prm.config import PRMTrainConfig
 from prm.train import build_trainer, main, save_merged, train
 from scripted_teacher import make_run

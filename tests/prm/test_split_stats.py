@@ -9,7 +9,7 @@ import random
 import pytest
 
 from prm.split import fill_to, sample_states, split_by_template, task_template
-from prm.stats import bootstrap, is_correct, state_table, wilson
+from prm.stats import bootstrap, is_correct, state_table
 
 TASKS = [f"workarena.servicenow.{name}_{seed}" for name in
          ("order-ipad-pro", "order-ipad-mini", "all-menu", "knowledge-base-search", "order-loaner-laptop",
@@ -60,17 +60,6 @@ def test_training_sets_are_filled_to_the_same_size():
     assert len(fill_to(rows, 3, seed=0)) == 3 and fill_to([], 3, seed=0) == []
 
 
-def test_wilson_interval():
-    lo, hi = wilson(5, 10)
-    assert lo < 0.5 < hi and abs((0.5 - lo) - (hi - 0.5)) < 1e-9          # symmetric at p = 1/2
-    assert (round(lo, 4), round(hi, 4)) == (0.2366, 0.7634)               # the textbook value (z = 1.96)
-    lo, hi = wilson(0, 10)
-    assert lo == 0.0 and 0.2 < hi < 0.35                                  # not degenerate at p = 0
-    assert wilson(100, 400)[1] - wilson(100, 400)[0] < wilson(25, 100)[1] - wilson(25, 100)[0]
-    assert wilson(17, 24, confidence=0.99)[0] < wilson(17, 24)[0] and wilson(3, 3)[1] == 1.0
-    assert wilson(0, 0) == (0.0, 1.0)
-
-
 def _records(correct_by_state: dict) -> list[dict]:
     return [{"source_name": "s", "state": st, "correct": c} for st, cs in correct_by_state.items() for c in cs]
 
@@ -108,7 +97,8 @@ def test_evaluate_scores_both_orders_on_a_tiny_model():
     pytest.importorskip("transformers")
     from tiny_lm import tiny_lm
 
-    from data.judgment import State, render_pair
+    from data.state import State
+    from judgment.format import render_pair
     from prm.evaluate import evaluate
     from prm.judge import LocalJudge
 

@@ -1,7 +1,7 @@
 """Recorders for the search tests: a harness that keeps the actions it ran, and a PRM judge
 factory that keeps every pair it judged with the verdict."""
 
-from data.judgment import State
+from data.state import State
 from harness.env import BrowserHarness
 from search.tournament import prm_pair_judge
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from data.judgment import parse_prompt
+from judgment.parse import parse_prompt
 from golden_files import VARYING, check, stable
 
 from miniwob_scripts import actions, bid, quoted

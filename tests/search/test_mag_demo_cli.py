@@ -14,7 +14,7 @@ import pytest
 import search.mag as mag
 from scripted_llm import scripted_server
 from search.demo_site import TASK_ID
-from data.judgment import parse_prompt
+from judgment.parse import parse_prompt
 from shop_scripts import GUIDES, URL_TEMPLATE, mag_output, menu_id, menu_of_prompt, right_output
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from data.judgment import parse_prompt
+from judgment.parse import parse_prompt
 from search.miniwob import main
 
 from miniwob_scripts import actions, bid, policy, quoted

@@ -7,7 +7,8 @@ from search.agent import Policy, build_messages, candidate_text, describe_outcom
 from harness.env import Observation
 from search.tournament import knockout, prm_pair_judge
 from llm import LLMConfig
-from data.judgment import State, parse_prompt
+from data.state import State
+from judgment.parse import parse_prompt
 
 TREE = "RootWebArea 'Shop'\n\t[9] searchbox 'Search' value='kettel'\n\t[10] button 'Search'\n\t[12] link 'Cart'"
 

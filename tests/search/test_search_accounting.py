@@ -8,7 +8,7 @@ import argparse
 
 import pytest
 
-from data.judgment import parse_prompt
+from judgment.parse import parse_prompt
 from prm.judge import Judgment, judge_pairs
 from search import webarena as wa
 from search.episodes import prm_llm_config

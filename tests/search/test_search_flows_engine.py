@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from data.judgment import parse_prompt
+from judgment.parse import parse_prompt
 
 from scripted_llm import scripted_server
 from shop_scripts import URL_TEMPLATE, find, menu_of_prompt, right_action, right_output

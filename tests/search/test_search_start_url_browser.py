@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from data.judgment import parse_prompt
+from judgment.parse import parse_prompt
 from local_pages import Pages
 from prm.judge import Judgment
 from harness.env import BrowserHarness, host_of

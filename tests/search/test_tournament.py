@@ -131,7 +131,7 @@ def test_unparsed_verdict_is_recorded_and_judge_length_checked():
 
 def test_prm_prompt_template_reaches_the_judge(tmp_path):
     """``--prm-prompt-template``: the PRM's match prompts are the user's text with the state filled in."""
-    from data.judgment import State
+    from data.state import State
     from prm.judge import Judgment
     from search.runner import parse_config
     from search.tournament import prm_format, prm_pair_judge

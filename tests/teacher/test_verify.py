@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from scripted_teacher import ScriptedTeacher, judgment, llm_config, make_run, start
-from data.judgment import parse_prompt
+from judgment.parse import parse_prompt
 from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
-from data.pairs import coin_label
+from judgment.pairs import coin_label
 from teacher.verify import VerifyConfig, verify
 
 ROOT = Path(__file__).resolve().parents[2]

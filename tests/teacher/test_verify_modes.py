@@ -8,7 +8,7 @@ import pytest
 
 from scripted_teacher import make_run
 from tiny_lm import save_tiny_lm
-from data.judgment import answer_text, parse_verdict
+from judgment.parse import answer_text, parse_verdict
 from teacher.schema import PREFERENCE_SCHEMA
 from teacher.verify import VerifyConfig, verify
 
@@ -33,8 +33,8 @@ def _copy(src, dst):
 def test_each_verdict_is_written_with_the_mode_that_produced_it(tiny_run, tmp_path):
     """A written verdict keeps its own attempt's mode: decisions of two modes go through
     ``write_outputs`` and come back from the Parquet files with those modes, not a default."""
-    from data.judgment import JudgmentFormat
-    from data.pairs import load_pairs
+    from judgment.format import JudgmentFormat
+    from judgment.pairs import load_pairs
     from data.rundir import RunDir
     from teacher.verify import Attempt, Decision, write_outputs
 
@@ -76,8 +76,8 @@ def test_local_teacher_scores(tiny_run, tmp_path):
     from llm import LLMConfig
     from llm.local import load_local_model
     from llm.scoring import score_answers
-    from data.judgment import JudgmentFormat
-    from data.pairs import load_pairs
+    from judgment.format import JudgmentFormat
+    from judgment.pairs import load_pairs
     from data.rundir import RunDir
 
     src, pairs, model = tiny_run
