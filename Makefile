@@ -31,14 +31,14 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export DO_NOT_TRACK := 1
 
-.PHONY: setup run viewer prm-demo mag-demo replay-demo test test-fast golden bench clean
+.PHONY: setup run viewer prm-demo mag-demo replay-demo test test-fast golden bench docs clean
 
 setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(CHROMIUM)
 
 $(VENV)/.installed: pyproject.toml requirements/browsergym.txt requirements/browsergym-deps.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test]' -r requirements/browsergym-deps.txt
+	$(PIP) install -q -e '.[test,docs]' -r requirements/browsergym-deps.txt
 	$(PIP) install -q --no-deps -r requirements/browsergym.txt
 	touch $@
 
@@ -118,6 +118,11 @@ test-fast: setup
 # search runs' outputs) from today's code; review `git diff tests/golden` before committing.
 golden: setup
 	SURFPRM_UPDATE_GOLDEN=1 $(PY) -m pytest -q tests/golden tests/search/test_golden_runs.py
+
+# The documentation site (mkdocs.yml, docs/) on http://127.0.0.1:8000/, rebuilt on every edit;
+# the tests build it with --strict (tests/docs/).
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 # Every benchmark under bench/; figures are recorded by hand in bench/RESULTS.md.
 bench: setup
