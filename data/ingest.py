@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cli.config import Configurable, make_parser
+from cli.errors import error_exit
 from data.readers.agentlab import read_agentlab
 from data.readers.canonical import read_canonical
 from data.readers.safe_pickle import DEFAULT_MAX_DECOMPRESSED_MB
@@ -147,8 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stats = ingest(args.source, args.input, args.out, args.max_decompressed_mb)
     except (FileNotFoundError, ValueError, RunDirError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit(e)
     print(stats.summary())
     print(f"wrote {RunDir(args.out).trajectories}")
     if stats.n_out == 0:

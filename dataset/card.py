@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard, DatasetCardData
 
+from cli.errors import error_exit
 from data.config import CLIParser, Configurable, make_parser
 from data.rundir import RunDir, atomic_write_text
 from dataset.report import markdown_table
@@ -258,8 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"wrote {write_card(args.run, opts.license)}")
     except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit(e)
     return 0
 
 

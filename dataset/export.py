@@ -70,6 +70,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from cli.errors import error_exit
 from data.config import CLIParser, Configurable, make_parser
 from data.judgment import UNTRUSTED_MODES, JudgmentFormat, answer_text, render_pair
 from data.pairs import load_pairs
@@ -467,8 +468,7 @@ def main(argv: list[str] | None = None) -> int:
                             tokenizer=opts.tokenizer, max_length=opts.max_length, gmcp_ratio=opts.gmcp_ratio):
                 print(f"wrote {p}")
     except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit(e)
     return 0
 
 

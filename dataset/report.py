@@ -25,6 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 from cli.config import CLIParser, make_parser
+from cli.errors import error_exit
 from data.rundir import RunDir, atomic_write_bytes, atomic_write_text
 from data.schema import AXES, AXIS_OF, RULES
 from dataset.stats import wilson
@@ -387,8 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"wrote {write_report(args.run)}")
     except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit(e)
     return 0
 
 

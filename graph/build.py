@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cli.config import Configurable, check_ranges, make_parser
+from cli.errors import error_exit
 from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_write_parquet, atomic_write_text
 from graph import passes
 from graph.identity import DEFAULT_IDENTITY, IDENTITIES, check_identity
@@ -375,8 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         config = BuildConfig.from_args(args)
         stats = build_graphs(args.run, config=config)
     except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit(e)
     print(stats.summary())
     t = stats.extra
     print(f"{t['sites']} site graphs ({config.identity} identity): {t['element_nodes']} element nodes, "

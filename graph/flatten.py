@@ -36,6 +36,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from cli.config import Configurable, make_parser
+from cli.errors import error_exit
 from graph.axtree import parse_axtree, parse_props
 
 
@@ -130,8 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     src, out = Path(args.input), Path(args.out)
     src = src / "trajectories.parquet" if src.is_dir() else src
     if not src.exists():
-        print(f"error: {src} not found", file=sys.stderr)
-        return 2
+        return error_exit(f"{src} not found")
     n = flatten_run(src, out)
     print(f"{n} WebPRM rows -> {out}")
     return 0 if n else 1

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cli.config import Configurable, make_parser
+from cli.errors import error_exit
 
 MODELS_DIR = Path(".cache/models")
 CHUNK = 1 << 20
@@ -302,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = prepare(Path(args.out) if args.out else None, model=args.model)
     except IntegrityError as e:
-        print(f"error: refusing to load {args.model}: {e}", file=sys.stderr)
-        return 2
+        return error_exit(f"refusing to load {args.model}: {e}")
     print(f"embedded model {args.model} ready at {out}")
     return 0
 

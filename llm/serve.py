@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from cli.config import Configurable, make_parser
+from cli.errors import error_exit
 from llm.local import Cancelled, check_request
 
 log = logging.getLogger(__name__)
@@ -605,8 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         model = load_local_model(args.model)   # load before listening: the first request is not slow
     except (ValueError, OSError) as e:          # no such model, a bad $SURFPRM_EMBEDDED_MODEL
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit(e)
     server = model_server(model, args.host, args.port, max_tokens_cap=args.max_tokens_cap,
                           max_active=args.max_active, max_queue=args.max_queue,
                           time_limit_s=args.time_limit_s or None, max_body_bytes=args.max_body_bytes,

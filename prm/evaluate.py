@@ -61,6 +61,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from cli.config import CLIParser, Configurable, make_parser
+from cli.errors import error_exit
 from data.actions import ELEMENT_OPS, Action, extract_action
 from judgment.format import JudgmentFormat
 from judgment.parse import parse_prompt, rerender_prompt
@@ -472,8 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run(judge_config(args, judge_mode=opts.judge_mode), opts)
     except (FileNotFoundError, ValueError) as e:      # a missing or unreadable benchmark: one line, as every stage
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit(e)
     print(markdown(result))
     return 0 if not result["infra_errors"] else 3
 

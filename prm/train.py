@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cli.config import make_parser
+from cli.errors import error_exit
 
 if TYPE_CHECKING:                 # prm.config imports TRL, hence torch: only where a config is built
     from prm.config import PRMTrainConfig
@@ -190,8 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = PRMTrainConfig.from_args(args)
     except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit(e)
     if args.dry_run:
         problems = cfg.validate(check_paths=True)
         print(json.dumps({"valid": not problems, "problems": problems, **cfg.summary()}, indent=2))
@@ -199,8 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         record = train(cfg)
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit(e)
     print(json.dumps({k: v for k, v in record.items() if k != "config"}))
     print(done_summary(record))
     return 0

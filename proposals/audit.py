@@ -49,6 +49,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from cli.config import Configurable, make_parser
+from cli.errors import error_exit
 from data.actions import ELEMENT_OPS, Action, ActionParseError, parse_action
 from data.rundir import RunDir, RunDirError, atomic_write_text
 from graph.axtree import AXTree, AXTreeParseError, parse_axtree
@@ -368,8 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         audit = write_audit(args.run, args.table)
     except (FileNotFoundError, RunDirError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit(e)
     print(json.dumps(audit, sort_keys=True) if args.json else format_audit(audit))
     return 1 if failures(audit) else 0
 

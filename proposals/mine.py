@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cli.config import Configurable, make_parser
+from cli.errors import error_exit
 from cli.progress import done_line
 from data.rundir import RunDir, StageStats
 from proposals.audit import format_audit as format_table_audit
@@ -97,8 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = mine(cmd.run, MineConfig.from_args(args), LLMConfig.from_args(args, prefix="fill-"),
                      workers=cmd.workers, show_progress=not cmd.quiet)
     except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit(e)
     print(format_audit(stats))
     print(done_summary(stats, cmd.run))
     return 0 if stats.n_out else 1

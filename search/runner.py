@@ -79,6 +79,7 @@ from pathlib import Path
 from typing import Callable
 
 from cli.config import Configurable, make_parser
+from cli.errors import error_exit
 from judgment.format import DEFAULT_BUDGET
 from cli.progress import done_line, progress
 from llm import LLMConfig
@@ -430,8 +431,7 @@ def main(benchmark: Benchmark, argv: list[str] | None = None, doc: str | None = 
     try:
         summary = run_search(benchmark, config)
     except SetupError as e:
-        print(f"{benchmark.name}: {e}", file=sys.stderr)
-        return 2
+        return error_exit(e, benchmark.name)
     if why := nothing_ran(summary):
         print(f"{benchmark.name}: {why}", file=sys.stderr)
         return 1

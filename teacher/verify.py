@@ -61,6 +61,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from cli.errors import error_exit
 from data.config import Configurable, check_ranges, make_parser
 from data.progress import done_line, progress
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
@@ -530,8 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         stats = verify(cmd.run, config, LLMConfig.from_args(args), progress=not cmd.quiet,
                        replay_config=replay, replay_backend=backend)
     except (FileNotFoundError, NotReplayable, PolicyError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit(e)
     print(format_summary(stats))
     print(done_summary(stats, cmd.run))
     return 3 if stats.extra["pending"] else 0

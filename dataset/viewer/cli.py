@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cli.config import CLIParser, Configurable, make_parser
+from cli.errors import error_exit
 from data.rundir import RunDirError
 
 
@@ -111,7 +111,6 @@ def main(argv: list[str] | None = None) -> int:
                        host=serve_opts.host)
         serve(app, serve_opts.host, serve_opts.port)
     except (RunDirError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return error_exit(e)
     return 0
 
