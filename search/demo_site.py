@@ -17,10 +17,19 @@ from urllib.parse import parse_qs, urlsplit
 ITEMS = {"kettle-blue": "Blue Kettle", "kettle-red": "Red Kettle", "mug-blue": "Blue Mug"}
 GOAL = "Order 2 Blue Kettles for Ada, then tell me the order number."
 TASK_ID = "demo-shop"
-# The steps a person takes, as MAG gold guides (search.mag.metrics format, by task id).
-GOLD_GUIDES = {TASK_ID: ["Type kettle into the search box.", "Press Enter to search.", "Open the Blue Kettle.",
-                         "Click Order this item.", "Enter Ada as the name.", "Choose 2 as the quantity.",
-                         "Place the order.", "Read the order number."]}
+# The steps a person takes: MAG gold guides with their actions (the gold-guide JSONL's step records,
+# search.mag.metrics; the actions feed the teacher-forced diagnostics, search.mag.diagnostics).
+GOLD_STEPS = {TASK_ID: [
+    {"guide": "Type kettle into the search box.", "action_type": "type", "target": "Search products",
+     "content": "kettle"},
+    {"guide": "Press Enter to search.", "action_type": "press_enter"},
+    {"guide": "Open the Blue Kettle.", "action_type": "click", "target": "Blue Kettle"},
+    {"guide": "Click Order this item.", "action_type": "click", "target": "Order this item"},
+    {"guide": "Enter Ada as the name.", "action_type": "type", "target": "Name", "content": "Ada"},
+    {"guide": "Choose 2 as the quantity.", "action_type": "select", "target": "Quantity", "content": "2"},
+    {"guide": "Place the order.", "action_type": "click", "target": "Place order"},
+    {"guide": "Read the order number.", "action_type": "finish", "content": "Order number A-100"}]}
+GOLD_GUIDES = {task: [s["guide"] for s in steps] for task, steps in GOLD_STEPS.items()}
 
 
 class LocalServer:

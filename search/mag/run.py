@@ -23,6 +23,11 @@ user's exact text (YAML ``system`` and ``user``, ``search.mag.agent.PolicyTempla
 Action-Only: it sees each candidate's verb, target and content, never its think or guide, with
 the menu in the AXTree section of the comparative-judgment format.
 
+``--diagnostics`` adds MAG App. D's teacher-forced step diagnostics (``search.mag.diagnostics``):
+after the search, the policy writes one greedy output at each gold step of each task with gold
+actions, on the gold path, scored by App. D's deterministic rules (SAA, GACS, Faith, Suff) into
+``summary.json``'s ``diagnostics`` and ``diagnostics/<task_id>.jsonl``.
+
 ``--demo`` runs one built-in task instead, on a small shop served on 127.0.0.1
 (``search.demo_site``, gold guides included): the whole harness without WebArena, e.g. to check
 that a policy endpoint writes the contract (``make mag-demo`` runs it with the embedded model).
@@ -174,9 +179,14 @@ class MagSearch(SearchConfig):
     policy_prompt_template: str | None = field(default=None, metadata={
         "metavar": "FILE",
         "help": "render the policy prompt from a YAML file (system, user; search.mag.agent.PolicyTemplate)"})
+    diagnostics: bool = field(default=False, metadata={
+        "help": "also score the policy teacher-forced on the gold steps (MAG App. D: SAA, GACS, Faith, Suff; "
+                "search.mag.diagnostics): summary.json's diagnostics"})
 
     def check(self) -> None:
         super().check()
+        if self.diagnostics and not (self.demo or self.gold_guides):
+            raise ValueError("--diagnostics needs gold steps with actions: --gold-guides FILE (or --demo)")
         if self.policy_prompt_template:
             PolicyTemplate.load(self.policy_prompt_template)       # ValueError on a bad template
 
@@ -224,7 +234,56 @@ def save_screenshot(config: MagSearch, task: dict, step, obs) -> None:
 
 
 def summarize_mag(config: MagSearch, rows: list[dict], baseline: dict | None) -> dict:
-    return {**summarize_run(rows, gold_guides(config)), "grounding": config.grounding}
+    out = {**summarize_run(rows, gold_guides(config)), "grounding": config.grounding}
+    if config.diagnostics:
+        out["diagnostics"] = run_diagnostics(config)
+    return out
+
+
+def run_diagnostics(config: MagSearch) -> dict:
+    """MAG App. D's teacher-forced diagnostics of the run's policy on every task with gold
+    actions (``search.mag.diagnostics``): one greedy output per gold step (unless a temperature is
+    given), the per-step scores in ``diagnostics/<task_id>.jsonl``, their means returned."""
+    import contextlib
+
+    from search.episodes import configure_harness, model_config
+    from search.mag.diagnostics import gold_steps, load_gold_steps, summarize_steps, teacher_forced
+
+    gold = load_gold_steps(config.gold_guides)
+    if config.demo:
+        from search.demo_site import GOLD_STEPS
+
+        gold = {**{k: gold_steps({"steps": v}) for k, v in GOLD_STEPS.items()}, **gold}
+    llm = model_config(config.policy, config.policy_llm, 0.0, MAG_AGENT.policy_llm)
+    propose = MAG_AGENT.policy(config, llm)
+    folder = Path(config.out) / "diagnostics"
+    folder.mkdir(parents=True, exist_ok=True)
+    scores, skipped, stopped, failed, ran = [], [], {}, {}, 0
+    with contextlib.ExitStack() as stack:
+        if config.demo:
+            from search.demo_site import Shop, demo_harness
+
+            make = demo_harness(stack.enter_context(Shop()), **MAG_AGENT.harness_options)
+        else:
+            make = site_harnesses(config)
+        for task in tasks(config):
+            tid = str(task["task_id"])
+            if not gold.get(tid):
+                skipped.append(tid)
+                continue
+            try:
+                with make(task) as harness:
+                    configure_harness(harness, config)
+                    forced = teacher_forced(harness, propose, tid, gold[tid], config.grounding, config.seed)
+            except Exception as e:          # an environment failure: the task is listed, not scored
+                failed[tid] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                continue
+            ran += 1
+            scores += forced.steps
+            if forced.stopped:
+                stopped[tid] = forced.stopped
+            (folder / f"{tid}.jsonl").write_text("".join(json.dumps(s, default=str) + "\n" for s in forced.steps))
+    return {**summarize_steps(scores, ran, skipped), "stopped": stopped, "env_failures": failed}
 
 
 def report(config: MagSearch, summary: dict, baseline: dict | None) -> None:
@@ -234,6 +293,10 @@ def report(config: MagSearch, summary: dict, baseline: dict | None) -> None:
         rows.insert(0, (run_name(baseline), baseline))
     (Path(config.out) / "table.md").write_text(table(rows))
     print(table(rows), file=sys.stderr)
+    if d := summary.get("diagnostics"):
+        values = ", ".join(f"{k} {d[k]:.3f}" if d[k] is not None else f"{k} -" for k in ("SAA", "GACS", "Faith", "Suff"))
+        print(f"teacher-forced diagnostics (MAG App. D) over {d['n_steps']} gold steps of {d['n_tasks']} task(s): "
+              f"{values}", file=sys.stderr)
 
 
 MAG = Benchmark("search.mag", MagSearch, tasks, site_harnesses, agent=MAG_AGENT,
