@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 CONFIGS = [
     ("preferences", {"train": "preferences.parquet"}),
     ("trl", {"train": "export/trl/train.parquet", "test": "export/trl/test.parquet"}),
+    ("trl-preference", {"train": "export/trl-preference/train.parquet", "test": "export/trl-preference/test.parquet"}),
     ("webprmbench", {"test": "export/webprmbench.parquet"}),
     ("discarded", {"train": "discarded.parquet"}),
 ]
@@ -110,39 +111,70 @@ def _lengths_table(tokens: dict) -> str:
 
 
 def trl_usage(name: str, tokens: dict | None) -> str:
-    """The card's "Use" section: load the configs and train with TRL's ``SFTTrainer`` with a literal
-    ``max_length`` at least the longest row (``dataset.export.token_stats``), so that nothing is
-    truncated; without token lengths, ``max_length=None`` (TRL then truncates nothing either)."""
+    """The card's "Use" section: a script that trains on the ``trl`` config with TRL's ``SFTTrainer``
+    as written, on a CPU or a GPU (the device, bf16 only where the GPU has it, a batch that fits,
+    ``trainer.train()``), with a literal ``MAX_LENGTH`` at least the longest row
+    (``dataset.export.token_stats``) so that nothing is truncated; without token lengths
+    ``MAX_LENGTH = None`` (TRL then truncates nothing either)."""
     if tokens and tokens.get("rows"):
         max_length = tokens["max_length"]
         why = (f"The `trl` rows are {tokens['total']['min']:,}-{tokens['total']['max']:,} tokens with "
                f"`{tokens['tokenizer']}`'s tokenizer, counted as `SFTTrainer` tokenizes them (chat template over "
                f"prompt + completion):\n\n{_lengths_table(tokens)}\n\n"
-               f"`max_length={max_length}` (the longest row rounded up to a multiple of 64) keeps every row whole.")
+               f"`MAX_LENGTH = {max_length}` (the longest row rounded up to a multiple of 64) keeps every row whole.")
+        batch = "max(1, min(8, 16_384 // MAX_LENGTH))"
     else:
         max_length = None
         why = ("Token lengths were not measured (no tokenizer at hand: `python -m dataset.export --run RUN "
-               "--format trl --tokenizer NAME` counts them); `max_length=None` truncates nothing.")
+               "--format trl --tokenizer NAME` counts them); `MAX_LENGTH = None` truncates nothing.")
+        batch = "1"
     return f"""## Use
 
+The script runs as written on a CPU or a GPU (`MAX_STEPS=1 python train.py` tries one step):
+
 ```python
+import os
+
+import torch
 from datasets import load_dataset
 from trl import SFTConfig, SFTTrainer
 
-ds = load_dataset("path/to/{name}", "trl")      # any config listed in the header
-# or: load_dataset("parquet", data_files={{"train": "export/trl/train.parquet", "test": "export/trl/test.parquet"}})
-args = SFTConfig(output_dir="sft-out", max_length={max_length})
-trainer = SFTTrainer(model="your/model", train_dataset=ds["train"], args=args)
+DATA = "path/to/{name}"        # this dataset: its Hub id, or the folder this card is in
+MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"   # any chat model with a chat template
+MAX_LENGTH = {max_length}
+
+ds = load_dataset(DATA, "trl")      # any config listed in the header
+gpu = torch.cuda.is_available()
+batch = {batch} if gpu else 1       # rows per device step: ~16k tokens on a GPU, one row on a CPU
+args = SFTConfig(
+    output_dir="sft-out",
+    max_length=MAX_LENGTH,
+    per_device_train_batch_size=batch,
+    gradient_accumulation_steps=max(1, 8 // batch),      # 8 rows per optimizer step either way
+    bf16=gpu and torch.cuda.is_bf16_supported(),        # TRL's default bf16 fails on a CPU
+    use_cpu=not gpu,
+    model_init_kwargs={{"dtype": "auto" if gpu else "float32"}},
+    max_steps=int(os.environ.get("MAX_STEPS", -1)),     # -1: num_train_epochs
+    report_to="none",
+)
+trainer = SFTTrainer(model=MODEL, train_dataset=ds["train"], args=args)
+trainer.train()
+trainer.save_model()
 ```
 
 {why} TRL's default `max_length=1024` cuts every longer row from the end
 (`truncation_mode="keep_start"`, the default; `"keep_end"` is deprecated and would cut the system
 prompt and the intent instead), which removes the completion first, and `SFTTrainer` then drops
-every row left without completion tokens, without a warning. No other option is
-needed: the loss is on the completion only by TRL's default for prompt/completion data
-(`completion_only_loss=None`), and TRL has no option that shortens only the prompt. With another
-model's tokenizer, count again: `python -m dataset.export --run RUN --format trl --tokenizer NAME
---max-length N` warns about every row longer than `N`."""
+every row left without completion tokens, without a warning. The loss is on the completion only
+by TRL's default for prompt/completion data (`completion_only_loss=None`), and TRL has no option
+that shortens only the prompt. With another model's tokenizer, count again: `python -m
+dataset.export --run RUN --format trl --tokenizer NAME --max-length N` warns about every row
+longer than `N`. On a CPU a step over rows of several thousand tokens takes minutes; a GPU is the
+place for a full epoch.
+
+The `trl-preference` config (`prompt` = the state, `chosen` = a⁺, `rejected` = a⁻, conversational)
+goes to TRL's `RewardTrainer` and `DPOTrainer` the same way: `load_dataset(DATA, "trl-preference")`
+with `RewardConfig` / `DPOConfig` and the same device settings."""
 
 
 def _replay_note(v: dict) -> str:
@@ -205,6 +237,10 @@ sample: {gmcp} (paper: 74.60% for surfPRM-data, 24.19% for WebArbiter's data). T
   pairs were replay-verified (null otherwise).
 - `trl`: conversational prompt/completion (`prompt` = [system, user], `completion` =
   [assistant]) split by task: no task is in both train and test.
+- `trl-preference`: conversational `prompt` / `chosen` / `rejected` for TRL's `RewardTrainer` and
+  `DPOTrainer`: `prompt` = [system, user] asking for the next action in the state (the teacher's
+  sections without the two responses), `chosen` = [assistant: a⁺], `rejected` = [assistant: a⁻];
+  the same task split as `trl`.
 - `webprmbench`: the held-out tasks in WebPRMBench format (`state_idx, pair_idx, expected,
   prompt, source_name`), `expected` the position (1 or 2) of the better response.
 - `discarded`: the pairs no attempt agreed on, with every verdict and answer (replay-verified: the

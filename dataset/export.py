@@ -1,6 +1,6 @@
 """Export the verified preferences for training (TRL) and evaluation (WebPRMBench format).
 
-    python -m dataset.export --run RUN --format {trl,webprmbench,trl-labels} [--seed 42 --test-fraction 0.2 --no-card]
+    python -m dataset.export --run RUN --format {trl,webprmbench,trl-preference,trl-labels} [--seed 42 --no-card]
     python -m dataset.export --run RUN --format trl --preset paper          # every verified pair in train
     python -m dataset.export --run RUN --format trl --gmcp-ratio 0.5        # a controlled-GMCP dataset
 
@@ -142,12 +142,15 @@ MAX_LENGTH_MULTIPLE = 64
 
 def tokenizer_source(run: RunDir, name: str | None) -> str | None:
     """What to count tokens with: ``name``, else the run's local teacher's folder (``teacher.verify``'s
-    endpoint ``local:<folder>``), else None (an endpoint teacher's tokenizer is not at hand)."""
+    endpoint ``local:<folder>``), else the embedded model's (an endpoint teacher's tokenizer is not at
+    hand: a count with another tokenizer beats none, and the card says which), else None."""
+    from llm.embedded import default_model_dir
+
     if name:
         return name
     endpoint = run.read_stats().get("teacher.verify", {}).get("endpoint") or ""
-    folder = Path(endpoint.removeprefix("local:")) if endpoint.startswith("local:") else None
-    return str(folder) if folder is not None and (folder / "tokenizer_config.json").exists() else None
+    folders = [Path(endpoint.removeprefix("local:"))] if endpoint.startswith("local:") else []
+    return next((str(f) for f in [*folders, default_model_dir()] if (f / "tokenizer_config.json").exists()), None)
 
 
 def load_tokenizer(source: str):
@@ -203,8 +206,9 @@ def measure_tokens(run: RunDir, rows: list[dict], tokenizer: str | None, max_len
     there is none); warns on stderr about rows longer than ``max_length``."""
     source = tokenizer_source(run, tokenizer)
     if source is None:
-        print("dataset.export: no tokenizer to count tokens with (no --tokenizer, and the run's teacher was not "
-              "local): pass --tokenizer NAME for token lengths and the card's max_length", file=sys.stderr)
+        print("dataset.export: no tokenizer to count tokens with (no --tokenizer, the run's teacher was not "
+              "local and the embedded model is not prepared): pass --tokenizer NAME for token lengths and the "
+              "card's max_length", file=sys.stderr)
         return None
     stats = token_stats(rows, load_tokenizer(source), Path(source).name, max_length)
     over = stats.get("over_max_length", {})

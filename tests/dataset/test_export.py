@@ -201,21 +201,24 @@ def test_trl_export_trains_a_tiny_model_one_step(verified_run, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
-def _snippet_sft_config(card: str) -> dict:
-    """The keyword arguments of ``SFTConfig(...)`` in the card's Python snippet, as literals."""
+def _snippet(card: str) -> str:
+    """The card's Python snippet (the first python block of its "Use" section)."""
+    return card.split("## Use", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def _snippet_constants(card: str) -> dict:
+    """The snippet's module-level constants (``MAX_LENGTH = 5696``), as literals."""
     import ast
 
-    code = card.split("```python\n", 1)[1].split("```", 1)[0]
-    call = next(n for n in ast.walk(ast.parse(code))
-                if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "SFTConfig")
-    return {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    return {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse(_snippet(card)).body
+            if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id.isupper()}
 
 
 @pytest.mark.slow
 def test_card_snippet_trains_with_trl_and_keeps_every_row(verified_run, tmp_path, capsys):
-    """The card's SFTConfig (its literal max_length and nothing else) keeps every row whole in
-    plain TRL: SFTTrainer drops none, and its sequences are as long as the export counted them.
-    Counted with the embedded SmolLM2 tokenizer; the model is a tiny random one over that vocabulary."""
+    """The card's MAX_LENGTH keeps every row whole in plain TRL: SFTTrainer drops none, and its
+    sequences are as long as the export counted them. Counted with the embedded SmolLM2 tokenizer;
+    the model is a tiny random one over that vocabulary."""
     import datasets
     from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
@@ -233,9 +236,8 @@ def test_card_snippet_trains_with_trl_and_keeps_every_row(verified_run, tmp_path
     assert tokens["over_max_length"]["rows"] == 8 and "warning: 8 of 8 rows are longer than --max-length 64" in \
         capsys.readouterr().err
     card = (root / "README.md").read_text()
-    config = _snippet_sft_config(card)
-    assert set(config) == {"output_dir", "max_length"}          # no other TRL option is needed
-    assert config["max_length"] == tokens["max_length"] >= tokens["total"]["max"]
+    max_length = _snippet_constants(card)["MAX_LENGTH"]
+    assert max_length == tokens["max_length"] >= tokens["total"]["max"]
     assert [f"{tokens['total'][k]:,}" for k in ("min", "median", "p95", "max")] == \
         next(r[1:] for r in table_rows(card) if r[0] == "total")
 
@@ -245,7 +247,7 @@ def test_card_snippet_trains_with_trl_and_keeps_every_row(verified_run, tmp_path
     test_only = dict(max_steps=1, per_device_train_batch_size=2, bf16=False, report_to="none", save_strategy="no",
                      use_cpu=True, dataloader_num_workers=0)
     trainer = SFTTrainer(model=tiny_model(tokenizer), train_dataset=ds, processing_class=tokenizer,
-                         args=SFTConfig(**{**config, "output_dir": str(tmp_path / "sft")}, **test_only))
+                         args=SFTConfig(output_dir=str(tmp_path / "sft"), max_length=max_length, **test_only))
     assert len(trainer.train_dataset) == ds.num_rows                # every row kept
     counted = sorted(sum(token_lengths(tokenizer, r["prompt"], r["completion"])) for r in ds)
     assert sorted(len(ids) for ids in trainer.train_dataset["input_ids"]) == counted   # none truncated
@@ -257,14 +259,63 @@ def test_card_snippet_trains_with_trl_and_keeps_every_row(verified_run, tmp_path
                           args=short).train_dataset) == 0
 
 
-def test_card_without_a_tokenizer_truncates_nothing(verified_run, capsys):
-    """An endpoint teacher leaves no tokenizer at hand: the export says so, and the card's snippet
-    passes max_length=None (TRL then truncates nothing)."""
+@pytest.mark.slow       # TRL's SFTTrainer, one step
+def test_card_snippet_runs_as_written(verified_run, tmp_path, monkeypatch):
+    """The card's snippet itself, executed for one step (``MAX_STEPS=1``, which it reads): only its
+    DATA and MODEL values are replaced (this run's folder; a random 2-layer Llama with the embedded
+    SmolLM2's tokenizer), on this machine's device (a CPU here: no bf16, batch 1)."""
+    import re
+
+    from transformers import AutoTokenizer
+
+    from conftest import EMBEDDED_MODEL
+    from tiny_lm import tiny_model
+
+    if not (EMBEDDED_MODEL / "tokenizer_config.json").exists():
+        pytest.skip("the embedded model is prepared by `make setup`")
+    root = verified_run
+    export(root, "trl")                      # the card, its token lengths counted with the embedded tokenizer
+    code = _snippet((root / "README.md").read_text())
+    assert "trainer.train()" in code and _snippet_constants((root / "README.md").read_text())["MAX_LENGTH"]
+    model_dir = tmp_path / "model"
+    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_MODEL)
+    tiny_model(tokenizer).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    code, n = re.subn(r'^(DATA|MODEL) = "[^"]*"', lambda m: f"{m[1]} = {str(root if m[1] == 'DATA' else model_dir)!r}",
+                      code, flags=re.M)
+    assert n == 2
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MAX_STEPS", "1")
+    scope: dict = {}
+    exec(compile(code, "card snippet", "exec"), scope)
+    assert scope["trainer"].state.global_step == 1 and (tmp_path / "sft-out" / "config.json").exists()
+    assert scope["args"].bf16 is False and scope["args"].per_device_train_batch_size == 1    # a CPU
+
+
+def test_card_without_a_tokenizer_truncates_nothing(verified_run, capsys, monkeypatch, tmp_path):
+    """No tokenizer at hand (an endpoint teacher and no embedded model): the export says so, and the
+    card's snippet passes MAX_LENGTH = None (TRL then truncates nothing)."""
+    import llm.embedded
+
+    monkeypatch.setattr(llm.embedded, "default_model_dir", lambda: tmp_path / "no-model")
     root = verified_run
     export(root, "trl")
     assert "pass --tokenizer NAME" in capsys.readouterr().err
     assert json.loads((root / "stats.json").read_text())["data.export.trl"]["tokens"] is None
-    assert _snippet_sft_config((root / "README.md").read_text()) == {"output_dir": "sft-out", "max_length": None}
+    assert _snippet_constants((root / "README.md").read_text())["MAX_LENGTH"] is None
+
+
+def test_token_lengths_fall_back_to_the_embedded_tokenizer(verified_run):
+    """An endpoint teacher (the scripted one here) and no --tokenizer: counted with the embedded
+    model's tokenizer, so the card always has a MAX_LENGTH."""
+    from conftest import EMBEDDED_MODEL
+
+    if not (EMBEDDED_MODEL / "tokenizer_config.json").exists():
+        pytest.skip("the embedded model is prepared by `make setup`")
+    export(verified_run, "trl")
+    tokens = json.loads((verified_run / "stats.json").read_text())["data.export.trl"]["tokens"]
+    assert tokens["tokenizer"] == EMBEDDED_MODEL.name and tokens["rows"] == 8
+    assert _snippet_constants((verified_run / "README.md").read_text())["MAX_LENGTH"] == tokens["max_length"]
 
 
 def test_report_shows_an_example_timings_and_what_the_teacher_means(verified_run):
