@@ -22,6 +22,7 @@ the outputs. So the outputs and their entry change together as far as any other 
 a stage that would write what another writes or reads, or read what another writes, fails at
 once with ``RunDirBusy`` (one line, exit 2 in every CLI); it does not wait. A killed stage holds
 nothing (the kernel drops its locks). Readers that never refuse (``proposals.audit``) take none.
+The ``flock`` calls themselves are ``data.locks``'.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from data.locks import EXCLUSIVE, SHARED, held, holder, try_lock, unlock
 from data.state import State
-
 
 # A site's folder name: the name itself when it is plain, short and cannot be mistaken for a
 # digested name; else its sanitized readable part (capped in bytes) and its full SHA-256.
@@ -129,21 +130,6 @@ _TMP_PREFIX, _TMP_SUFFIX = ".", ".tmp"
 # The stage locks: one ``flock`` file per output, in this folder of the run directory.
 _LOCK_DIR = ".locks"
 _ALL_OUTPUTS = tuple(dict.fromkeys(rel for outs in STAGE_OUTPUTS.values() for rel in outs))
-
-
-def _now() -> str:
-    import datetime
-
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _holder(path: Path) -> str:
-    """Who holds a stage lock, as its holder wrote it (a writer); readers write nothing."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        text = ""
-    return text.splitlines()[0][:200] if text else "a stage reading it"
 
 
 def stage_command(stage: str) -> str:
@@ -368,8 +354,7 @@ class RunDir:
     def _locked(self):
         """The lock of ``stats.json`` and ``rejects.jsonl``; orphan temp files of those two (only
         a holder of the lock writes them) are removed on the way in."""
-        with open(self.root / ".stats.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with held(self.root / ".stats.lock"):
             for name in (self.stats_path.name, self.rejects_path.name):
                 self._remove_orphans(self.root, name)
             yield
@@ -524,57 +509,32 @@ class RunDir:
         for p in inputs:
             rel = self._rel(p).split("/", 1)[0]
             if rel and not Path(rel).is_absolute() and rel not in (".", ".."):
-                wanted[rel] = fcntl.LOCK_SH
+                wanted[rel] = SHARED
         for rel in outputs:
-            wanted[rel] = fcntl.LOCK_EX
-        held = self._stage_locks.setdefault(stage, {})
+            wanted[rel] = EXCLUSIVE
+        taken = self._stage_locks.setdefault(stage, {})
         try:
             for rel, mode in sorted(wanted.items()):
-                if rel in held and (held[rel][1] == fcntl.LOCK_EX or mode == fcntl.LOCK_SH):
+                if rel in taken and (taken[rel][1] == EXCLUSIVE or mode == SHARED):
                     continue
-                held[rel] = (self._acquire(rel, mode, stage), mode)
+                taken[rel] = (self._acquire(rel, mode, stage), mode)
         except BaseException:
             self.release_stage(stage)
             raise
 
     def _acquire(self, rel: str, mode: int, stage: str):
         path = self._lock_path(rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for attempt in (0, 1):
-            f = open(path, "a+", encoding="utf-8")
-            try:
-                fcntl.flock(f, mode | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.close()
-                if attempt == 0:
-                    # A stage of this process that failed may still hold its lock in an
-                    # unreachable RunDir (a traceback cycle): collect it and try once more.
-                    import gc
-
-                    gc.collect()
-                    continue
-                raise RunDirBusy(f"{self.root / rel} is in use by another stage ({_holder(path)}); "
-                                 f"{stage} does not wait: run it again when that one has finished, "
-                                 f"or use another run directory") from None
-            if mode == fcntl.LOCK_EX:
-                f.seek(0)
-                f.truncate()
-                f.write(f"{stage} (pid {os.getpid()}) writing it since {_now()}\n")
-                f.flush()
-            return f
-        raise AssertionError("unreachable")
+        f = try_lock(path, mode, stage)
+        if f is None:
+            raise RunDirBusy(f"{self.root / rel} is in use by another stage ({holder(path)}); "
+                             f"{stage} does not wait: run it again when that one has finished, "
+                             f"or use another run directory") from None
+        return f
 
     def release_stage(self, stage: str) -> None:
         """Release ``stage``'s locks (``write_stage`` does, once the entry is recorded)."""
         for f, mode in self._stage_locks.pop(stage, {}).values():
-            with contextlib.suppress(OSError, ValueError):
-                if mode == fcntl.LOCK_EX:
-                    f.seek(0)
-                    f.truncate()
-                    f.flush()
-                fcntl.flock(f, fcntl.LOCK_UN)     # for forked workers that share the descriptor too
-            with contextlib.suppress(OSError):
-                f.close()
+            unlock(f, mode)
 
     def clear_downstream(self, keep: str = "ingest") -> list[str]:
         """Remove every output downstream of ingest (``DOWNSTREAM``; ``README.md`` only when it
