@@ -22,7 +22,7 @@ from huggingface_hub import DatasetCard, DatasetCardData
 from cli.errors import error_exit
 from data.config import CLIParser, Configurable, make_parser
 from data.rundir import RunDir, atomic_write_text
-from dataset.report import markdown_table
+from dataset.report import markdown_table, md_code
 from dataset.tables import require_run_dir
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ CONFIGS = [
     ("webprmbench", {"test": "export/webprmbench.parquet"}),
     ("discarded", {"train": "discarded.parquet"}),
 ]
+DEFAULT_CONFIG = "preferences"
 
 
 def _size_category(n: int) -> str:
@@ -71,9 +72,13 @@ def _info(root: Path, files: dict[str, str]) -> datasets.DatasetInfo:
 
 def card_data(run_dir: str | Path, license: str = "apache-2.0") -> DatasetCardData:
     """The card's YAML header. Only non-empty splits are listed (the pinned ``datasets`` cannot
-    load an empty Parquet split), a config without one is left out, and the default config is
-    ``preferences`` when it has rows, else the first listed. ``dataset_info`` is written by
-    ``datasets`` itself (``DatasetInfosDict.to_dataset_card_data``, as ``push_to_hub`` does)."""
+    load an empty Parquet split) and a config without one is left out, except the default:
+    ``preferences``, the kept pairs, is listed whenever the run has the file, even with no row, so
+    that ``load_dataset(RUN)`` on a run that kept nothing fails (``datasets`` cannot load an empty
+    split) instead of taking another config, the rejected pairs, as its ``train``. Without it the
+    first listed config that is not ``discarded`` is the default, and ``discarded`` never is.
+    ``dataset_info`` (of the configs with rows) is written by ``datasets`` itself
+    (``DatasetInfosDict.to_dataset_card_data``, as ``push_to_hub`` does)."""
     from datasets.info import DatasetInfosDict
 
     root = Path(run_dir)
@@ -81,11 +86,14 @@ def card_data(run_dir: str | Path, license: str = "apache-2.0") -> DatasetCardDa
     for name, files in CONFIGS:
         present = {split: rel for split, rel in files.items() if (root / rel).exists() and _rows(root / rel) > 0}
         if not present:
+            if name == DEFAULT_CONFIG and (root / files["train"]).exists():
+                configs.append({"config_name": name, "data_files": [{"split": "train", "path": files["train"]}]})
             continue
         configs.append({"config_name": name, "data_files": [{"split": s, "path": p} for s, p in present.items()]})
         infos[name] = _info(root, present)
-    if configs:
-        default = next((c for c in configs if c["config_name"] == "preferences"), configs[0])
+    default = next((c for c in configs if c["config_name"] == DEFAULT_CONFIG),
+                   next((c for c in configs if c["config_name"] != "discarded"), None))
+    if default is not None:
         default["default"] = True
     n = _rows(root / "preferences.parquet") if (root / "preferences.parquet").exists() else 0
     data = DatasetCardData(license=license, language=["en"], pretty_name=f"surfPRM process preferences ({root.name})",
@@ -201,7 +209,7 @@ def body(run_dir: str | Path) -> str:
     audit = stats.get("proposals.mine", {}).get("audit", {}).get("sample", {})
     gmcp = f"{audit['gmcp_ratio']:.2%}" if "gmcp_ratio" in audit else "n/a"
     return f"""
-# surfPRM process preferences: `{root.name}`
+# surfPRM process preferences: {md_code(root.name)}
 
 Step-level preference pairs for training **comparative process reward models** for web agents,
 made by surfprm from demonstration trajectories, following *From
@@ -218,7 +226,7 @@ of the better one (`label`), and a teacher model's judgment that agrees with it.
 {_stage_line(stats, "proposals.mine", "grounded negatives")}
 {_stage_line(stats, "teacher.verify", "sampled pairs verified by the teacher")}
 
-Teacher: `{v.get('teacher_model', 'n/a')}`, Action-Only pairwise prompt (no candidate thoughts),
+Teacher: {md_code(v.get('teacher_model', 'n/a'))}, Action-Only pairwise prompt (no candidate thoughts),
 order by a fair coin per pair, temperature {v.get('config', {}).get('temperature', 'n/a')}, a fixed seed
 per attempt, up to K={v.get('config', {}).get('k', 'n/a')} sequential attempts; verdict mode
 `{v.get('config', {}).get('verdict_mode', 'generate')}`. With `generate` a pair is kept at the first
@@ -246,7 +254,9 @@ sample: {gmcp} (paper: 74.60% for surfPRM-data, 24.19% for WebArbiter's data). T
 - `discarded`: the pairs no attempt agreed on, with every verdict and answer (replay-verified: the
   `equivalent` and `replay_mismatch` pairs, their outcome as `reason`).
 
-Only configs and splits with rows are listed (an empty split cannot be loaded).
+Only configs and splits with rows are listed (an empty split cannot be loaded), except the
+default config `preferences`: on a run that kept no pair, `load_dataset(RUN)` fails (an empty split
+cannot be loaded) rather than give the rejected pairs; they load by name, `load_dataset(RUN, "discarded")`.
 
 {trl_usage(root.name, stats.get("data.export.trl", {}).get("tokens"))}
 

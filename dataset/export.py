@@ -241,7 +241,10 @@ def export_trl(run_dir: str | Path, seed: int = 42, test_fraction: float = 0.2,
     token lengths (``measure_tokens``) go into ``stats.json``. ``gmcp_ratio``: keep rows at that
     GMCP share over both splits (``dataset.gmcp_ratio``; the split is drawn on every row first)."""
     run = RunDir(run_dir)
-    run.check_inputs("data.export.trl", run.root / "preferences.parquet", run.trajectories)
+    # discarded.parquet too: the report beside the export counts it, and a verify that stopped
+    # between it and stats.json leaves a mixed run
+    run.check_inputs("data.export.trl", run.root / "preferences.parquet", run.root / "discarded.parquet",
+                     run.trajectories)
     every = load_preferences(run)
     test_tasks = split_tasks((r["task_id"] for r in every), seed, test_fraction)
     rows, rejects, rejected, ratio_entry = drop_to_ratio("data.export.trl", every, gmcp_ratio, seed,
@@ -341,7 +344,8 @@ def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float
     """Write the WebPRMBench-format evaluation file (held-out tasks, or ``split='all'``);
     ``gmcp_ratio``: keep the exported pairs at that GMCP share (``dataset.gmcp_ratio``)."""
     run = RunDir(run_dir)
-    run.check_inputs("data.export.webprmbench", run.root / "preferences.parquet", run.trajectories)
+    run.check_inputs("data.export.webprmbench", run.root / "preferences.parquet", run.root / "discarded.parquet",
+                     run.trajectories)
     rows = load_preferences(run)
     if split == "test":
         test_tasks = split_tasks((r["task_id"] for r in rows), seed, test_fraction)

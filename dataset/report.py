@@ -13,13 +13,21 @@ kept, else the first discarded, by pair id), the stage timings ``stats.json`` re
 the teacher's figures mean for this run's teacher. Plots use matplotlib's Agg backend (no
 display); the distribution plot draws the pool and the verified sample on panels of their own
 (the sample is a few pairs of a pool of hundreds), and the attempts plot runs to the run's K.
-Every figure is computed from the files, so the report of the same run is the same text.
+Every plot gives one meaning one colour (``COLORS``: kept is the same green everywhere), counts
+on integer ticks, and a plot that would carry fewer than two bars is left out (its table says
+it). Every figure is computed from the files, so the report of the same run is the same text.
+
+Text that comes from the run (page text in the example's intent, URL and actions, the teacher's
+answer, model names, reasons) is never Markdown: inline it is a code span whose backtick run is
+longer than any in the text, on one line (a newline could open a heading), and a block is a code
+fence longer than any backtick run inside it, so no heading, tag, link or image from a page renders.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -29,6 +37,7 @@ from cli.errors import error_exit
 from data.rundir import RunDir, atomic_write_bytes, atomic_write_text
 from data.schema import AXES, AXIS_OF, RULES
 from dataset.stats import wilson
+from dataset.readable import describe, target, why_worse
 from dataset.tables import read_pinned, require_run_dir
 
 GMCP_WEBARBITER, GMCP_PAPER = 0.2419, 0.7460
@@ -39,6 +48,25 @@ _VERIFY_COLS = ["pair_id", "rule", "axis", "gmcp", "attempts", "prompt_tokens", 
 _EXAMPLE_COLS = ["pair_id", "rule", "axis", "intent", "url", "label", "action_pos", "action_neg", "response_1",
                  "response_2", "verdicts"]
 EXAMPLE_CHARS = 600         # of the kept judgment or a discarded answer
+# one colour per meaning, the same in every plot (matplotlib's tab10 entries)
+COLORS = {"pool": "#1f77b4", "sample": "#9467bd", "kept": "#2ca02c", "discarded": "#d62728", "paper": "#999999"}
+
+
+def md_code(text, table: bool = False) -> str:
+    """``text`` as an inline code span that nothing in it can close or break out of: whitespace runs
+    (newlines too) become one space, the fence is one backtick longer than the longest run inside,
+    and in a table cell ``|`` is escaped (GFM splits cells before it reads code spans)."""
+    text = " ".join(str(text).split()) or " "
+    fence = "`" * (1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    pad = " " if text[0] in "` " or text[-1] in "` " else ""
+    body = f"{fence}{pad}{text}{pad}{fence}"
+    return body.replace("|", "\\|") if table else body
+
+
+def md_fence(text: str) -> list[str]:
+    """``text`` as a fenced code block no line of it can close (the fence outlasts every backtick run)."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    return [fence + "text", text, fence]
 
 
 def _read(path: Path, columns: list[str]) -> list[dict]:
@@ -66,14 +94,34 @@ def _gmcp(audit: dict | None, rows: list[dict]) -> tuple[float | None, int, str]
 
 def _example(root: Path) -> dict | None:
     """The first kept pair by id (with its judgment), else the first discarded (with its reason and
-    last answer), else None."""
-    for name, extra in (("preferences", ["judgment"]), ("discarded", ["reason", "texts"])):
+    last answer), else None; with each target's role and name and the rule's line on why a⁻ is worse."""
+    for name, extra in (("preferences", ["judgment", "traj_id", "step_idx"]),
+                        ("discarded", ["reason", "texts", "traj_id", "step_idx"])):
         rows = _read(root / f"{name}.parquet", _EXAMPLE_COLS + extra)
         if rows:
             row = min(rows, key=lambda r: r["pair_id"])
             return {**row, "status": "kept" if name == "preferences" else "discarded",
-                    "answer": row["judgment"] if name == "preferences" else (row["texts"] or [""])[-1]}
+                    "answer": row["judgment"] if name == "preferences" else (row["texts"] or [""])[-1],
+                    **_readable(root, row)}
     return None
+
+
+def _readable(root: Path, row: dict) -> dict:
+    """The example's ``pos_target`` and ``neg_target`` (``dataset.readable.target`` on its O_t) and ``why``."""
+    from graph.axtree import AXTreeParseError, parse_axtree
+
+    run = RunDir(root)
+    state = run.states([(row["traj_id"], row["step_idx"])]).get((row["traj_id"], row["step_idx"])) \
+        if run.trajectories.exists() else None
+    try:
+        tree = parse_axtree(state.axtree) if state is not None else None
+    except AXTreeParseError:
+        tree = None
+    cands = root / "candidates.parquet"
+    evidence = next((c["evidence"] for c in _read(cands, ["pair_id", "evidence"]) if c["pair_id"] == row["pair_id"]),
+                    None) if cands.exists() else None
+    return {"pos_target": target(tree, row["action_pos"]), "neg_target": target(tree, row["action_neg"]),
+            "why": why_worse(row["rule"], evidence)}
 
 
 def _timings(stats: dict) -> dict[str, float]:
@@ -149,13 +197,71 @@ def distribution_figure(r: dict):
             for i, name in enumerate(names):
                 offset = (i - (len(names) - 1) / 2) * width
                 ax.bar([j + offset for j in range(len(cats))], [r["dist"][name][key].get(c, 0) for c in cats],
-                       width, label=name, color=f"C{('pool', 'sample', 'kept').index(name)}")
+                       width, label=name, color=COLORS[name])
             ax.set_xticks(range(len(cats)), [c.replace("_", "\n") for c in cats], fontsize=7)
             ax.set_title(f"{' and '.join(names)}: pairs by {key}", fontsize=9)
             ax.yaxis.get_major_locator().set_params(integer=True)
             ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def outcome_figure(r: dict):
+    """Kept and discarded pairs per rule, stacked, on integer ticks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    kept = [r["outcome_by_rule"][x]["kept"] for x in RULES]
+    disc = [r["outcome_by_rule"][x]["discarded"] for x in RULES]
+    ax.bar(range(len(RULES)), kept, label="kept", color=COLORS["kept"])
+    ax.bar(range(len(RULES)), disc, bottom=kept, label="discarded", color=COLORS["discarded"])
+    ax.set_xticks(range(len(RULES)), [x.replace("_", "\n") for x in RULES], fontsize=7)
+    ax.set_ylabel("pairs")
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_title("verification outcome per rule")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def attempts_figure(r: dict):
+    """Pairs by attempts (kept: the attempt that agreed; discarded: the attempts spent), up to K."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ks = list(range(1, r["k"] + 1))
+    kept = [r["attempts_kept"].get(k, 0) for k in ks]
+    ax.bar(ks, kept, label="kept (attempt that agreed)", color=COLORS["kept"])
+    ax.bar(ks, [r["attempts_discarded"].get(k, 0) for k in ks], bottom=kept, label="discarded (attempts spent)",
+           color=COLORS["discarded"])
+    ax.set_xlabel("attempts")
+    ax.set_ylabel("pairs")
+    ax.set_xticks(ks)
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def bars(values) -> int:
+    """How many bars a plot of ``values`` shows (zero-height bars draw nothing)."""
+    return sum(1 for v in values if v)
+
+
+def plotted(r: dict) -> set[str]:
+    """The plots of ``r`` that carry two bars or more (the others are left out)."""
+    out = {"gmcp.png"}
+    if bars(v for name in ("pool", "sample", "kept") for v in r["dist"][name]["rule"].values()) >= 2:
+        out.add("distribution.png")
+    if bars(o[k] for o in r["outcome_by_rule"].values() for k in ("kept", "discarded")) >= 2:
+        out.add("outcome_by_rule.png")
+    if bars([*r["attempts_kept"].values(), *r["attempts_discarded"].values()]) >= 2:
+        out.add("attempts.png")
+    return out
 
 
 def _plots(fig_dir: Path, r: dict) -> list[str]:
@@ -166,7 +272,9 @@ def _plots(fig_dir: Path, r: dict) -> list[str]:
 
     import matplotlib.pyplot as plt
 
-    names = []
+    names, wanted = [], plotted(r)
+    for name in {"distribution.png", "outcome_by_rule.png", "attempts.png"} - wanted:
+        (fig_dir / name).unlink(missing_ok=True)      # an earlier report's plot would show stale figures
 
     def save(fig, name):
         buf = io.BytesIO()
@@ -176,13 +284,14 @@ def _plots(fig_dir: Path, r: dict) -> list[str]:
         atomic_write_bytes(fig_dir / name, buf.getvalue())
         names.append(name)
 
-    save(distribution_figure(r), "distribution.png")
+    if "distribution.png" in wanted:
+        save(distribution_figure(r), "distribution.png")
 
     fig, ax = plt.subplots(figsize=(6, 3.2))
     labels = ["WebArbiter data\n(paper)", "surfPRM-data\n(paper)", "this run\npool", "this run\nsample",
               "this run\nkept"]
     vals = [GMCP_WEBARBITER, GMCP_PAPER] + [r["gmcp"][k][0] or 0.0 for k in ("pool", "sample", "kept")]
-    ax.bar(labels, [100 * v for v in vals], color=["#999", "#999", "C0", "C0", "C0"])
+    ax.bar(labels, [100 * v for v in vals], color=[COLORS[k] for k in ("paper", "paper", "pool", "sample", "kept")])
     for i, v in enumerate(vals):
         ax.text(i, 100 * v + 1, f"{100 * v:.1f}%", ha="center", fontsize=8)
     ax.set_ylabel("GMCP %")
@@ -190,26 +299,10 @@ def _plots(fig_dir: Path, r: dict) -> list[str]:
     ax.tick_params(axis="x", labelsize=7)
     save(fig, "gmcp.png")
 
-    fig, ax = plt.subplots(figsize=(7, 3.4))
-    kept = [r["outcome_by_rule"][x]["kept"] for x in RULES]
-    disc = [r["outcome_by_rule"][x]["discarded"] for x in RULES]
-    ax.bar(range(len(RULES)), kept, label="kept")
-    ax.bar(range(len(RULES)), disc, bottom=kept, label="discarded")
-    ax.set_xticks(range(len(RULES)), [x.replace("_", "\n") for x in RULES], fontsize=7)
-    ax.set_title("verification outcome per rule")
-    ax.legend(fontsize=7)
-    save(fig, "outcome_by_rule.png")
-
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    ks = list(range(1, r["k"] + 1))
-    ax.bar(ks, [r["attempts_kept"].get(k, 0) for k in ks], label="kept (attempt that agreed)")
-    ax.bar(ks, [r["attempts_discarded"].get(k, 0) for k in ks], bottom=[r["attempts_kept"].get(k, 0) for k in ks],
-           label="discarded (attempts spent)")
-    ax.set_xlabel("attempts")
-    ax.set_ylabel("pairs")
-    ax.set_xticks(ks)
-    ax.legend(fontsize=7)
-    save(fig, "attempts.png")
+    if "outcome_by_rule.png" in wanted:
+        save(outcome_figure(r), "outcome_by_rule.png")
+    if "attempts.png" in wanted:
+        save(attempts_figure(r), "attempts.png")
     return names
 
 
@@ -223,6 +316,13 @@ def markdown_table(columns: list[str], rows: list[list], align: str) -> str:
         index=False, disable_numparse=True, colalign=[{"l": "left", "r": "right"}[a] for a in align])
 
 
+def _figure(r: dict, name: str, alt: str) -> list[str]:
+    """The Markdown of plot ``name``, or a line saying why it is left out."""
+    if name in plotted(r):
+        return [f"![{alt}]({name})", ""]
+    return [f"*No {alt} plot: it would show fewer than two bars; the table says it all.*", ""]
+
+
 def render_markdown(r: dict) -> str:
     """The report's Markdown (figures referenced by file name)."""
     c = r["cost"]
@@ -230,10 +330,10 @@ def render_markdown(r: dict) -> str:
             for rule in RULES]
     dist += [[f"*{axis}*", "", *(str(r["dist"][n]["axis"].get(axis, 0)) for n in ("pool", "sample", "kept"))]
              for axis in AXES]
-    lines = [f"# Synthesis report: `{r['run']}`", "",
-             f"Teacher: `{r['teacher_model']}`. Pairs verified: {c['pairs']} (kept {c['kept']}, discarded "
+    lines = [f"# Synthesis report: {md_code(r['run'])}", "",
+             f"Teacher: {md_code(r['teacher_model'])}. Pairs verified: {c['pairs']} (kept {c['kept']}, discarded "
              f"{c['discarded']}, pending {c['pending']}).", "",
-             "## Rules and axes", "", "![distribution](distribution.png)", "",
+             "## Rules and axes", "", *_figure(r, "distribution.png", "distribution"),
              markdown_table(["rule", "axis", "pool", "sample", "kept"], dist, "llrrr")]
     gmcp = [["WebArbiter's data (paper)", f"{GMCP_WEBARBITER:.2%}", "", ""],
             ["surfPRM-data (paper)", f"{GMCP_PAPER:.2%}", "", ""]]
@@ -257,16 +357,16 @@ def render_markdown(r: dict) -> str:
         o = r["outcome_by_rule"][rule]
         n = o["kept"] + o["discarded"]
         outcome.append([rule, str(o["kept"]), str(o["discarded"]), _pct(o["kept"] / n if n else None)])
-    lines += ["", "## Verification outcome per rule", "", "![outcome by rule](outcome_by_rule.png)", "",
+    lines += ["", "## Verification outcome per rule", "", *_figure(r, "outcome_by_rule.png", "outcome by rule"),
               markdown_table(["rule", "kept", "discarded", "kept %"], outcome, "lrrr")]
     if r["discard_reasons"]:
-        lines += ["", "Discard reasons: " + ", ".join(f"`{k}` {v}" for k, v in sorted(r["discard_reasons"].items()))
+        lines += ["", "Discard reasons: " + ", ".join(f"{md_code(k)} {v}" for k, v in sorted(r["discard_reasons"].items()))
                   + "."]
     if r.get("replay"):
         lines += replay_lines(r["replay"])
     attempts = [[str(k), str(r["attempts_kept"].get(k, 0)), str(r["attempts_discarded"].get(k, 0))]
                 for k in range(1, r["k"] + 1)]
-    lines += ["", "## Attempts", "", "![attempts](attempts.png)", "",
+    lines += ["", "## Attempts", "", *_figure(r, "attempts.png", "attempts"),
               markdown_table(["attempts", "kept at this attempt", "discarded after"], attempts, "rrr")]
     p = PAPER_COST
     retry = ", ".join(f"{k}: {v}" for k, v in c["passes_per_retry"].items())
@@ -290,7 +390,7 @@ def render_markdown(r: dict) -> str:
     lines += _example_lines(r["example"])
     lines += ["", "## Stage timings", ""]
     if r["timings"]:
-        lines += [markdown_table(["stage", "seconds"], [[f"`{s}`", f"{t:.1f}"] for s, t in r["timings"].items()],
+        lines += [markdown_table(["stage", "seconds"], [[md_code(s, table=True), f"{t:.1f}"] for s, t in r["timings"].items()],
                                  "lr")]
         lines += ["", "Wall-clock seconds of each stage's last run as `stats.json` records them (a rerun served from "
                       "the LLM cache is faster); stages that record none are not listed."]
@@ -313,7 +413,7 @@ def replay_lines(replay: dict) -> list[str]:
     """The replay verifier's outcome table (``teacher.verify --verifier replay``): counts per rule,
     axis and overall, and the false-negative rate (``equivalent`` among the pairs replayed to a
     verdict, i.e. without ``replay_mismatch``) with its Wilson 95% interval."""
-    rows = [[f"`{g}`", *map(str, (c.get(o, 0) for o in REPLAY_OUTCOMES)),
+    rows = [[md_code(g, table=True), *map(str, (c.get(o, 0) for o in REPLAY_OUTCOMES)),
              _share(c.get("equivalent", 0), sum(c.values()) - c.get("replay_mismatch", 0))]
             for key in ("by_rule", "by_axis") for g, c in replay.get(key, {}).items()]
     total = replay.get("outcomes", {})
@@ -321,7 +421,7 @@ def replay_lines(replay: dict) -> list[str]:
                  _share(total.get("equivalent", 0), sum(total.values()) - total.get("replay_mismatch", 0))])
     return ["", "## Replay outcomes (ground truth)", "",
             f"Every pair replayed in MiniWoB++ (`teacher.verify --verifier replay`, solver "
-            f"`{replay.get('backend', '?')}`). False negatives = `equivalent` among the pairs replayed to a verdict, "
+            f"{md_code(replay.get('backend', '?'))}). False negatives = `equivalent` among the pairs replayed to a verdict, "
             f"Wilson 95% interval; the paper's human audit found {FN_PAPER:.0%} for surfPRM-data and "
             f"{FN_WEBARBITER:.0%} for WebArbiter's data (§4.3).", "",
             markdown_table(["rule / axis", *REPLAY_OUTCOMES, "false negatives"], rows, "l" + "r" * 6)]
@@ -333,19 +433,15 @@ def _teacher_note(r: dict) -> str:
                 "(the replay table above). Attempts, tokens and dollars are zero by construction; the kept share is "
                 "the share of mined negatives that are true negatives.")
     if r["teacher_local"]:
-        return (f"The teacher `{r['teacher_model']}` is a small local model (verdict mode `{r['verdict_mode']}`): it "
+        return (f"The teacher {md_code(r['teacher_model'])} is a small local model (verdict mode `{r['verdict_mode']}`): it "
                 "exercises the pipeline end to end, and its kept share, agreement and GMCP figures say how this "
                 "model judges, not how good the data is. The kept pairs are those it happened to agree on; a "
                 "dataset to train on is verified by a strong teacher behind an OpenAI-compatible endpoint "
                 "(`make run TEACHER=\"--base-url URL --model M\" VERIFY_ARGS=\"--k 5\"`), whose agreement with "
                 "the demonstrations is the paper's filter.")
-    return (f"The teacher `{r['teacher_model']}` answered through an endpoint (verdict mode `{r['verdict_mode']}`): a "
+    return (f"The teacher {md_code(r['teacher_model'])} answered through an endpoint (verdict mode `{r['verdict_mode']}`): a "
             "pair is kept when one of its attempts agrees with the demonstration, so the kept share measures how "
             "often this teacher confirms the demonstrated action, a filter, not an independent label.")
-
-
-def _fence(text: str) -> list[str]:
-    return ["```text", text.replace("```", "` ` `"), "```"]
 
 
 def _example_lines(ex: dict | None) -> list[str]:
@@ -354,14 +450,20 @@ def _example_lines(ex: dict | None) -> list[str]:
     better = ex["label"]
     answer = ex["answer"] if len(ex["answer"]) <= EXAMPLE_CHARS else ex["answer"][:EXAMPLE_CHARS] + " [...]"
     verdicts = ", ".join(f"{v['attempt']}: {v['outcome']} ({v['mode']})" for v in ex["verdicts"]) or "none"
-    actions = [[f"Response {pos}", "`" + ex[f"response_{pos}"].replace("|", "\\|").replace("\n", " ") + "`",
+    target = {1: ex["pos_target"] if better == 1 else ex["neg_target"],
+              2: ex["neg_target"] if better == 1 else ex["pos_target"]}
+    actions = [[f"Response {pos}", md_code(ex[f"response_{pos}"], table=True),
+                md_code(describe(target[pos]), table=True),
                 "demonstrated (better)" if pos == better else "negative"] for pos in (1, 2)]
     lines = ["", "## An example pair", "",
-             f"`{ex['pair_id']}` ({ex['status']}; rule `{ex['rule']}`, axis `{ex['axis']}`) on `{ex['url']}`.", "",
-             f"Intent: {ex['intent']}", "", markdown_table(["", "action", ""], actions, "lll")]
-    lines += ["", f"Teacher attempts: {verdicts}." + (f" Discarded: `{ex['reason']}`." if ex["status"] == "discarded"
-                                                    else ""),
-              "", "Kept judgment:" if ex["status"] == "kept" else "Last answer:", "", *_fence(answer)]
+             f"{md_code(ex['pair_id'])} ({ex['status']}; rule {md_code(ex['rule'])}, axis {md_code(ex['axis'])}) "
+             f"on {md_code(ex['url'])}.", "",
+             f"Intent: {md_code(ex['intent'])}", "", markdown_table(["", "action", "target", ""], actions, "llll")]
+    if ex.get("why"):
+        lines += ["", f"Why the negative is worse ({md_code(ex['rule'])}): {md_code(ex['why'])}"]
+    lines += ["", f"Teacher attempts: {verdicts}." + (f" Discarded: {md_code(ex['reason'])}."
+                                                    if ex["status"] == "discarded" else ""),
+              "", "Kept judgment:" if ex["status"] == "kept" else "Last answer:", "", *md_fence(answer)]
     return lines
 
 

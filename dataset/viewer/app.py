@@ -21,6 +21,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from dataset.readable import describe, readable
 from dataset.viewer.audit import ANSWERS, AuditLog, answers_path, draw_sample, format_summary, summarize
 from dataset.viewer.graphview import GraphCache, neighbourhood_layout
 from dataset.viewer.source import PairSource, observation
@@ -32,8 +33,33 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 FACETS = {"rule": "rule", "axis": "axis", "gmcp": "GMCP", "kept": "kept", "site": "site",
           "source": "verdict source", "replay": "replay outcome"}
 API_FIELDS = ("pair_id", "kept", "rule", "axis", "gmcp", "site", "traj_id", "task_id", "step_idx", "label",
-              "action_pos", "action_neg", "verdict_source", "teacher_choice", "replay_outcome")
+              "action_pos", "action_neg", "verdict_source", "teacher_choice", "replay_outcome", "pos_target",
+              "neg_target", "why", "intent")
 MAX_FORM_BYTES = 16_384
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, read as it streams in and refused (413) as soon as it passes ``limit``
+    bytes, a declared ``Content-Length`` over it before any byte is read: a large body never
+    sits in memory. (Starlette's own form limits, ``request.form(max_part_size=...)``, need
+    python-multipart, which the viewer does not otherwise use.) How long the body may take is
+    bounded by the server (``dataset.viewer.cli``'s request deadline)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise HTTPException(413, "form too large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(413, "form too large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def pair_url(pair_id: str) -> str:
+    """``/pair/<id>`` with every reserved character of the id escaped, ``/`` too (``%2F``: one path
+    segment that no browser folds as ``..``); the route takes the decoded rest of the path."""
+    return "/pair/" + urllib.parse.quote(pair_id, safe="")
 
 
 def facet(pair: dict, key: str) -> str:
@@ -72,6 +98,7 @@ def make_app(source: PairSource, audit: str | None = None, sample: int = 100, se
              host: str | None = None) -> Starlette:
     """The application for ``source``; ``audit`` (an annotator name) turns the audit on."""
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
+    env.globals.update(describe=describe, readable=readable, pair_url=pair_url)
     graphs = GraphCache(source.path) if source.kind == "run" else None
     log = None
     if audit is not None:
@@ -131,11 +158,13 @@ def make_app(source: PairSource, audit: str | None = None, sample: int = 100, se
             raise HTTPException(404, f"no pair {i} in the sample")
         pair = a.sample[i]
         state, obs_format, _ = source.state(pair)
-        shown = ([pair["action_pos"], pair["action_neg"]] if pair["pos_shown"] == 1
-                 else [pair["action_neg"], pair["action_pos"]])
+        order = ("pos", "neg") if pair["pos_shown"] == 1 else ("neg", "pos")
+        shown = [pair[f"action_{k}"] for k in order]
+        shown_targets = [pair.get(f"{k}_target") for k in order]
         # marked as Response 1 / 2 ("pos" / "neg" of observation() stand for the display order here)
         obs = observation(state.axtree, obs_format, shown[0], shown[1])
         return page("audit.html", request, position=i, pair=pair, state=state, obs=obs, shown=shown,
+                    shown_targets=shown_targets,
                     answers=ANSWERS, given=a.rows.get(pair["pair_id"]), answered=len(a.rows))
 
     async def audit_answer(request: Request) -> Response:
@@ -146,9 +175,7 @@ def make_app(source: PairSource, audit: str | None = None, sample: int = 100, se
         i = request.path_params["position"]
         if not 0 <= i < len(a.sample):
             raise HTTPException(404, f"no pair {i} in the sample")
-        body = await request.body()
-        if len(body) > MAX_FORM_BYTES:
-            raise HTTPException(413, "form too large")
+        body = await read_body(request, MAX_FORM_BYTES)
         form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
         answer = (form.get("answer") or [""])[0]
         if answer not in ANSWERS:
@@ -157,10 +184,12 @@ def make_app(source: PairSource, audit: str | None = None, sample: int = 100, se
         # Post/redirect/get: reloading the next page resubmits nothing.
         return RedirectResponse("/audit", status_code=303)
 
-    routes = [Route("/", pair_list), Route("/api/pairs", api_pairs), Route("/pair/{pair_id}", pair_page),
+    routes = [Route("/", pair_list), Route("/api/pairs", api_pairs), Route("/pair/{pair_id:path}", pair_page),
               Route("/audit", audit_next), Route("/audit/{position:int}", audit_item),
               Route("/audit/{position:int}", audit_answer, methods=["POST"]),
               Mount("/static", StaticFiles(directory=HERE / "static"), name="static")]
     hosts = LOCAL_HOSTS + ([host] if host and host not in LOCAL_HOSTS else [])
     middleware = [Middleware(SecurityHeaders), Middleware(TrustedHostMiddleware, allowed_hosts=hosts)]
-    return Starlette(routes=routes, middleware=middleware)
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.audit = log        # its close() hands the audit file to another viewer
+    return app

@@ -10,6 +10,10 @@ is an equally good alternative) or "cannot tell".
 Answers are kept in ``human-<NAME>.parquet`` (``HUMAN_SCHEMA``) under the run's ``audit/``
 folder: one row per pair, rewritten whole on every answer (written to a temporary file, then
 renamed over the old one, so a crash leaves the old file or the new one, never half of one).
+One viewer writes a file: it holds an exclusive ``flock`` on ``.human-<NAME>.parquet.lock`` beside
+it while it runs, and a second viewer on the same audit refuses to start (``AuditBusy``), since
+each keeps its rows in memory and would rewrite the file without the other's answers. The kernel
+drops the lock when the holder exits, however it ends.
 An answer to a pair already answered replaces the earlier one, so a reload or a resubmitted
 form changes nothing; a restarted audit continues with the first unanswered pair.
 
@@ -24,7 +28,9 @@ counted as not false negatives.
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import math
+import os
 import random
 import re
 import threading
@@ -59,13 +65,13 @@ HUMAN_SCHEMA = pa.schema([
     pa.field("answered_at", pa.timestamp("ms", tz="UTC"), nullable=False),   # Parquet has no seconds unit
 ])
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")     # fullmatch: `$` would also take a trailing newline
 
 
 def answers_path(audit_dir: Path, name: str) -> Path:
     """``audit_dir/human-<name>.parquet``; a name that is not a plain file-name word is refused
     (it becomes part of a path)."""
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):
         raise ValueError(f"annotator name {name!r}: letters, digits, '.', '_' or '-' (at most 64), "
                          "starting with a letter or digit")
     return audit_dir / f"human-{name}.parquet"
@@ -89,6 +95,30 @@ def choice_of(answer: str, pos_shown: int) -> str:
     return answer
 
 
+class AuditBusy(ValueError):
+    """Another viewer holds the audit file (one line, exit 2 in the CLI)."""
+
+
+def hold(path: Path):
+    """An exclusive lock on ``path``'s audit, as an open lock file (closing it releases the lock);
+    ``AuditBusy`` at once when another viewer holds it."""
+    lock_path = path.with_name(f".{path.name}.lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(lock_path, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise AuditBusy(f"{path} is being answered in another viewer (pid {holder}): one viewer per --audit name; "
+                        "stop that one, or answer as another name") from None
+    f.truncate(0)
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
 @dataclass
 class AuditLog:
     """One annotator's answers on one sample, kept in its Parquet file."""
@@ -100,7 +130,15 @@ class AuditLog:
 
     def __post_init__(self):
         self._lock = threading.Lock()
+        self._held = hold(self.path)        # before reading: no other viewer writes the file from here on
         self.rows: dict[str, dict] = {}
+        try:
+            self._read()
+        except BaseException:
+            self.close()
+            raise
+
+    def _read(self) -> None:
         if self.path.exists():
             rows = pq.read_table(self.path, schema=HUMAN_SCHEMA).to_pylist()
             sample_ids = {p["pair_id"] for p in self.sample}
@@ -109,6 +147,10 @@ class AuditLog:
                     raise ValueError(f"{self.path} holds answers to another sample (seed {r['sample_seed']}, "
                                      f"{r['sample_size']} pairs): use that --seed and --sample, or another --audit name")
                 self.rows[r["pair_id"]] = r
+
+    def close(self) -> None:
+        """Release the audit file to another viewer (exiting does too)."""
+        self._held.close()
 
     def next_position(self) -> int | None:
         """The first pair of the sample without an answer (None: all answered)."""

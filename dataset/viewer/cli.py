@@ -17,7 +17,6 @@ annotators on the pairs both audited.
 from __future__ import annotations
 
 import json
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +43,9 @@ class ServeOptions(Configurable):
                                                                "go to audit/human-NAME.parquet)"})
     sample: int = field(default=100, metadata={"min": 1, "help": "pairs in the audit's sample"})
     seed: int = field(default=42, metadata={"min": 0, "help": "seeds the audit's sample and the order shown"})
+    request_timeout: float = field(default=10.0, metadata={"min": 0.1, "help": "seconds a request (headers and "
+                                                                               "body) may take to arrive; a slower "
+                                                                               "connection is closed"})
 
 
 @dataclass
@@ -80,18 +82,6 @@ def open_source(ap: CLIParser, opts: SourceOptions):
         ap.error(str(e))
 
 
-def serve(app, host: str, port: int) -> None:
-    """Run ``app`` on an already bound socket (so that port 0 can print the port it got)."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    url_host = f"[{host}]" if ":" in host else host
-    print(f"serving on http://{url_host}:{sock.getsockname()[1]}/ (Ctrl-C stops)", flush=True)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
@@ -105,11 +95,13 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(summary, sort_keys=True) if SummaryOptions.from_args(args).json else format_summary(summary))
             return 0
         from dataset.viewer.app import make_app
+        from dataset.viewer.server import bind, serve
 
         serve_opts = ServeOptions.from_args(args)
+        bind(serve_opts.host, serve_opts.port).close()      # a taken port is said before the pairs are read
         app = make_app(open_source(ap, opts), serve_opts.audit, serve_opts.sample, serve_opts.seed,
                        host=serve_opts.host)
-        serve(app, serve_opts.host, serve_opts.port)
+        serve(app, serve_opts.host, serve_opts.port, serve_opts.request_timeout)
     except (RunDirError, ValueError, OSError) as e:
         return error_exit(e)
     return 0

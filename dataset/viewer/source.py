@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from data.actions import ActionParseError, parse_action
 from data.judgment import JudgmentFormat, State, parse_prompt, recorded_axtree_chars, render_pair
 from data.rundir import RunDir, RunDirError
+from dataset.readable import mark_icons, readable, target, why_worse
 from dataset.tables import read_pinned
 from graph.axtree import AXTree, AXTreeParseError, parse_axtree
 from proposals.audit import bid_counts, classify, element_targets, mined_identity, node_bid_counts
@@ -91,6 +92,14 @@ def _summary(row: dict, kept: bool) -> dict:
     return row
 
 
+def _readable(pair: dict, tree: AXTree | None) -> None:
+    """Add each target's role and name (``pos_target``, ``neg_target``: None for a virtual target)
+    and the rule's one line on why a⁻ is worse (``why``) to a list row."""
+    pair["pos_target"] = target(tree, pair["action_pos"])
+    pair["neg_target"] = target(tree, pair["action_neg"])
+    pair["why"] = why_worse(pair.get("rule"), pair.get("evidence"))
+
+
 @dataclass
 class Observation:
     """O_t as lines, the targets' lines marked, and each target's containment path."""
@@ -123,7 +132,7 @@ def observation(text: str, obs_format: str | None, pos: str, neg: str) -> Observ
         anchor = f"target-{first[0]}" if first else None
         for k in first:                # both actions on one element: one line, one anchor for both
             anchors[k] = anchor
-        lines.append({"text": line, "mark": mark, "anchor": anchor})
+        lines.append({"text": mark_icons(line), "mark": mark, "anchor": anchor})
     try:
         tree = parse_axtree(text, obs_format)
     except AXTreeParseError:
@@ -132,7 +141,7 @@ def observation(text: str, obs_format: str | None, pos: str, neg: str) -> Observ
     for k, bids in targets.items():
         node = tree.by_bid().get(bids[0]) if tree is not None and bids else None
         if node is not None:
-            paths[k] = [f"{n.role} '{n.name}'" if n.name else n.role
+            paths[k] = [f"{n.role} '{readable(n.name)}'" if n.name else n.role
                         for n in [*reversed(tree.ancestors(node)), node]]
     return Observation(lines, paths, targets, anchors, tree)
 
@@ -186,7 +195,26 @@ class PairSource:
         extra = {c["pair_id"]: c for c in read_pinned(cands, _CANDIDATE_COLUMNS)} if cands.exists() else {}
         for r in rows:
             r.update({k: v for k, v in extra.get(r["pair_id"], {}).items() if k != "pair_id"})
+        trees = self._trees({(r["traj_id"], r["step_idx"]) for r in rows})
+        for r in rows:
+            _readable(r, trees.get((r["traj_id"], r["step_idx"])))
         return sorted(rows, key=lambda r: (r["traj_id"], r["step_idx"], r["pair_id"]))
+
+    def _trees(self, keys: set[tuple[str, int]]) -> dict[tuple[str, int], AXTree]:
+        """The parsed O_t of each ``(traj_id, step_idx)`` (a step whose O_t does not parse is left out)."""
+        f = self.path / "trajectories.parquet"
+        if not keys or not f.exists():
+            return {}
+        cols = [c for c in ("traj_id", "step_idx", "observation", "obs_format") if c in pq.read_schema(f).names]
+        rows = pq.read_table(f, columns=cols, filters=[("traj_id", "in", sorted({t for t, _ in keys}))]).to_pylist()
+        out, lines = {}, {}
+        for r in rows:
+            if (r["traj_id"], r["step_idx"]) in keys:
+                try:
+                    out[(r["traj_id"], r["step_idx"])] = parse_axtree(r["observation"], r.get("obs_format"), lines)
+                except AXTreeParseError:
+                    pass
+        return out
 
     def _run_row(self, pair: dict) -> dict:
         """The pair's heavy columns: messages and judgment (kept) or reason and texts (discarded)."""
@@ -231,6 +259,11 @@ class PairSource:
                         "response_1": parts.response_1, "response_2": parts.response_2, "action_pos": pos,
                         "action_neg": neg, "verdicts": [], "verdict_source": "none", "teacher_choice": None, "replay_outcome": None,
                         "intent": parts.intent, "url": parts.current_url, "row": i})
+            try:
+                tree = parse_axtree(parts.axtree)
+            except AXTreeParseError:
+                tree = None
+            _readable(out[-1], tree)
         return out
 
     def bench_prompt(self, pair: dict) -> list[dict]:

@@ -75,17 +75,25 @@ def test_run_with_kept_pairs_loads_every_listed_config(runs, tmp_path, monkeypat
         assert all({"name", "num_bytes", "num_examples"} <= set(s) for s in info["splits"])
 
 
-def test_run_with_no_kept_pairs_lists_only_non_empty_splits(runs, tmp_path, monkeypatch, caplog):
+def test_run_with_no_kept_pairs_lists_only_non_empty_splits_and_the_default(runs, tmp_path, monkeypatch, caplog):
+    """The empty default (the kept pairs) is listed, so ``load_dataset(RUN)`` never gives the
+    rejected pairs (tests/dataset/test_published_text.py loads it); the rest load as listed."""
+    import datasets
+
     run = runs["none"]
     assert pq.read_metadata(run / "preferences.parquet").num_rows == 0
-    listed, loaded, _ = _load_every_config(run, tmp_path, monkeypatch, caplog)
-    assert listed == ["discarded"] and loaded == {"discarded": {"train": 6}}
+    head = _card_header(run)
+    assert [c["config_name"] for c in head["configs"]] == ["preferences", "discarded"]
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    caplog.set_level(logging.WARNING)
+    assert len(datasets.load_dataset(str(run), "discarded", cache_dir=str(tmp_path / "hf"))["train"]) == 6
+    assert "Ignoring part of dataset_info" not in caplog.text
 
 
 def test_header_leaves_out_empty_splits(runs):
     h = card_data(runs["none"])
-    assert [c["config_name"] for c in h["configs"]] == ["discarded"]
-    assert h["configs"][0]["default"] is True
+    assert [c["config_name"] for c in h["configs"]] == ["preferences", "discarded"]
+    assert h["configs"][0]["default"] is True and "default" not in h["configs"][1]
 
 
 def test_the_warning_check_catches_a_malformed_card(runs, tmp_path, monkeypatch, caplog):

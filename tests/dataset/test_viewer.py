@@ -200,14 +200,17 @@ def test_audit_answers_are_atomic_resumable_and_pinned(source, tmp_path):
     log.answer(0, "1", "first")
     log.answer(1, "both")
     log.answer(0, "2", " changed ")                   # an answer again replaces the earlier one
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["human-ann.parquet"]     # no temporary file left
+    # no temporary file left; the lock file that keeps a second viewer off this audit
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".human-ann.parquet.lock", "human-ann.parquet"]
     table = pq.read_table(path)
     assert table.schema.equals(HUMAN_SCHEMA) and table.num_rows == 2
+    log.close()
     again = AuditLog(path, "ann", sample, 7)
     assert again.next_position() == 2
     row = again.rows[sample[0]["pair_id"]]
     assert row["answer"] == "2" and row["note"] == "changed"
     assert row["choice"] == ("pos" if sample[0]["pos_shown"] == 2 else "neg")
+    again.close()
     with pytest.raises(ValueError, match="another sample"):
         AuditLog(path, "ann", draw_sample(source.pairs, 4, seed=8), 8)
 

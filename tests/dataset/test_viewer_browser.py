@@ -153,7 +153,8 @@ def test_audit_by_keyboard_resumes_and_sums_up(run, page, tmp_path, capsys):
     root, _, source = run
     keys = ["1", "2", "3", "4", "2"]              # 3: both valid, 4: cannot tell
     sample = draw_sample(source.pairs, 5, seed=42)
-    with Served(make_app(source, audit="kbd", sample=5, seed=42)) as served:
+    first = make_app(source, audit="kbd", sample=5, seed=42)
+    with Served(first) as served:
         page.goto(served.url + "/audit")
         page.wait_for_url("**/audit/0")
         assert page.locator("text=Response 1").first.is_visible()
@@ -169,6 +170,7 @@ def test_audit_by_keyboard_resumes_and_sums_up(run, page, tmp_path, capsys):
         page.reload()                                # a reload resubmits nothing
         assert page.url.endswith("/audit/2")
         assert pq.read_table(source.audit_dir / "human-kbd.parquet").num_rows == 2
+    first.state.audit.close()       # the first viewer stops: its audit file is free
     # the viewer restarted: the audit continues with the first unanswered pair
     with Served(make_app(source, audit="kbd", sample=5, seed=42)) as served:
         page.goto(served.url + "/audit")
