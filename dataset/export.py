@@ -319,7 +319,8 @@ def export_trl_preference(run_dir: str | Path, seed: int = 42, test_fraction: fl
     chosen = a+, rejected = a-) with the ``trl`` task split; returns their paths by split. The AXTree
     budget is the teacher's unless ``axtree_chars``; token lengths count both sequences of a pair."""
     run = RunDir(run_dir)
-    run.check_inputs(preference.STAGE, run.root / "preferences.parquet", run.trajectories)
+    run.check_inputs(preference.STAGE, run.root / "preferences.parquet", run.root / "discarded.parquet",
+                     run.trajectories)
     every = load_preferences(run, ("action_pos", "action_neg"))
     test_tasks = split_tasks((r["task_id"] for r in every), seed, test_fraction)
     rows, rejects, rejected, ratio_entry = drop_to_ratio(preference.STAGE, every, gmcp_ratio, seed,

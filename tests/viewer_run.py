@@ -50,6 +50,35 @@ def make_viewer_run(root: Path, n_pairs: int = 8) -> dict:
             "bench": root / "export" / "webprmbench.parquet"}
 
 
+def make_mined_run(root: Path, sample_size: int = 6) -> None:
+    """A run through the real stages (ingest of the bundled sample, graph.build, proposals.mine with
+    fill values from a scripted server, the scripted teacher): real rules, evidence and targets."""
+    from data.ingest import ingest
+    from graph.build import main as build
+    from llm.serve import fixed_answer, serve_in_thread
+    from proposals.mine import main as mine
+    from scripted_teacher import BUNDLED
+    from teacher.verify import VerifyConfig, verify
+
+    ingest("canonical", [BUNDLED], root)
+    assert build(["--run", str(root), "--workers", "1"]) == 0
+    # fill values from a scripted server: the embedded model writing them costs ~2 minutes on a
+    # fresh clone (an empty LLM cache) and is not what these tests are about
+    fill = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "scripted-fill")
+    try:
+        assert mine(["--run", str(root), "--sample-size", str(sample_size), "--quiet", "--workers", "1",
+                     "--fill-base-url", fill.base_url, "--fill-model", "scripted-fill",
+                     "--fill-cache-dir", str(root / ".fill_cache")]) == 0
+    finally:
+        fill.shutdown()
+    sampled = [c for c in pq.read_table(root / "candidates.parquet").to_pylist() if c["sampled"]]
+    server = start(ScriptedTeacher(sampled))
+    try:
+        verify(root, VerifyConfig(axtree_chars=800), llm_config(server, root / ".llm_cache"), progress=False)
+    finally:
+        server.shutdown()
+
+
 def replay_evidence(pair_id: str, outcome: str) -> dict:
     """Evidence shaped as ``teacher.replay.replay_target`` writes it: the step, both branches
     (resulting state hash, reward, done, error, the solver's steps and actions after it); the two

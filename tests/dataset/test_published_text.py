@@ -169,7 +169,7 @@ def test_export_refuses_a_discarded_file_its_producer_did_not_record(none_kept, 
         stats = json.loads((run / "stats.json").read_text())
         del stats["teacher.verify"]["fingerprints"]["outputs"]["discarded.parquet"]
         (run / "stats.json").write_text(json.dumps(stats))
-    for fmt in ("trl", "webprmbench"):
+    for fmt in ("trl", "webprmbench", "trl-preference"):
         assert export_main(["--run", str(run), "--format", fmt, "--no-card"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "discarded.parquet" in err[0] and "teacher.verify" in err[0], err

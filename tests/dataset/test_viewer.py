@@ -18,7 +18,7 @@ from dataset.viewer.audit import (HUMAN_SCHEMA, AuditLog, annotator_summary, ans
                                   summarize, wilson)
 from dataset.viewer.graphview import neighbourhood_layout
 from dataset.viewer.source import PairSource
-from viewer_run import add_replay, make_viewer_run, replay_evidence
+from viewer_run import add_replay, make_mined_run, make_viewer_run, replay_evidence
 
 LOCAL = "http://127.0.0.1:8765"
 
@@ -331,31 +331,7 @@ def test_graph_neighbourhood_layout():
 def test_graph_view_on_a_mined_run(tmp_path):
     """The real stages (ingest, graph.build, proposals.mine, the scripted teacher): every pair page
     draws its neighbourhood with both targets' nodes."""
-    from data.ingest import ingest
-    from graph.build import main as build
-    from proposals.mine import main as mine
-    from scripted_teacher import BUNDLED, ScriptedTeacher, llm_config, start
-    from teacher.verify import VerifyConfig, verify
-
-    ingest("canonical", [BUNDLED], tmp_path)
-    assert build(["--run", str(tmp_path), "--workers", "1"]) == 0
-    # fill values from a scripted server: the embedded model writing them costs ~2 minutes on a
-    # fresh clone (an empty LLM cache) and is not what this test is about
-    from llm.serve import fixed_answer, serve_in_thread
-
-    fill = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "scripted-fill")
-    try:
-        assert mine(["--run", str(tmp_path), "--sample-size", "6", "--quiet", "--workers", "1",
-                     "--fill-base-url", fill.base_url, "--fill-model", "scripted-fill",
-                     "--fill-cache-dir", str(tmp_path / ".fill_cache")]) == 0
-    finally:
-        fill.shutdown()
-    sampled = [c for c in pq.read_table(tmp_path / "candidates.parquet").to_pylist() if c["sampled"]]
-    server = start(ScriptedTeacher(sampled))
-    try:
-        verify(tmp_path, VerifyConfig(axtree_chars=800), llm_config(server, tmp_path / ".llm_cache"), progress=False)
-    finally:
-        server.shutdown()
+    make_mined_run(tmp_path)
     source = PairSource.open(tmp_path)
     client = TestClient(make_app(source), base_url=LOCAL)
     assert len(source.pairs) == 6
