@@ -1,4 +1,5 @@
-"""Scripted solvers for the ``axtree10`` MiniWoB++ tasks: one BrowserGym action for the state a policy sees.
+"""Scripted solvers for MiniWoB++ tasks (``axtree10`` here, ``rich`` in ``harness.solvers_rich``): one
+BrowserGym action for the state a policy sees.
 
     from harness.solvers import solve_step
     action = solve_step("click-checkboxes", obs.goal, obs.axtree)     # "click('21')", or None
@@ -15,69 +16,11 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from graph.axtree import AXNode, AXTree, parse_axtree
+from graph.axtree import AXTree, parse_axtree
+from harness.solvers_kit import checked, click, elements, fill, login, named, quoted, selection, submit, value
+from harness.solvers_rich import RICH
 
 Solver = Callable[[str, AXTree], "str | None"]
-
-
-def quoted(goal: str) -> list[str]:
-    """The double-quoted strings of a goal, in order."""
-    return re.findall(r'"([^"]*)"', goal)
-
-
-def selection(goal: str) -> list[str]:
-    """``Select A, B and click Submit.`` -> ['A', 'B']; ``Select nothing ...`` -> []."""
-    m = re.match(r"Select (.*) and click Submit\.?$", goal.strip())
-    if m is None:
-        raise ValueError(f"not a selection goal: {goal!r}")
-    what = m.group(1).strip()
-    return [] if what == "nothing" else [s.strip() for s in what.split(",")]
-
-
-def elements(tree: AXTree, *roles: str) -> list[AXNode]:
-    return [n for n in tree.nodes if n.bid is not None and n.role in roles]
-
-
-def named(tree: AXTree, role: str, name: str) -> AXNode | None:
-    return next((n for n in elements(tree, role) if n.name == name), None)
-
-
-def checked(node: AXNode) -> bool:
-    return str(node.props.get("checked", "false")).lower() == "true"
-
-
-def click(node: AXNode | None) -> str | None:
-    return None if node is None else f"click('{node.bid}')"
-
-
-def fill(node: AXNode, text: str) -> str:
-    return f"fill('{node.bid}', {text!r})"
-
-
-def value(node: AXNode) -> str:
-    return "" if node.value is None else str(node.value)
-
-
-def holds(node: AXNode, text: str) -> bool:
-    """The field shows ``text``; a password field shows one bullet per character, which is all a
-    policy can see of it."""
-    shown = value(node)
-    return shown == text or (bool(text) and shown == "\u2022" * len(text))
-
-
-def submit(tree: AXTree, name: str = "Submit") -> str | None:
-    return click(named(tree, "button", name))
-
-
-def labelled_textboxes(tree: AXTree) -> dict[str, AXNode]:
-    """Each textbox under the label text that comes last before it (``Username``, ``Password``)."""
-    out, label = {}, None
-    for n in tree.nodes:
-        if n.role == "StaticText" and n.name.strip():
-            label = n.name.strip().lower()
-        elif n.role == "textbox" and n.bid is not None and label is not None:
-            out.setdefault(label, n)
-    return out
 
 
 # -- one function per task: (goal, parsed AXTree) -> action ----------------------------------------
@@ -132,14 +75,7 @@ def focus_text(goal: str, tree: AXTree) -> str | None:
 
 
 def login_user(goal: str, tree: AXTree) -> str | None:
-    user, password = quoted(goal)[:2]
-    boxes = labelled_textboxes(tree)
-    if "username" not in boxes or "password" not in boxes:
-        return None
-    for box, text in ((boxes["username"], user), (boxes["password"], password)):
-        if not holds(box, text):
-            return fill(box, text)
-    return submit(tree, "Login")
+    return login(goal, tree, "Login")
 
 
 def choose_list(goal: str, tree: AXTree) -> str | None:
@@ -157,6 +93,7 @@ SOLVERS: dict[str, Solver] = {
     "click-test": click_test, "click-button": click_button, "click-tab": click_tab, "click-dialog": click_dialog,
     "click-option": click_option, "click-checkboxes": click_checkboxes, "enter-text": enter_text,
     "focus-text": focus_text, "login-user": login_user, "choose-list": choose_list,
+    **RICH,         # the ``rich`` subset's tasks (harness.solvers_rich)
 }
 
 

@@ -4,8 +4,8 @@ action left; it says None when the page lacks what the goal names."""
 
 import pytest
 
-from harness.solvers import SOLVERS, selection, solve_step
 from harness.miniwob import SUBSETS
+from harness.solvers import SOLVERS, selection, solve_step
 
 CHECKBOXES = """RootWebArea 'Click Checkboxes Task', focused
 \t[17] LabelText ''
@@ -46,7 +46,7 @@ TABS = """RootWebArea 'Click Tab Task', focused
 
 
 def test_every_axtree10_task_has_a_solver():
-    assert set(SOLVERS) == set(SUBSETS["axtree10"])
+    assert set(SUBSETS["axtree10"]) <= set(SOLVERS)
     with pytest.raises(KeyError):
         solve_step("click-tab-2", "Click on Tab #2.", TABS)
 
