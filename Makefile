@@ -35,11 +35,13 @@ export DO_NOT_TRACK := 1
 
 setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(CHROMIUM)
 
-$(VENV)/.installed: pyproject.toml requirements/browsergym.txt requirements/browsergym-deps.txt
+# pyproject.toml holds version ranges; requirements/constraints.txt the exact versions installed here.
+CONSTRAINTS := -c requirements/constraints.txt
+$(VENV)/.installed: pyproject.toml requirements/constraints.txt requirements/browsergym.txt requirements/browsergym-deps.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[test,docs]' -r requirements/browsergym-deps.txt
-	$(PIP) install -q --no-deps -r requirements/browsergym.txt
+	$(PIP) install -q $(CONSTRAINTS) -e '.[test,docs]' -r requirements/browsergym-deps.txt
+	$(PIP) install -q --no-deps $(CONSTRAINTS) -r requirements/browsergym.txt
 	touch $@
 
 # The embedded model, converted once from GGUF to a plain transformers folder: SmolLM2-135M-Instruct
@@ -53,16 +55,28 @@ $(CHROMIUM):
 	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
 
 # The main job on the bundled sample with the embedded defaults; stages are added as they land.
+# Your own traces: make run SOURCE=agentlab INPUT=path/to/runs TEACHER="--base-url URL --model M"
+# (SOURCE: agentlab, webprm or canonical; the teacher's endpoint also completes the fill values,
+# FILL= overrides that). The whole job from one file: make run CONFIG=configs/pipeline.yaml
+# (python -m flows.synthesize --config; RUN= given on the command line overrides the file's run:).
+SOURCE ?= canonical
+INPUT ?= data/bundled/agentlab_workarena.parquet
+FILL ?= $(subst --,--fill-,$(TEACHER))
+CONFIG ?=
 run: setup
-	$(PY) -m data.ingest --source canonical --input data/bundled/agentlab_workarena.parquet --out $(RUN)
+ifneq ($(CONFIG),)
+	$(PY) -m flows.synthesize --config $(CONFIG) $(if $(filter command line,$(origin RUN)),--run $(RUN))
+else
+	$(PY) -m data.ingest --source $(SOURCE) --input $(INPUT) --out $(RUN)
 	$(PY) -m graph.build --run $(RUN)
-	$(PY) -m proposals.mine --run $(RUN) --sample-size $(SAMPLE_SIZE)
+	$(PY) -m proposals.mine --run $(RUN) --sample-size $(SAMPLE_SIZE) $(FILL)
 	$(PY) -m teacher.verify --run $(RUN) $(VERIFY_ARGS) $(TEACHER)
 	$(PY) -m proposals.audit --run $(RUN) --table preferences
-	$(PY) -m dataset.export --run $(RUN) --format trl --format webprmbench
+	$(PY) -m dataset.export --run $(RUN) --format trl --format trl-preference --format webprmbench
 	@echo "run directory: $(RUN)"
 	@echo "  dataset: $(RUN)/preferences.parquet  card: $(RUN)/README.md  report: $(RUN)/report/README.md"
-	@echo "  TRL: $(RUN)/export/trl/  WebPRMBench: $(RUN)/export/webprmbench.parquet"
+	@echo "  TRL: $(RUN)/export/trl/ $(RUN)/export/trl-preference/  WebPRMBench: $(RUN)/export/webprmbench.parquet"
+endif
 
 # The pairs of $(RUN) in the browser (http://127.0.0.1:8765/); AUDIT=NAME starts the blind §4.3 audit.
 viewer:

@@ -7,7 +7,10 @@ With a Prefect server running (``prefect server start --host 127.0.0.1 --port 42
 one with e.g. ``prefect deployment run 'build-graphs/default' --param run=runs/demo --watch``
 (also ``propose-negatives/default``, ``verify-pairs/default``, ``synthesize/default``,
 ``train-prm/default``, ``evaluate-prm/default``, ``search-webarena/default``,
-``search-miniwob/default``, ``search-mag/default``). Set ``PREFECT_SERVER_ANALYTICS_ENABLED=false``
+``search-miniwob/default``, ``search-mag/default``). The whole job from one pipeline file, as
+``python -m flows.synthesize --config``: ``prefect deployment run 'synthesize/default' --param
+config=configs/pipeline.yaml --watch`` (the file's settings fill what the deployment leaves unset).
+Set ``PREFECT_SERVER_ANALYTICS_ENABLED=false``
 and ``DO_NOT_TRACK=1`` (as the Makefile does) where the server and this process run: offline, the
 server's telemetry otherwise logs ``Failed to send telemetry`` as an ERROR with every flow run.
 """

@@ -1,8 +1,16 @@
 """The ``verify-pairs`` and ``synthesize`` Prefect flows.
 
-    python -m flows.synthesize --run RUN [--sample-size 60 --k 5 --base-url URL --model M]   # the whole chain
+    python -m flows.synthesize --config configs/pipeline.yaml [--run RUN ...]                # one file for the job
+    python -m flows.synthesize --run RUN --source agentlab --input PATH [--base-url URL --model M --sample-size 60]
     python -m flows.synthesize --run RUN --verify-only [--k 5 ...]                          # verify + export
     python -m flows.synthesize --run RUN ... [--dask-address tcp://host:8786 | --dask-local --dask-workers N]
+
+**One pipeline file** (``--config``, ``configs/pipeline.yaml``; a deployment's ``config`` parameter): the
+command's own keys (``run``, ``source``, ``input``) and one section per stage (``mine``, ``verify``,
+``replay``, ``export``, ``dask``), each the stage's dataclass. ``llm`` is the one model both the fill
+values and the teacher use; ``fill_llm`` and ``teacher_llm`` override it for one of them. On the
+command line likewise: ``--base-url``/``--model``/... set the model of both, ``--fill-*`` the fill
+model's. Flags override the file (a stage's own ``--llm-config`` file sits between the two).
 
 ``synthesize`` chains ingest -> ``build-graphs`` -> ``propose-negatives`` -> ``verify-pairs``;
 ``verify-pairs`` verifies the sampled pairs with the teacher, then writes the TRL and
@@ -31,26 +39,49 @@ outage, is retried (``SHARD_RETRIES``), and the cache answers every call an earl
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import task_run
 
-from data.config import Configurable, make_parser
+from cli.config import Configurable, build, check_keys, given, make_parser, merge, read_yaml
+from cli.errors import error_exit
 from data.ingest import READERS, ingest
 from data.rundir import RunDir
-from dataset.export import FORMATS, export
+from dataset.export import FORMATS, ExportOptions, export
 from flows.build_graphs import build_graphs_flow
-from flows.common import (PENDING, DaskConfig, StageError, cli_flow, dask_scheduler, dask_threads, exit_code,
-                          final_state, on_dask, post_markdown, retry_unless_refused, stage_task, unwrap)
+from flows.common import (
+    PENDING,
+    DaskConfig,
+    StageError,
+    cli_flow,
+    dask_scheduler,
+    dask_threads,
+    exit_code,
+    final_state,
+    on_dask,
+    post_markdown,
+    retry_unless_refused,
+    stage_task,
+    unwrap,
+)
 from flows.propose_negatives import propose_negatives_flow
+from judgment.format import JudgmentFormat
 from llm import LLMConfig
 from proposals.mine import MineConfig
 from teacher.replay import ReplayConfig
-from teacher.verify import (VerifyConfig, done_summary, format_summary, merge_shards, open_pairs, verify, verify_shard,
-                            write_verification)
+from teacher.verify import (
+    VerifyConfig,
+    done_summary,
+    format_summary,
+    merge_shards,
+    open_pairs,
+    verify,
+    verify_shard,
+    write_verification,
+)
 
 SHARD_RETRIES = 2           # a verify shard's retries (after a failure, or pairs left pending by an outage)
 BUNDLED = str(Path(__file__).resolve().parents[1] / "data" / "bundled" / "agentlab_workarena.parquet")
@@ -62,12 +93,83 @@ class SynthesizeCommand(Configurable):
 
     ARG_GROUP = "command"
 
-    run: str = field(metadata={"help": "run directory to write"})
+    config: str | None = field(default=None, metadata={
+        "metavar": "FILE", "help": "pipeline YAML: run, source, input and the sections llm, fill_llm, teacher_llm, "
+                                   "mine, verify, replay, export, dask (flags override it; configs/pipeline.yaml)"})
+    run: str | None = field(default=None, metadata={"help": "run directory to write (or run: in --config)"})
     verify_only: bool = field(default=False, metadata={"help": "only the verify-pairs flow (candidates exist)"})
     source: str = field(default="canonical", metadata={"choices": sorted(READERS),
                                                        "help": "the inputs' format, as data.ingest --source"})
     input: list[str] | None = field(default=None, metadata={
         "metavar": "PATH", "help": "files or folders to ingest (default: the bundled AgentLab sample)"})
+
+
+# The pipeline file's sections: each a stage's settings, with the flags' prefix of the command.
+SECTIONS = {"mine": (MineConfig, ""), "verify": (VerifyConfig, ""), "replay": (ReplayConfig, "replay-"),
+            "export": (ExportOptions, ""), "dask": (DaskConfig, ""),
+            "llm": (LLMConfig, ""), "teacher_llm": (LLMConfig, ""), "fill_llm": (LLMConfig, "fill-"),
+            "replay_policy_llm": (LLMConfig, "replay-policy-")}
+MODELS = ("llm", "teacher_llm", "fill_llm")          # the shared model and its two overrides
+TEACHER_OWN = ("seed", "temperature", "max_tokens")    # the teacher's come from VerifyConfig (--seed, ...)
+
+
+@dataclass
+class Pipeline:
+    """Every setting of one synthesis job: the command's and each stage's (``pipeline_settings``)."""
+
+    command: SynthesizeCommand
+    mine: MineConfig
+    verify: VerifyConfig
+    teacher_llm: LLMConfig
+    fill_llm: LLMConfig
+    replay: ReplayConfig
+    replay_policy_llm: LLMConfig
+    export: ExportOptions
+    dask: DaskConfig
+
+
+def read_pipeline(path: str | Path) -> dict:
+    """A pipeline file's mapping, its top-level keys and sections checked (one-line ``ValueError``)."""
+    data = read_yaml(path)
+    check_keys(data, [f.name for f in fields(SynthesizeCommand) if f.name != "config"] + list(SECTIONS), str(path))
+    for name in SECTIONS:
+        if not isinstance(data.get(name) or {}, dict):
+            raise ValueError(f"{path}: {name} must be a mapping of settings, not {type(data[name]).__name__}")
+    return data
+
+
+def _settings(cls, args, prefix: str, base: dict, where: str):
+    """``cls``'s settings: its defaults, ``base`` (from the pipeline file), its own ``FILE_FLAG``
+    file, then the flags given (``args`` None: the file alone)."""
+    values = cls.file_values(base, where)
+    if args is not None:
+        if (path := cls.file_path(args, prefix)):
+            values = merge(values, cls.file_values(read_yaml(path), path))
+        values = merge(values, given(args, cls, prefix))
+    config = build(cls, values, where)
+    return config.validate() if isinstance(config, LLMConfig) else config
+
+
+def pipeline_settings(path: str | None, args=None) -> Pipeline:
+    """The job's settings from the pipeline file at ``path`` (None: none) under the flags ``args``.
+    ``llm`` is both models' section; ``teacher_llm`` and ``fill_llm`` override it for one. The flags
+    of the shared model (``--base-url``, ``--llm-config``, ...) set the fill model too, under its own
+    ``--fill-*`` ones (``--seed``, ``--temperature`` and ``--max-tokens`` are the teacher's alone)."""
+    file = read_pipeline(path) if path else {}
+    where = str(path or "flags")
+    section = {name: file.get(name) or {} for name in SECTIONS}
+    command = {k: v for k, v in file.items() if k not in SECTIONS}
+    shared = merge(section["llm"], section["fill_llm"])
+    if args is not None:
+        if (llm_file := LLMConfig.file_path(args)):
+            shared = merge(shared, LLMConfig.file_values(read_yaml(llm_file), llm_file))
+        shared = merge(shared, {k: v for k, v in given(args, LLMConfig).items() if k not in TEACHER_OWN})
+    stage = {name: _settings(cls, args, prefix, section[name], f"{where}: {name}")
+             for name, (cls, prefix) in SECTIONS.items() if name not in MODELS}
+    return Pipeline(command=_settings(SynthesizeCommand, args, "", command, where),
+                    teacher_llm=_settings(LLMConfig, args, "", merge(section["llm"], section["teacher_llm"]),
+                                          f"{where}: teacher_llm"),
+                    fill_llm=_settings(LLMConfig, args, "fill-", shared, f"{where}: fill_llm"), **stage)
 
 
 @task(name="ingest", retries=1, retry_condition_fn=retry_unless_refused)
@@ -83,8 +185,20 @@ def ingest_task(source: str, inputs: list[str], run: str) -> dict:
 
 @task(name="verify-sampled-pairs", retries=2, retry_delay_seconds=30, retry_condition_fn=retry_unless_refused)
 @stage_task
-def verify_task(run: str, config: VerifyConfig, llm: LLMConfig, replay: ReplayConfig | None = None) -> dict:
-    return _report_verified(verify(run, config, llm, progress=True, replay_config=replay), run)
+def verify_task(run: str, config: VerifyConfig, llm: LLMConfig, replay: ReplayConfig | None = None,
+                replay_policy: LLMConfig | None = None) -> dict:
+    return _report_verified(verify(run, config, llm, progress=True, replay_config=replay,
+                                   replay_backend=replay_backend(config, replay, replay_policy)), run)
+
+
+def replay_backend(config: VerifyConfig, replay: ReplayConfig | None, policy: LLMConfig | None):
+    """As teacher.verify's CLI: the MiniWoB backend with the ``--replay-policy-*`` model when the
+    replays continue with a policy (default: the embedded model); None (the solvers) otherwise."""
+    if config.verifier != "replay" or replay is None or replay.continuation != "policy":
+        return None
+    from teacher.replay import MiniWoBBackend
+
+    return MiniWoBBackend((policy or LLMConfig()).validate())
 
 
 def _report_verified(stats, run: str) -> dict:
@@ -128,8 +242,14 @@ def verify_in_shards(run: str, config: VerifyConfig, llm: LLMConfig, shards: int
 
 @task(name="export", retries=1, retry_condition_fn=retry_unless_refused)
 @stage_task
-def export_task(run: str, fmt: str, seed: int | None, card: bool) -> list[str]:
-    return [str(p) for p in export(run, fmt, card=card, **({} if seed is None else {"seed": seed}))]
+def export_task(run: str, fmt: str, options: ExportOptions, card: bool) -> list[str]:
+    """One format as ``dataset.export`` writes it with ``options`` (a pipeline file's ``export`` section)."""
+    o = options
+    rendered = JudgmentFormat.from_options(o.prompt_template, o.untrusted or "escape") \
+        if o.prompt_template or o.untrusted else None
+    return [str(p) for p in export(run, fmt, o.seed, o.test_fraction, o.split, card=card, axtree_chars=o.axtree_chars,
+                                   preset=o.preset, judgment_format=rendered, tokenizer=o.tokenizer,
+                                   max_length=o.max_length, gmcp_ratio=o.gmcp_ratio)]
 
 
 def post_report(run: str) -> None:
@@ -137,26 +257,33 @@ def post_report(run: str) -> None:
     figures stay files beside it."""
     report = Path(run) / "report" / "README.md"
     if report.exists():
-        post_markdown("synthesis-report", report.read_text(encoding="utf-8"), f"report of {run} (figures in {report.parent})")
+        post_markdown("synthesis-report", report.read_text(encoding="utf-8"),
+                      f"report of {run} (figures in {report.parent})")
 
 
 @flow(name="verify-pairs", log_prints=True)
 @cli_flow
 def verify_pairs_flow(run: str, config: VerifyConfig | None = None, llm: LLMConfig | None = None,
-                      split_seed: int | None = None, replay: ReplayConfig | None = None, shards: int = 0) -> dict:
+                      split_seed: int | None = None, replay: ReplayConfig | None = None, shards: int = 0,
+                      export: ExportOptions | None = None, replay_policy: LLMConfig | None = None) -> dict:
     """Verify a run's sampled pairs (``config``: ``teacher.verify``'s settings; ``llm``: the
     teacher, default the embedded model; ``replay``: the replay verifier's settings when
-    ``config.verifier`` is ``replay``), then export (TRL, WebPRMBench; ``split_seed``: the export's
-    ``--seed``), card and report. ``shards`` > 0: the teacher's pairs in that many ``verify-shard``
-    tasks on the flow's task runner (Dask); 0: one task, as the CLI (so is the replay verifier)."""
-    config = config or VerifyConfig()
+    ``config.verifier`` is ``replay``; ``replay_policy``: its ``--replay-policy-*`` model), then
+    export (``export``: ``dataset.export``'s settings, its ``format`` default TRL and WebPRMBench;
+    ``split_seed``: the export's ``--seed``), card and report (unless ``export.no_card``).
+    ``shards`` > 0: the teacher's pairs in that many ``verify-shard`` tasks on the flow's task
+    runner (Dask); 0: one task, as the CLI (so is the replay verifier)."""
+    config, export = config or VerifyConfig(), export or ExportOptions()
+    if split_seed is not None:
+        export = replace(export, seed=split_seed)
     if shards and config.verifier == "llm":
         stats = verify_in_shards(run, config, llm or LLMConfig(), shards)
     else:
-        stats = unwrap(verify_task(run, config, llm or LLMConfig(), replay, return_state=True))
-    written = []
-    for i, fmt in enumerate(FORMATS):
-        written += unwrap(export_task(run, fmt, split_seed, card=i == len(FORMATS) - 1, return_state=True))
+        stats = unwrap(verify_task(run, config, llm or LLMConfig(), replay, replay_policy, return_state=True))
+    written, formats = [], export.format or list(FORMATS)
+    for i, fmt in enumerate(formats):
+        last = i == len(formats) - 1 and not export.no_card
+        written += unwrap(export_task(run, fmt, export, card=last, return_state=True))
     for path in written:
         print(f"wrote {path}")
     post_report(run)
@@ -165,19 +292,32 @@ def verify_pairs_flow(run: str, config: VerifyConfig | None = None, llm: LLMConf
 
 @flow(name="synthesize", log_prints=True)
 @cli_flow
-def synthesize_flow(run: str = "runs/demo", inputs: list[str] | None = None, source: str = SynthesizeCommand.source,
+def synthesize_flow(run: str | None = None, inputs: list[str] | None = None, source: str | None = None,
                     mine: MineConfig | None = None, verify: VerifyConfig | None = None,
                     llm: LLMConfig | None = None, fill_llm: LLMConfig | None = None,
-                    replay: ReplayConfig | None = None, dask_address: str | None = None) -> dict:
+                    replay: ReplayConfig | None = None, dask_address: str | None = None,
+                    export: ExportOptions | None = None, replay_policy: LLMConfig | None = None,
+                    config: str | None = None) -> dict:
     """Trajectories to a preference dataset: ingest (``source``, ``inputs``; default the bundled
-    AgentLab sample), graphs, negatives (``mine``, fill values by ``fill_llm``), verification
-    (``verify``, teacher ``llm``), exports; both models default to the embedded one.
+    AgentLab sample into ``runs/demo``), graphs, negatives (``mine``, fill values by ``fill_llm``,
+    default ``llm``), verification (``verify``, teacher ``llm``, default the embedded model),
+    exports (``export``); ``replay_policy``: the replay verifier's ``--replay-policy-*`` model.
+    ``config``: a pipeline file (``pipeline_settings``) for what is not given.
     ``dask_address``: the graphs, the mining and the verification on that Dask scheduler."""
-    unwrap(ingest_task(source, inputs or [BUNDLED], run, return_state=True))
+    if config:
+        p = pipeline_settings(config)
+        run, inputs, source = run or p.command.run, inputs or p.command.input, source or p.command.source
+        mine, verify, llm, replay = mine or p.mine, verify or p.verify, llm or p.teacher_llm, replay or p.replay
+        fill_llm, export = fill_llm or p.fill_llm, export or p.export
+        replay_policy = replay_policy or p.replay_policy_llm
+        dask_address = dask_address or p.dask.dask_address
+    run = run or "runs/demo"
+    unwrap(ingest_task(source or SynthesizeCommand.source, inputs or [BUNDLED], run, return_state=True))
     unwrap(on_dask(build_graphs_flow, dask_address)(run=run, return_state=True))
-    unwrap(on_dask(propose_negatives_flow, dask_address)(run=run, config=mine, fill_llm=fill_llm,
+    unwrap(on_dask(propose_negatives_flow, dask_address)(run=run, config=mine, fill_llm=fill_llm or llm,
                                                          by_site=dask_address is not None, return_state=True))
     return unwrap(on_dask(verify_pairs_flow, dask_address)(run=run, config=verify, llm=llm, replay=replay,
+                                                           replay_policy=replay_policy, export=export,
                                                            shards=verify_shards(dask_address), return_state=True))
 
 
@@ -187,33 +327,45 @@ def verify_shards(address: str | None) -> int:
 
 
 def build_parser():
-    """``SynthesizeCommand``, then the stages' flags: ``MineConfig`` (its seed stays the miner's own:
-    ``--seed`` is the teacher's) with the fill model under ``--fill-``, ``VerifyConfig``
-    (``--prompt-budget`` is an old name of ``--axtree-chars`` here, ``--budget`` of
-    ``--sample-size``) and the teacher's ``LLMConfig``."""
+    """``SynthesizeCommand`` (with ``--config``, the pipeline file), then the stages' flags:
+    ``MineConfig`` (its seed stays the miner's own: ``--seed`` is the teacher's) with the fill model
+    under ``--fill-``, ``VerifyConfig`` (``--prompt-budget`` is an old name of ``--axtree-chars``
+    here, ``--budget`` of ``--sample-size``), the shared model's ``LLMConfig``, and ``ExportOptions``
+    (``--format``, ``--tokenizer``, ...; its seed, AXTree budget and prompt re-rendering are the
+    pipeline file's ``export`` section only: the flags are the teacher's)."""
     ap = make_parser("python -m flows.synthesize", __doc__)
     SynthesizeCommand.add_args(ap)
     MineConfig.add_args(ap, skip=("seed",))
     LLMConfig.add_args(ap, prefix="fill-")                 # the model that completes fill values
     VerifyConfig.add_args(ap, skip=("budget",))            # --budget is the sample size here, as it always was
-    LLMConfig.add_args(ap, skip=("seed", "temperature", "max_tokens"))   # those three come from VerifyConfig
+    LLMConfig.add_args(ap, skip=TEACHER_OWN)              # both models; those three come from VerifyConfig
     ReplayConfig.add_args(ap, prefix="replay-")           # --verifier replay, as teacher.verify
+    LLMConfig.add_args(ap, prefix="replay-policy-")       # --replay-continuation policy's model
+    ExportOptions.add_args(ap, skip=("seed", "axtree_chars", "prompt_budget", "prompt_template", "untrusted"))
     DaskConfig.add_args(ap)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    cmd, verify_config, llm = SynthesizeCommand.from_args(args), VerifyConfig.from_args(args), LLMConfig.from_args(args)
-    replay = ReplayConfig.from_args(args, prefix="replay-")
-    with dask_scheduler(DaskConfig.from_args(args)) as address:
-        if cmd.verify_only:
-            state = on_dask(verify_pairs_flow, address)(run=cmd.run, config=verify_config, llm=llm, replay=replay,
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    try:
+        p = pipeline_settings(args.config, args)
+    except (FileNotFoundError, ValueError) as e:
+        return error_exit(e)
+    if not p.command.run:
+        ap.error("--run (or run: in the --config file) is required")
+    with dask_scheduler(p.dask) as address:
+        if p.command.verify_only:
+            state = on_dask(verify_pairs_flow, address)(run=p.command.run, config=p.verify, llm=p.teacher_llm,
+                                                        replay=p.replay, replay_policy=p.replay_policy_llm,
+                                                        export=p.export,
                                                         shards=verify_shards(address), return_state=True)
         else:
-            state = synthesize_flow(run=cmd.run, inputs=cmd.input, source=cmd.source, mine=MineConfig.from_args(args),
-                                    verify=verify_config, llm=llm, fill_llm=LLMConfig.from_args(args, prefix="fill-"),
-                                    replay=replay, dask_address=address, return_state=True)
+            state = synthesize_flow(run=p.command.run, inputs=p.command.input, source=p.command.source, mine=p.mine,
+                                    verify=p.verify, llm=p.teacher_llm, fill_llm=p.fill_llm, replay=p.replay,
+                                    replay_policy=p.replay_policy_llm,
+                                    export=p.export, dask_address=address, return_state=True)
     return exit_code(state)
 
 
