@@ -20,18 +20,28 @@ ICON = "[icon]"
 # a run of private-use characters, raw or as the escapes of BrowserGym's ``repr`` of a name
 _PRIVATE_USE = re.compile("(?:[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]"
                           r"|\\u[eE][0-9a-fA-F]{3}|\\u[fF][0-8][0-9a-fA-F]{2}|\\U00(?:0[fF]|10)[0-9a-fA-F]{4})+")
+_INVISIBLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e"
+                        "\u2060\u2066-\u2069\ufeff]")
 _LABEL_PROPS = ("description", "placeholder", "url", "title")
 MAX_LABEL = 80
 
 
+def visible(text: str) -> str:
+    """``text`` with the characters that change how the rest reads shown as ``[U+XXXX]``: bidi
+    controls (a page's U+202E would show ``click('12')`` reversed, or one name as another),
+    zero-width characters and control characters other than tab and newline."""
+    return _INVISIBLE.sub(lambda m: f"[U+{ord(m.group()):04X}]", text)
+
+
 def mark_icons(text: str) -> str:
-    """``text`` with each run of private-use glyphs (raw or escaped) as ``ICON``."""
-    return _PRIVATE_USE.sub(ICON, text)
+    """``text`` with each run of private-use glyphs (raw or escaped) as ``ICON``, and ``visible``."""
+    return visible(_PRIVATE_USE.sub(ICON, text))
 
 
 def readable(text: str | None) -> str:
-    """``text`` on one line, each run of private-use glyphs as ``ICON``, at most ``MAX_LABEL`` characters."""
-    out = " ".join(_PRIVATE_USE.sub(f" {ICON} ", text or "").split())
+    """``text`` on one line, each run of private-use glyphs as ``ICON`` (``visible``), at most
+    ``MAX_LABEL`` characters."""
+    out = " ".join(visible(_PRIVATE_USE.sub(f" {ICON} ", text or "")).split())
     return out if len(out) <= MAX_LABEL else out[:MAX_LABEL - 1] + "…"
 
 

@@ -20,7 +20,8 @@ it). Every figure is computed from the files, so the report of the same run is t
 Text that comes from the run (page text in the example's intent, URL and actions, the teacher's
 answer, model names, reasons) is never Markdown: inline it is a code span whose backtick run is
 longer than any in the text, on one line (a newline could open a heading), and a block is a code
-fence longer than any backtick run inside it, so no heading, tag, link or image from a page renders.
+fence longer than any backtick run inside it, so no heading, tag, link or image from a page renders;
+bidi and other invisible controls show as ``[U+XXXX]`` (``dataset.readable.visible``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from cli.errors import error_exit
 from data.rundir import RunDir, atomic_write_bytes, atomic_write_text
 from data.schema import AXES, AXIS_OF, RULES
 from dataset.stats import wilson
-from dataset.readable import describe, target, why_worse
+from dataset.readable import describe, target, visible, why_worse
 from dataset.tables import read_pinned, require_run_dir
 
 GMCP_WEBARBITER, GMCP_PAPER = 0.2419, 0.7460
@@ -56,7 +57,7 @@ def md_code(text, table: bool = False) -> str:
     """``text`` as an inline code span that nothing in it can close or break out of: whitespace runs
     (newlines too) become one space, the fence is one backtick longer than the longest run inside,
     and in a table cell ``|`` is escaped (GFM splits cells before it reads code spans)."""
-    text = " ".join(str(text).split()) or " "
+    text = " ".join(visible(str(text)).split()) or " "
     fence = "`" * (1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
     pad = " " if text[0] in "` " or text[-1] in "` " else ""
     body = f"{fence}{pad}{text}{pad}{fence}"
@@ -65,6 +66,7 @@ def md_code(text, table: bool = False) -> str:
 
 def md_fence(text: str) -> list[str]:
     """``text`` as a fenced code block no line of it can close (the fence outlasts every backtick run)."""
+    text = visible(text)
     fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
     return [fence + "text", text, fence]
 

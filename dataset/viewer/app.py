@@ -21,7 +21,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from dataset.readable import describe, readable
+from dataset.readable import describe, readable, visible
 from dataset.viewer.audit import ANSWERS, AuditLog, answers_path, draw_sample, format_summary, summarize
 from dataset.viewer.graphview import GraphCache, neighbourhood_layout
 from dataset.viewer.source import PairSource, observation
@@ -98,13 +98,15 @@ def make_app(source: PairSource, audit: str | None = None, sample: int = 100, se
              host: str | None = None) -> Starlette:
     """The application for ``source``; ``audit`` (an annotator name) turns the audit on."""
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
-    env.globals.update(describe=describe, readable=readable, pair_url=pair_url)
+    env.globals.update(describe=describe, readable=readable, visible=visible, pair_url=pair_url)
     graphs = GraphCache(source.path) if source.kind == "run" else None
     log = None
     if audit is not None:
-        log = AuditLog(answers_path(source.audit_dir, audit), audit, draw_sample(source.pairs, sample, seed), seed)
-        if not log.path.resolve().is_relative_to(source.root.resolve()):
-            raise ValueError(f"{log.path} is outside {source.root}")
+        path = answers_path(source.audit_dir, audit)
+        # checked before the audit's lock file is made: a symlinked audit/ writes nothing elsewhere
+        if not path.resolve().is_relative_to(source.root.resolve()):
+            raise ValueError(f"{path} is outside {source.root}")
+        log = AuditLog(path, audit, draw_sample(source.pairs, sample, seed), seed)
 
     def page(name: str, request: Request, **context) -> HTMLResponse:
         html = env.get_template(name).render(source=source, audit=log, request=request, **context)

@@ -104,7 +104,12 @@ def hold(path: Path):
     ``AuditBusy`` at once when another viewer holds it."""
     lock_path = path.with_name(f".{path.name}.lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    f = open(lock_path, "a+", encoding="utf-8")
+    try:        # O_NOFOLLOW: a symlink planted in a shared run would have the viewer truncate its target
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        raise ValueError(f"cannot open the audit's lock file {lock_path}: {e.strerror}"
+                         + (" (a symlink: remove it)" if lock_path.is_symlink() else "")) from None
+    f = os.fdopen(fd, "r+", encoding="utf-8")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -22,7 +22,7 @@ from scripted_teacher import ScriptedTeacher, llm_config, make_run, start
 from teacher.verify import VerifyConfig, verify
 
 HOSTILE = ("# INJECTED\n<img src=x onerror=alert(1)> ![remote](https://evil.example/p.png) "
-           "[link](https://evil.example) ``` `code` <script>x()</script> | cell")
+           "[link](https://evil.example) ``` `code` <script>x()</script> | cell \u202eDERETNE")
 
 
 def _verify(root, cache, script: dict | None = None, outcome: str | None = None, k: int = 5):
@@ -75,6 +75,7 @@ def test_page_text_in_the_report_and_card_renders_as_text(kept_run):
     report = write_report(kept_run).read_text()
     html = rendered(report)
     assert "INJECTED" in report and "<h1>INJECTED" not in html
+    assert "\u202e" not in report and "[U+202E]DERETNE" in report          # no bidi override reorders it
     assert html.count("<h1>") == 1                              # the report's own title only
     assert "<script" not in html and "onerror=alert" not in html.replace("onerror=alert(1)&gt;", "")
     assert "evil.example/p.png\"" not in html and 'href="https://evil.example"' not in html

@@ -11,7 +11,7 @@ import re
 import pytest
 from starlette.testclient import TestClient
 
-from dataset.readable import ICON, describe, mark_icons, readable, target, why_worse
+from dataset.readable import ICON, describe, mark_icons, readable, target, visible, why_worse
 from dataset.viewer.app import make_app
 from dataset.viewer.source import PairSource
 from graph.axtree import parse_axtree
@@ -42,6 +42,9 @@ def test_targets_have_role_name_and_icons_as_markers():
     assert readable("a\n\tb  \ue603\U000f0001c") == f"a b {ICON} c"
     assert mark_icons("[12] link '\\ue603\\ue604', clickable") == f"[12] link '{ICON}', clickable"
     assert readable("\\u00e9") == "\\u00e9"                              # an escape outside the private use area stays
+    # a page's bidi override would show one name (or action) as another: controls are shown
+    assert readable("Pay\u202e yrevileD") == "Pay[U+202E] yrevileD"
+    assert visible("fill('5', 'a\u2066b\u200bc\x1b[2J')") == "fill('5', 'a[U+2066]b[U+200B]c[U+001B][2J')"
 
 
 @pytest.mark.parametrize("rule,evidence,says", [
@@ -89,5 +92,8 @@ def test_api_list_pair_page_and_audit_name_the_targets(mined):
         page = client.get(f"/pair/{r['pair_id']}").text.replace("&#39;", "'").replace("&amp;", "&")
         assert f'id="why">{r["why"]}' in page.replace("&#34;", '"')
         assert describe(r["neg_target"]) in page.replace("&#34;", '"')
+    hostile = dict(rows[0], action_neg="fill('5', 'x\u202ey')")           # fill values come from pages too
+    source.by_id[hostile["pair_id"]].update(action_neg=hostile["action_neg"])
+    assert "x[U+202E]y" in client.get(f"/pair/{hostile['pair_id']}").text and "\u202e" not in client.get("/").text
     audit = client.get(client.get("/audit").url.path).text
     assert audit.count('class="tname"') == 2 and "why" not in audit.split("<main>")[1].split("Observation")[0]

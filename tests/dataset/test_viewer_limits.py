@@ -62,6 +62,29 @@ def test_answers_from_viewers_one_after_the_other_are_all_kept(run):
     assert sorted(pq.read_table(path).column("position").to_pylist()) == [0, 1, 2]
 
 
+def test_a_planted_symlink_is_neither_followed_nor_written_through(run, tmp_path):
+    """A run directory from someone else: a lock file that is a symlink is refused (the viewer
+    would truncate its target), and an ``audit/`` that points outside the run is refused before
+    anything is made there."""
+    shared = tmp_path / "shared"
+    shutil.copytree(run, shared, ignore=shutil.ignore_patterns("audit"))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (shared / "audit").mkdir()
+    (shared / "audit" / ".human-mallory.parquet.lock").symlink_to(victim)
+    source = PairSource.open(shared)
+    with pytest.raises(ValueError, match="lock file .*a symlink: remove it"):
+        make_app(source, audit="mallory", sample=2)
+    assert victim.read_text() == "keep me"
+    shutil.rmtree(shared / "audit")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (shared / "audit").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match="is outside"):
+        make_app(PairSource.open(shared), audit="mallory", sample=2)
+    assert list(elsewhere.iterdir()) == []
+
+
 @pytest.mark.parametrize("name", ["carol\n", "carol\r", "a\nb", "x" * 65])
 def test_annotator_names_are_matched_whole(name):
     with pytest.raises(ValueError, match="annotator name"):
