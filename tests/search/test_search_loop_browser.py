@@ -10,6 +10,7 @@ from search.demo_site import Shop, make_task
 from shop_scripts import find, right_action
 from recorders import Recording
 from harness.env import BrowserHarness, host_of
+from harness.robust import Robustness
 from search.agent import run_axtree_episode
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
@@ -79,7 +80,9 @@ def test_feedback_refusal_and_terminations():
 
     with Shop() as shop:
         dead = shop.url
-    harness = BrowserHarness(make_task(Shop()), task_kwargs={"start_url": dead})
+    harness = BrowserHarness(make_task(Shop()), task_kwargs={"start_url": dead},
+                             robustness=Robustness(start_retries=1, backoff_s=0.05))     # retries: harness tests
     with harness:
         result = run_axtree_episode(harness, bad_policy, None)
     assert result.termination == "site_unreachable" and result.reward is None and not result.evaluated
+    assert "after 2 attempts" in result.error and [d["attempt"] for d in harness.diagnostics] == [0, 1]

@@ -57,6 +57,16 @@ def test_a_start_page_that_fails_once_is_retried_and_recorded(tmp_path):
     assert "focused element: <input type=search> 'City'" in fill
 
 
-def test_element_feedback_can_be_turned_off(tmp_path):
-    row, lines = _episode(tmp_path, element_feedback=False)
-    assert "landed on" not in lines[0]["feedback"] and "focused element" not in lines[1]["feedback"]
+def test_element_feedback_can_be_turned_off():
+    """``--no-element-feedback`` switches the harness's probes off (what the feedback then says
+    without them: tests/search/test_element_feedback.py)."""
+    from search.episodes import configure_harness
+
+    class Harness:
+        robustness, element_probes = None, True
+
+    h = Harness()
+    configure_harness(h, AXTreeSearch(prm="none", policy="p", element_feedback=False, start_retries=0))
+    assert h.element_probes is False and h.robustness.start_retries == 0
+    configure_harness(h, AXTreeSearch(prm="none", policy="p"))
+    assert h.element_probes is True and h.robustness.start_retries == 2
