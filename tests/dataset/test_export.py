@@ -158,7 +158,7 @@ def test_data_export_shim_runs_dataset_export(verified_run, tmp_path):
     note on stderr: the same help, and the same files and lines from a real export."""
     import shutil
 
-    from hostile.hostile_util import cli, no_traceback
+    from hostile_util import cli, no_traceback
 
     old, new = cli("data.export", "--help"), cli("dataset.export", "--help")
     assert old.returncode == new.returncode == 0 and old.stdout == new.stdout and "--format" in new.stdout

@@ -1,4 +1,4 @@
-"""`llm.serve` under hostile requests (issue 18): every answer is an OpenAI JSON error with the
+"""`llm.serve` under hostile requests (issues 18 and 24): every answer is an OpenAI JSON error with the
 right status, nothing is read or allocated beyond the limits, and one request cannot tie the
 server up. Real HTTP on 127.0.0.1; a scripted ``complete`` or a tiny random model
 (tests/tiny_lm.py), never the embedded one (see test_local_and_serve.py for that)."""
@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from llm.local import Cancelled, LocalModel
-from llm.serve import MAX_BODY_BYTES, model_server, serve_in_thread
+from llm.serve import MAX_BODY_BYTES, fixed_answer, model_server, serve_in_thread
 
 MSG = [{"role": "user", "content": "w1 w2 w3"}]
 
@@ -327,7 +327,9 @@ def test_prompts_past_the_context_and_over_the_batch_budget_are_400(tiny_server,
     assert r.status_code == 400 and "batch budget" in r.json()["error"]["message"]
     assert tiny.steps == steps, "a refused request reached the model"
     # Without max_tokens, the default shrinks to what the context leaves (as vLLM does).
-    overhead = tiny.count_tokens([{"role": "user", "content": "w1"}]) - 1
+    one = tiny.tokenizer.apply_chat_template([{"role": "user", "content": "w1"}], add_generation_prompt=True,
+                                            return_dict=True)["input_ids"]
+    overhead = len(one) - 1
     fits = [{"role": "user", "content": " ".join((WORDS * 14)[:4096 - overhead - 5])}]   # 5 tokens left
     r = _post(tiny_server, {"messages": fits, "temperature": 0})
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
@@ -408,3 +410,137 @@ def test_interleaved_generations_keep_their_own_seeded_samples(tiny_server, tiny
     assert results["other"].status_code == 200 and results["other"].json()["usage"]["completion_tokens"] == 120
     assert [c["message"]["content"] for c in together] == [c["message"]["content"] for c in alone]
     assert torch.equal(torch.random.get_rng_state(), rng_before)
+
+
+# -- a trickle of half-sent requests (issue 24 item 5) ------------------------------------------
+# 400 connections that each sent a 4 MiB body one byte per 40 s held 403 threads and 1.6 GB. Now
+# the open connections are capped (503 at accept), a request is admitted from its headers before
+# its body is read (429), the body is read as it arrives rather than allocated from its
+# Content-Length, and a request's line, headers and body must all arrive within one time limit
+# (408), however steadily they trickle. Bounded trickles on 127.0.0.1 only.
+
+BODY = 4 * 1024 * 1024
+HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n{" % BODY)
+
+
+@pytest.fixture
+def start():
+    servers = []
+
+    def run(**limits):
+        srv = serve_in_thread(fixed_answer("ok"), "m", **limits)
+        servers.append(srv)
+        return srv
+
+    yield run
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+def trickle(srv, data: bytes = HEAD) -> socket.socket:
+    s = socket.create_connection(srv.server_address[:2], timeout=5)
+    s.sendall(data)
+    return s
+
+
+def _received(s: socket.socket, wait: float = 5.0) -> bytes:
+    """What the server sent before closing (b"" when it sent nothing within ``wait``)."""
+    s.settimeout(wait)
+    out = b""
+    try:
+        while chunk := s.recv(65536):
+            out += chunk
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return out
+
+
+def until(condition, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
+
+
+def ok(srv) -> int:
+    return httpx.post(srv.base_url + "/chat/completions", timeout=10,
+                      json={"messages": [{"role": "user", "content": "hi"}]}).status_code
+
+
+def test_open_connections_are_capped_and_the_rest_get_503_at_accept(start):
+    srv = start(max_connections=4)
+    threads_before = threading.active_count()
+    held = [trickle(srv) for _ in range(4)]
+    assert until(lambda: srv.open_connections == 4)
+    extra = [trickle(srv) for _ in range(12)]
+    answers = [_received(s) for s in extra]
+    assert all(a.startswith(b"HTTP/1.1 503") and b"Retry-After" in a for a in answers)
+    assert srv.refused_connections == 12 and srv.open_connections == 4
+    assert threading.active_count() - threads_before <= 4
+    assert ok(srv) == 503                          # a well-behaved client is told to come back
+    for s in held:
+        s.close()
+    assert until(lambda: srv.open_connections == 0) and ok(srv) == 200
+
+
+def test_a_request_is_admitted_before_its_body_is_read(start):
+    srv = start(max_inflight=2)
+    held = [trickle(srv) for _ in range(2)]
+    assert until(lambda: srv.inflight == 2)
+    third = _received(trickle(srv))                   # its body is never sent: refused from its headers
+    assert third.startswith(b"HTTP/1.1 429") and b"Retry-After" in third
+    for s in held:
+        s.close()
+    assert until(lambda: srv.inflight == 0) and ok(srv) == 200
+
+
+def test_a_declared_body_is_not_allocated_before_it_arrives(start):
+    srv = start(max_connections=16)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        held = [trickle(srv) for _ in range(8)]    # 8 x 4 MiB declared, 1 byte each sent
+        assert until(lambda: srv.open_connections == 8 and srv.inflight == 8)
+        time.sleep(0.3)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert peak < BODY, f"{peak} bytes allocated for 8 one-byte bodies"
+    for s in held:
+        s.close()
+
+
+@pytest.mark.parametrize("part", ["body", "headers"])
+def test_a_steady_trickle_is_cut_off_by_the_request_time_limit(start, part):
+    srv = start(request_time_limit_s=1.0)
+    s = trickle(srv, HEAD if part == "body" else b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    s.settimeout(0.2)
+    got, sent, deadline = b"", 0, time.monotonic() + 15
+    while not got and time.monotonic() < deadline:   # a byte every 0.2 s: no read is ever idle
+        try:
+            s.sendall(b" " if part == "body" else b"X")
+            sent += 1
+            got = s.recv(65536)
+        except TimeoutError:
+            pass
+        except OSError:
+            break
+    got += _received(s, 2.0)
+    assert got.startswith(b"HTTP/1.1 408"), got[:200]
+    assert sent < 60 and srv.expired_reads == 1
+    assert until(lambda: srv.open_connections == 0) and ok(srv) == 200
+
+
+def test_request_headers_are_capped_in_total_not_only_per_line(start):
+    srv = start()
+    headers = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 60_000) for i in range(90))    # 5.4 MB, 90 lines
+    s = trickle(srv, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+    try:
+        s.sendall(headers + b"Content-Length: 2\r\n\r\n{}")
+    except OSError:
+        pass                              # refused before the client finished sending
+    assert _received(s).startswith(b"HTTP/1.1 431")
+    assert ok(srv) == 200

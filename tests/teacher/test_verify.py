@@ -1,6 +1,6 @@
 """Teacher verification: the K-attempt logic against a scripted OpenAI-protocol teacher on
 127.0.0.1 (outcomes, truncation, outages, resume, SIGKILL mid-run, templates). The format itself is
-tested in tests/data/test_judgment.py."""
+tested in tests/judgment/test_judgment.py."""
 
 from __future__ import annotations
 

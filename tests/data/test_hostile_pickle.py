@@ -29,7 +29,7 @@ from data.readers.safe_pickle import (
     load_restricted,
 )
 
-FIXTURES = Path(__file__).parents[1] / "data" / "fixtures" / "agentlab_layouts"
+FIXTURES = Path(__file__).parent / "fixtures" / "agentlab_layouts"
 ALLOWED = sorted(RECORD_CLASSES | MESSAGE_CLASSES | ALLOWED_NUMPY | ALLOWED_BUILTINS)
 NUMPY_DIR = str(Path(np.__file__).parent)
 
