@@ -160,7 +160,8 @@ def audit_records(records: list[dict]) -> dict:
     out["mismatch_directions"] = dict(Counter(f"{r['op_pos']}->{r['op_neg']}" for r in mismatch).most_common())
     out["virtual_positive_ops"] = dict(Counter(r["op_pos"] for r in virtual).most_common())
     out["stored_gmcp_disagrees"] = sum(1 for r in records
-                                       if r.get("stored_gmcp") is not None and r["stored_gmcp"] != (r["category"] == "gmcp"))
+                                       if r.get("stored_gmcp") is not None
+                                       and r["stored_gmcp"] != (r["category"] == "gmcp"))
     for key in ("rule", "axis"):
         groups: dict[str, list] = {}
         for r in records:

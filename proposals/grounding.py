@@ -386,7 +386,8 @@ class Miner:
             return True
         current = current_values(ax, ctx.res.tree)
         taken = {v.lower() for v in current}
-        if ctx.positive.op == p.op and ctx.positive.value is not None and not isinstance(ctx.positive.value, (list, tuple)):
+        value = ctx.positive.value
+        if ctx.positive.op == p.op and value is not None and not isinstance(value, (list, tuple)):
             p.positive_value = str(ctx.positive.value)
             taken = taken | {p.positive_value.strip().lower()}
         if p.op == "select_option":

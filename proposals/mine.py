@@ -36,8 +36,18 @@ from proposals.audit import format_audit as format_table_audit
 from proposals.config import STAGE, MineConfig, parse_axes
 from proposals.fill import complete_fills
 from proposals.grounding import Miner, Pending, load_rows
-from proposals.pool import (candidate_row, in_trajectory_order, mine, mine_site, open_run, site_chunks,
-                            site_trajectories, successful_trajectories, write_pool, write_sites)
+from proposals.pool import (
+    candidate_row,
+    in_trajectory_order,
+    mine,
+    mine_site,
+    open_run,
+    site_chunks,
+    site_trajectories,
+    successful_trajectories,
+    write_pool,
+    write_sites,
+)
 
 # The stage's public names, importable from here as before the split by job (grounding, fill, pool).
 __all__ = ["STAGE", "MineConfig", "parse_axes", "Miner", "Pending", "load_rows", "complete_fills", "candidate_row",

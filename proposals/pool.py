@@ -144,7 +144,8 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
         from llm import LLMConfig
         llm_config = LLMConfig()
     kept = [p for p in pending if p.spare is None]
-    usage, fill_counts = complete_fills(kept, llm_config, config.seed, show_progress, replace=spares_for(miner, pending, kept))
+    usage, fill_counts = complete_fills(kept, llm_config, config.seed, show_progress,
+                                        replace=spares_for(miner, pending, kept))
     cands = [c for c in map(candidate_row(miner, config), kept) if c is not None]
     cands.sort(key=lambda c: c["pair_id"])
     rng = random.Random(config.seed)
@@ -165,7 +166,8 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
         # that cannot take text, clicked instead (App. F). Counted before LLM fill values.
         "ops": dict(sorted(miner.tally.op_sources.items())),
         # Demonstrated steps of successful trajectories: mined, or not (by reason, in rejects.jsonl).
-        "steps": {"in": miner.steps_in, "out": miner.steps_mined, "rejected": dict(sorted(miner.step_rejected.items()))},
+        "steps": {"in": miner.steps_in, "out": miner.steps_mined,
+                  "rejected": dict(sorted(miner.step_rejected.items()))},
         # Re-derived from the files just written, as ``python -m proposals.audit`` does.
         "audit": write_audit(run.root, "candidates", workers),
         "fill": fill_counts,

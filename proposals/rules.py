@@ -198,7 +198,7 @@ def structurally_near(ctx: StepContext, p: Params) -> Iterator[Proposal]:
         if common is not None:
             scored.append((ctx.rank_op(node, bid), d, idx, node, bid, common))
     scored.sort()
-    for group, d, idx, node, bid, common in scored:
+    for group, d, _, node, bid, common in scored:
         shared = ctx.res.tree.nodes[common]
         yield Proposal(node, bid, {"hops": d, "near_hops": p.near_hops,
                                    "shared_container": [shared.role, shared.name[:60]]},

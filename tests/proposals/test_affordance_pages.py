@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from graph.axtree import parse_axtree
-from proposals.affordance import (choose_op, is_disabled, is_editable, options_of, role_affordance, select_of,
-                                  valid_fill)
+from proposals.affordance import choose_op, is_disabled, is_editable, options_of, role_affordance, select_of, valid_fill
 
 PAGES = Path(__file__).parent / "pages"
 CHROMIUM = Path("/usr/lib/chromium/chromium")
@@ -32,7 +31,8 @@ def _node(line: str):
     ("[18] combobox 'Browser', autocomplete='list', hasPopup='listbox'", "fill"),       # <input list=...>
     ("[19] combobox 'Search catalog', autocomplete='both', hasPopup='listbox', expanded=False", "fill"),
     ("[20] combobox 'Choose search context', hasPopup='listbox', expanded=False", "click"),
-    ("[21] combobox 'Quantity' value='1', hasPopup='menu', expanded=False", "click"),    # a select without options shown
+    # a select without options shown
+    ("[21] combobox 'Quantity' value='1', hasPopup='menu', expanded=False", "click"),
     ("[22] combobox 'Tags', autocomplete='none', hasPopup='listbox'", "click"),
     ("[27] textbox 'Notes' value='Leave at the door'", "fill"),
     ("[31] searchbox 'Search'", "fill"),
@@ -84,7 +84,7 @@ in_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium 
 @pytest.fixture(scope="module")
 def site():
     sys.path.insert(0, str(Path(__file__).parents[1] / "search"))
-    from local_pages import Pages      # tests/search's local page server
+    from local_pages import Pages  # tests/search's local page server
 
     with Pages({f"/{p.stem}": p.read_text() for p in PAGES.glob("*.html")}) as pages:
         yield pages
@@ -92,6 +92,7 @@ def site():
 
 def _harness(url):
     from local_pages import open_page_task
+
     from harness.env import BrowserHarness
 
     return BrowserHarness(open_page_task(url), timeout_ms=3000)

@@ -7,14 +7,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dataset.report import collect
 from data.rundir import atomic_write_parquet
-from data.schema import StepRecord, steps_to_table
+from data.schema import AXIS_OF, CANDIDATE_SCHEMA, StepRecord, steps_to_table
+from dataset.report import collect
 from graph.build import build_graphs
+from llm import LLMConfig
 from proposals.audit import audit_table, main, write_audit
 from proposals.mine import MineConfig, mine
-from data.schema import AXIS_OF, CANDIDATE_SCHEMA
-from llm import LLMConfig
 
 OBS = "RootWebArea 'Shop'\n\t[2] form 'Order'\n\t\t[3] textbox 'Quantity'\n\t\t[4] button 'Add'\n\t\t[5] button 'Buy'"
 DUP = OBS + "\n\t\t[5] button 'Buy again'"          # bid 5 twice: not uniquely resolvable
@@ -148,7 +147,8 @@ def test_a_node_with_two_bids_is_counted(tmp_path, monkeypatch, capsys):
     clean = audit_table(tmp_path, "candidates")
     assert clean["ambiguous_targets"] == 0 and clean["gmcp"] == 1
     assert main(["--run", str(tmp_path)]) == 0
-    monkeypatch.setattr(ElementContext, "persistent_id", lambda self, site: f"e-{site}|{self.page}|{self.role}|{self.name}")
+    monkeypatch.setattr(ElementContext, "persistent_id",
+                        lambda self, site: f"e-{site}|{self.page}|{self.role}|{self.name}")
     capsys.readouterr()
     assert main(["--run", str(tmp_path), "--json"]) == 1
     a = json.loads(capsys.readouterr().out)

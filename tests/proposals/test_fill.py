@@ -7,14 +7,14 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import BUNDLED
 from data.rundir import atomic_write_parquet
 from data.schema import StepRecord, steps_to_table
 from graph.build import build_graphs
-from conftest import BUNDLED
-from proposals.affordance import FILL_SYSTEM, current_values, fill_prompt, page_context, valid_fill
-from proposals.mine import MineConfig, mine
 from llm import LLMConfig
 from llm.serve import serve_in_thread
+from proposals.affordance import FILL_SYSTEM, current_values, fill_prompt, page_context, valid_fill
+from proposals.mine import MineConfig, mine
 
 FORM = ("RootWebArea 'Sign up'\n\t[2] form 'Sign up'\n\t\t[5] textbox 'First name'\n"
         "\t\t[6] textbox 'Last name' value='Lovelace'\n\t\t[7] button 'Submit'")
@@ -102,7 +102,8 @@ def test_invalid_answers_are_retried_with_another_seed(form_run, tmp_path):
 
 def test_unusable_answers_are_rejected_with_a_reason(form_run, tmp_path):
     # Three invalid answers in a row: the field is rejected with the last answer's reason.
-    server = _server({42: '{"value": ""}', 43: '```json\n{"value": "Grace"}\n```', 44: '{"value": "Grace", "bid": "6"}'})
+    server = _server({42: '{"value": ""}', 43: '```json\n{"value": "Grace"}\n```',
+                      44: '{"value": "Grace", "bid": "6"}'})
     try:
         cfg = LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(tmp_path / "cache"))
         stats = mine(form_run, MineConfig(sample_size=10, seed=42), cfg)

@@ -82,7 +82,7 @@ def test_mapping_read_from_the_build_equals_the_no_graph_one(tmp_path):
             continue
         by_step, nxt = {r["step_idx"]: r for r in trows}, dict(zip((r["step_idx"] for r in trows), next_urls(trows)))
 
-        def observation(i):
+        def observation(i, by_step=by_step, nxt=nxt):
             try:
                 return observe(by_step[i], by_step[i]["site"], nxt[i])
             except ObservationRejected as e:

@@ -13,16 +13,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from data.rundir import atomic_write_parquet
-from data.schema import StepRecord, steps_to_table
+from data.schema import RULES, StepRecord, steps_to_table
 from graph.axtree import parse_axtree
 from graph.build import build_graphs
+from llm import LLMConfig
+from llm.serve import serve_in_thread
 from proposals.affordance import choose_op
 from proposals.graphindex import INF, GraphIndex
 from proposals.mine import MineConfig, main, mine
 from proposals.rules import Params, Proposal, draw
-from data.schema import RULES
-from llm import LLMConfig
-from llm.serve import serve_in_thread
 
 SHOP = ("RootWebArea 'Shop'\n\t[2] form 'Order'\n\t\t[3] textbox 'Quantity'\n\t\t[4] button 'Add'\n"
         "\t\t[5] button 'Buy'\n\t[8] link 'Help'")
@@ -82,8 +81,8 @@ def test_rules_rank_by_their_own_criterion_unless_prefer_same_op(shop_run):
     stats, rows = _mine(shop_run, max_per_rule=1)
     assert _negs(rows, 3, "structurally_near") == ["press('3', 'Enter')"]
     assert stats.extra["config"]["params"]["prefer_same_op"] is False
-    assert main(["--run", str(shop_run), "--max-per-rule", "1", "--prefer-same-op", "--workers", "1", "--selection", "rank",
-                 "--fill-base-url", NO_LLM.base_url, "--fill-model", "none"]) == 0
+    assert main(["--run", str(shop_run), "--max-per-rule", "1", "--prefer-same-op", "--workers", "1",
+                 "--selection", "rank", "--fill-base-url", NO_LLM.base_url, "--fill-model", "none"]) == 0
     rows = pq.read_table(shop_run / "candidates.parquet").to_pylist()
     assert _negs(rows, 3, "structurally_near") == ["click('5')"]
     stats = json.loads((shop_run / "stats.json").read_text())["proposals.mine"]
@@ -94,7 +93,8 @@ def test_away_from_goal_never_proposes_unreachable_elements(shop_run):
     _, rows = _mine(shop_run, axes=("spatiotemporal",), max_per_rule=10)
     site = shop_run / "graphs" / "shop.example.com"
     graph = GraphIndex(site)
-    node = {r["name"]: r["node_id"] for r in pq.read_table(site / "nodes.parquet", columns=["node_id", "name"]).to_pylist()}
+    named = pq.read_table(site / "nodes.parquet", columns=["node_id", "name"]).to_pylist()
+    node = {r["name"]: r["node_id"] for r in named}
     goal, help_link = node["Buy"], node["Help"]
     # The link is on every page (so the old rule, which counted infinity as farther, proposed
     # it), but no path joins it to the goal.
@@ -189,9 +189,10 @@ def test_a_failed_fill_gives_its_slot_to_the_next_draw(tmp_path):
 
     def complete(request):
         bad = "target: fill on [3]" in request["messages"][-1]["content"]
+        answer = {"role": "assistant", "content": "no" if bad else '{"value": "7"}'}
         return {"id": "x", "object": "chat.completion", "model": "scripted",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "no" if bad else '{"value": "7"}'},
-                             "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
+                "choices": [{"index": 0, "message": answer, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
     server = serve_in_thread(complete, "scripted")
     llm = LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(tmp_path / "cache"))
     try:
