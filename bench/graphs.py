@@ -4,6 +4,7 @@
                                      [--sites N] [--code DIR ...] [--repeat N]
     .venv/bin/python bench/graphs.py --scales 30 --sites 50 --code /tmp/old . --repeat 3   # paper scale, before/after
     .venv/bin/python bench/graphs.py --nesting 1000 3000 6000 12000 [--code DIR]
+    .venv/bin/python bench/graphs.py --containment      (issue 36: E_s / V per --containment mode)
 
 Ingests the shared AgentLab traces once, keeps the successful trajectories, replicates them with
 distinct task ids, trajectory ids and site names (so the graphs grow with the data, as 50 real
@@ -23,6 +24,11 @@ N nested named regions, each holding a button (the hostile probe's shape), with 
 with the depth guard lifted (``--max-depth 0``: the build itself is measured) and with the
 default guard (the observation rejected as ``too_deep``). There ``--code DIR`` (the first one)
 runs another checkout's ``graph.build``; its guard flags are ignored when it has none.
+
+``--containment`` builds, with ``--containment paper`` and ``ours``, the graphs of the WebPRM
+Collection samples (``--source webprm``), of the AgentLab traces flattened into WebPRM rows
+(``graph.flatten``) and of the AgentLab traces as recorded (indented), and prints containment edges
+over element nodes against the paper's 1,532 / 116,182 = 0.013 (§4.1).
 """
 
 from __future__ import annotations
@@ -182,6 +188,29 @@ def replicate(src: Path, dst: Path, k: int, sites: int = 0) -> int:
     return out.num_rows
 
 
+PAPER_ES_PER_V = 1532 / 116182      # §4.1: containment edges over element nodes of the WPRM pool
+
+
+def containment(shared: Path, tmp: Path) -> None:
+    """E_s / V with each ``--containment`` mode, on each corpus, beside the paper's."""
+    from graph.build import BuildConfig, build_graphs
+    from graph.flatten import flatten_run
+    from graph.identity import CONTAINMENTS
+
+    ingest("webprm", [shared / "webprm_collection_samples"], tmp / "wprm", quiet=True)
+    ingest("agentlab", [shared / "agentlab_workarena", shared / "agentlab_genericagent_miniwob"], tmp / "indented",
+           quiet=True)
+    flatten_run(tmp / "indented" / "trajectories.parquet", tmp / "rows" / "rows.jsonl")
+    ingest("webprm", [tmp / "rows"], tmp / "flat", quiet=True)
+    print(f"paper (§4.1): E_s / V = 1532 / 116182 = {PAPER_ES_PER_V:.4f}")
+    print(f"{'corpus':<18} {'containment':<11} {'V':>6} {'E_s':>6} {'E_s/V':>7} {'x paper':>8}")
+    for corpus in ("wprm", "flat", "indented"):
+        for mode in CONTAINMENTS:
+            stats = build_graphs(tmp / corpus, config=BuildConfig(containment=mode, workers=1))
+            v, es = stats.extra["element_nodes"], stats.extra["containment_edges"]
+            print(f"{corpus:<18} {mode:<11} {v:>6} {es:>6} {es / v:>7.4f} {es / v / PAPER_ES_PER_V:>8.1f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = make_parser()
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
@@ -194,7 +223,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="the checkouts whose graph.build runs, in turn on each corpus (--nesting: the first)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each checkout per scale, interleaved")
     ap.add_argument("--no-rss", action="store_true", help="time the whole command only (no sampled build run)")
+    ap.add_argument("--containment", action="store_true", help="E_s / V per --containment mode (issue 36) and stop")
     args = ap.parse_args(argv)
+    if args.containment:
+        with tempfile.TemporaryDirectory() as tmp:
+            containment(args.shared, Path(tmp))
+        return 0
     if args.nesting:
         with tempfile.TemporaryDirectory() as tmp:
             nesting(args.nesting, args.code[0].resolve(), Path(tmp))

@@ -1,7 +1,7 @@
 """The ``build-graphs`` Prefect flow: one task per site, cached and retried.
 
-    python -m flows.build_graphs --run RUN [--identity paper|ours --max-depth N --max-nodes N --include-failed \
-        --workers N] [--dask-address tcp://host:8786 | --dask-local --dask-workers N]
+    python -m flows.build_graphs --run RUN [--identity paper|ours --containment paper|ours --max-depth N \
+        --max-nodes N --include-failed --workers N] [--dask-address tcp://host:8786 | --dask-local --dask-workers N]
 
 Threads by default; ``--dask-address`` sends the per-site tasks to a Dask cluster through
 ``prefect-dask`` (``--dask-local`` starts a local one of ``--dask-workers`` processes:

@@ -1,7 +1,8 @@
 """The ``propose-negatives`` Prefect flow: mine grounded negatives for a run.
 
     python -m flows.propose_negatives --run RUN [--sample-size 10000 --seed 42 --axes spatial,temporal --no-graph \
-        --max-per-rule 3 --near-hops 2 --prefer-same-op --fill-model FOLDER --fill-base-url URL ...] \
+        --selection sample|rank --max-per-rule 3 --near-hops 2 --prefer-same-op --fill-model FOLDER \
+        --fill-base-url URL ...] \
         [--dask-address tcp://host:8786 | --dask-local --dask-workers N]
 
 By default one task (the rules run per step, then fill values are completed in one batch through

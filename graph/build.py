@@ -1,7 +1,7 @@
 """Build one Interaction Element Graph per site from a run's trajectories.
 
-    python -m graph.build --run RUN [--identity paper|ours] [--include-failed] [--workers N]
-                          [--max-depth N] [--max-nodes N]
+    python -m graph.build --run RUN [--identity paper|ours] [--containment paper|ours] [--include-failed]
+                          [--workers N] [--max-depth N] [--max-nodes N]
 
 Reads ``RUN/trajectories.parquet``; writes ``RUN/graphs/<site>/nodes.parquet``,
 ``RUN/graphs/<site>/edges.parquet``, ``RUN/graphs/<site>/steps.parquet`` (where each demonstrated
@@ -11,7 +11,9 @@ Each site is built in passes (:mod:`graph.passes`) into an :class:`InteractionEl
 trajectories are left out by default (``--include-failed`` keeps them, for analysis); every
 observation or step left out is written to ``rejects.jsonl`` with its reason. ``--identity``
 chooses the persistent identity (App. B's ``paper``, the default, or ``ours``; see
-:mod:`graph.identity`), recorded in the manifest; an observation past ``--max-nodes`` nodes or
+:mod:`graph.identity`) and ``--containment`` which ancestors E_s links an element to (see
+``graph.identity.CONTAINMENTS``), both recorded in the manifest; an observation past
+``--max-nodes`` nodes or
 ``--max-depth`` levels is rejected as ``too_large`` / ``too_deep`` (ingest keeps its row).
 """
 
@@ -35,7 +37,14 @@ from cli.config import Configurable, check_ranges, make_parser
 from cli.errors import error_exit
 from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_write_parquet, atomic_write_text
 from graph import passes
-from graph.identity import DEFAULT_IDENTITY, IDENTITIES, check_identity
+from graph.identity import (
+    CONTAINMENTS,
+    DEFAULT_CONTAINMENT,
+    DEFAULT_IDENTITY,
+    IDENTITIES,
+    check_containment,
+    check_identity,
+)
 from graph.passes import MAX_DEPTH, MAX_NODES, STAGE, next_urls
 from graph.schema import (EDGE_SCHEMA, NODE_SCHEMA, STEP_SCHEMA, check_outputs, pinned_table, reading,
                           require_columns)
@@ -56,6 +65,11 @@ class BuildConfig(Configurable):
         "help": "persistent identity: paper (App. B: same-role sibling ordinal, chain without generic wrappers, "
                 "names kept) or ours (same role-and-name ordinal, inert containers and content names left out)",
         "choices": IDENTITIES})
+    containment: str = field(default=DEFAULT_CONTAINMENT, metadata={
+        "help": "containment edges (E_s): paper (each element to the nearest control above it, as §4.1 counts them: "
+                "past listbox, menu, grid, tablist, radiogroup, toolbar, grid cells and headers) or ours (to the "
+                "nearest interactive ancestor, grouping widgets included)",
+        "choices": CONTAINMENTS})
     include_failed: bool = field(default=False, metadata={"help": "also use unsuccessful trajectories"})
     workers: int | None = field(default=None, metadata={"help": "processes (default: one per core)",
                                                         "min": 1, "metavar": "N"})
@@ -68,6 +82,7 @@ class BuildConfig(Configurable):
 
     def __post_init__(self):       # settings built in Python; the flags are checked when parsed
         check_identity(self.identity)
+        check_containment(self.containment)
         check_ranges(self, "BuildConfig")
 
     def resolve_settings(self) -> dict:
@@ -143,7 +158,7 @@ def _build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[in
     steps = passes.demonstrated_steps(site, obs)
     elements, sightings = passes.element_nodes(site, obs, steps)
     node_rows = elements + passes.virtual_nodes(site, steps)
-    contain = passes.containment_edges(obs)
+    contain = passes.containment_edges(obs, (config or BuildConfig()).containment)
     interact, cross_site = passes.interaction_edges(site, steps, obs.rejected, traj_steps)
     mapped = steps.mapped
     structure = Counter(o.res.page.context for o in obs.accepted)
@@ -312,7 +327,8 @@ def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject]]], plan_re
     for d in graphs_dir.iterdir() if graphs_dir.exists() else ():
         if d.is_dir() and d.name not in keep and (d / "nodes.parquet").exists():
             shutil.rmtree(d)
-    manifest = {"stage": STAGE, "identity": config.identity, "include_failed": include_failed,
+    manifest = {"stage": STAGE, "identity": config.identity, "containment": config.containment,
+                "include_failed": include_failed,
                 "max_depth": config.max_depth, "max_nodes": config.max_nodes, "sites": sites, "totals": totals}
     atomic_write_text(run.graph_manifest, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     stats.extra = {"config": {k: v for k, v in asdict(config).items() if k != "workers"}, "sites": len(sites), **totals,

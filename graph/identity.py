@@ -66,6 +66,15 @@ INTERACTIVE_ROLES = frozenset({
     "treeitem", "gridcell", "columnheader", "rowheader", "textarea", "input",
     "listbox", "menu", "menubar", "tablist", "radiogroup", "tree", "grid", "treegrid", "toolbar",
 })
+# ``graph.build --containment``: where an element's containment edge (E_s) goes. §4.1 counts
+# containment between the controls themselves ("options within comboboxes"): in ``paper``,
+# composite widgets, grid cells and headers, which group controls without being one, are passed
+# over to the nearest control above; ``ours`` stops at them (denser E_s: graph distances shrink
+# inside lists, grids and tab bars).
+CONTAINMENTS = ("paper", "ours")
+DEFAULT_CONTAINMENT = "paper"
+GROUPING_ROLES = frozenset({"listbox", "menu", "menubar", "tablist", "radiogroup", "tree", "grid", "treegrid",
+                            "toolbar", "gridcell", "columnheader", "rowheader"})
 # Containers whose accessible name is computed from their text content: a table cell's name
 # is everything inside it, so it changes whenever a widget lists different items. Their
 # names are left out of ancestor chains (the role stays).
@@ -217,6 +226,12 @@ def virtual_node(site: str, op: str, current_page: str, landing_page: str | None
     vtype = VIRTUAL_TYPES.get(op, VirtualType.VIEWPORT)
     page = current_page if vtype in CURRENT_PAGE_TYPES else (landing_page or current_page)
     return VirtualNode(virtual_node_id(site, page, vtype, op), vtype, op, page)
+
+
+def check_containment(containment: str) -> str:
+    if containment not in CONTAINMENTS:
+        raise ValueError(f"containment must be one of {CONTAINMENTS}, not {containment!r}")
+    return str(containment)
 
 
 def check_identity(identity: str) -> str:

@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 from data.actions import ELEMENT_OPS, VALUE_OPS, Action, ActionParseError, parse_action
 from data.rundir import Reject
 from graph.axtree import AXTreeParseError
-from graph.identity import DEFAULT_IDENTITY, NodeKind, VirtualNode, is_interactive, page_path, virtual_node
+from graph.identity import (
+    DEFAULT_IDENTITY,
+    GROUPING_ROLES,
+    NodeKind,
+    VirtualNode,
+    is_interactive,
+    page_path,
+    virtual_node,
+)
 from graph.resolve import Resolution, TreeLimitExceeded, resolve_observation
 
 STAGE = "graph.build"
@@ -305,10 +313,14 @@ def virtual_nodes(site: str, steps: DemonstratedSteps) -> list[dict]:
 
 
 # -- passes 5 and 6: edges -----------------------------------------------------------------------
-def _interactive_ancestor(res: Resolution, node) -> tuple[str | None, int]:
+def _interactive_ancestor(res: Resolution, node, containment: str = "ours") -> tuple[str | None, int]:
     """Nearest interactive ancestor (bid) of an element, and the depth gap to it (computed
-    once per page for every node: linear in the tree)."""
+    once per page for every node: linear in the tree); with ``containment`` 'paper', the nearest
+    control, past grouping widgets (``graph.identity.GROUPING_ROLES``)."""
     i, gap = res.page.interactive_ancestor(node.index)
+    while containment == "paper" and i is not None and res.tree.nodes[i].role in GROUPING_ROLES:
+        i, more = res.page.interactive_ancestor(i)
+        gap += more
     if i is None:
         return None, 0
     anc = res.tree.nodes[i]
@@ -322,15 +334,16 @@ class _EdgeAcc:
     trajs: set = field(default_factory=set)
 
 
-def containment_edges(obs: Observations) -> list[dict]:
-    """Pass 5: each interactive element to its nearest interactive ancestor (child -> ancestor),
-    deduplicated: the smallest depth gap, the sightings and their trajectories."""
+def containment_edges(obs: Observations, containment: str = "ours") -> list[dict]:
+    """Pass 5: each interactive element to its nearest interactive ancestor (child -> ancestor;
+    ``containment``: see :func:`_interactive_ancestor`), deduplicated: the smallest depth gap,
+    the sightings and their trajectories."""
     contain: dict[tuple[str, str], _EdgeAcc] = {}
     for o in obs.accepted:
         res = o.res
         by_bid = res.tree.by_bid()
         for bid, nid in res.bid_to_node.items():
-            anc_bid, gap = _interactive_ancestor(res, by_bid[bid])
+            anc_bid, gap = _interactive_ancestor(res, by_bid[bid], containment)
             if anc_bid is None:
                 continue
             e = contain.get((nid, res.bid_to_node[anc_bid]))

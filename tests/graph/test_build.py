@@ -12,8 +12,8 @@ from data.actions import parse_action
 from data.rundir import atomic_write_parquet
 from data.schema import StepRecord, steps_to_table
 from graph import demonstrated, elements_on_page, hop_distance, load_graph, temporal_successors
-from graph.load import graph_attrs
 from graph.build import BuildConfig, build_graphs
+from graph.load import graph_attrs
 from graph.schema import EDGE_SCHEMA, NODE_SCHEMA
 
 
@@ -221,14 +221,48 @@ def test_mining_resolves_with_the_graphs_identity_and_guards(tmp_path):
     from graph.passes import observe
     from proposals.mine import MineConfig, Miner
 
-    obs = "RootWebArea 'Shop'\n\tgroup 'Box'\n\t\t[1] link 'Home'\n\t\t[2] button 'Buy'"   # group: in App. B's chain only
+    # group: in App. B's chain only
+    obs = "RootWebArea 'Shop'\n\tgroup 'Box'\n\t\t[1] link 'Home'\n\t\t[2] button 'Buy'"
     steps = [_step("a", 0, obs, "click('2')"), _step("a", 1, obs, None)]
     atomic_write_parquet(tmp_path / "trajectories.parquet", steps_to_table(steps))
     for identity, depth in (("ours", 0), ("paper", 7)):
         build_graphs(tmp_path, config=BuildConfig(identity=identity, workers=1, max_depth=depth))
         settings = Miner(RunDir(tmp_path), MineConfig()).resolve_settings
         assert settings == {"identity": identity, "max_depth": depth, "max_nodes": 100_000}
-        ids = set(observe({**dataclasses.asdict(steps[0]), "html": None}, "shop.example.com", **settings).res.bid_to_node.values())
+        seen = observe({**dataclasses.asdict(steps[0]), "html": None}, "shop.example.com", **settings)
+        ids = set(seen.res.bid_to_node.values())
         assert ids == {n["node_id"] for n in _nodes(tmp_path, "shop.example.com") if n["kind"] == "element"}
     other = observe({**dataclasses.asdict(steps[0]), "html": None}, "shop.example.com", identity="ours").res.bid_to_node
     assert set(other.values()).isdisjoint(ids)      # the other identity's ids would match no node
+
+
+WIDGETS = ("RootWebArea 'Order'\n\t[1] combobox 'Size'\n\t\t[2] option 'Small'\n\t\t[3] option 'Large'\n"
+           "\t[4] radiogroup 'Colour'\n\t\t[5] radio 'Red'\n\t\t[6] radio 'Blue'\n"
+           "\t[7] grid 'Items'\n\t\t[8] columnheader 'Name'\n\t\t\t[9] button 'Sort'\n\t\t[10] gridcell 'Pen'\n"
+           "\t\t\t[11] link 'Pen'\n\t[12] tablist 'Views'\n\t\t[13] tab 'List'\n\t[14] button 'Buy'")
+
+
+@pytest.mark.parametrize("mode", ["paper", "ours"])
+def test_containment_paper_links_controls_only(tmp_path, mode):
+    # §4.1 counts containment between controls ("options within comboboxes"): in 'paper' the
+    # options hang from their combobox and nothing hangs from the radiogroup, grid, header,
+    # cell or tab bar, which group controls; 'ours' links every element to them as well.
+    atomic_write_parquet(tmp_path / "trajectories.parquet",
+                         steps_to_table([_step("a", 0, WIDGETS, "click('14')"), _step("a", 1, WIDGETS, None)]))
+    stats = build_graphs(tmp_path, config=BuildConfig(containment=mode, workers=1))
+    names = {n["node_id"]: n["name"] for n in _nodes(tmp_path, "shop.example.com")}
+    contain = {(names[e["src"]], names[e["dst"]]) for e in _edges(tmp_path, "shop.example.com")
+               if e["type"] == "containment"}
+    paper = {("Small", "Size"), ("Large", "Size")}
+    grouped = {("Red", "Colour"), ("Blue", "Colour"), ("Name", "Items"), ("Sort", "Name"), ("Pen", "Items"),
+               ("List", "Views")}
+    assert contain == (paper if mode == "paper" else paper | grouped | {("Pen", "Pen")})
+    manifest = json.loads((tmp_path / "graphs" / "manifest.json").read_text())
+    assert manifest["containment"] == mode and stats.extra["config"]["containment"] == mode
+    assert stats.extra["element_nodes"] == 14        # V is the same either way: only E_s changes
+
+
+def test_containment_defaults_to_paper_and_refuses_others():
+    assert BuildConfig().containment == "paper"
+    with pytest.raises(ValueError, match="containment must be one of"):
+        BuildConfig(containment="dense")
