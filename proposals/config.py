@@ -39,6 +39,9 @@ class MineConfig(Configurable):
         "help": "comma-separated subset of spatial,temporal,spatiotemporal", "type": parse_axes, "metavar": "AXES"})
     no_graph: bool = field(default=False, metadata={
         "help": "mine from the local observation and trajectory only (the No-Graph ablation)"})
+    no_fill: bool = field(default=False, metadata={
+        "help": "ask no LLM for fill values: a negative that needs one is dropped (reason no_fill) and the "
+                "rule's next candidate takes its slot"})
     max_per_rule: int = field(default=3, metadata={
         "min": 0, "metavar": "N", "help": "grounded negatives kept per rule and step, in draw (or rank) order; "
                                           "counted after grounding (our choice: the paper states no cap); 0 = no cap"})

@@ -405,6 +405,10 @@ class Miner:
         if p.op == "press":
             self.drop("no_value", p.row, f"{p.rule}: no key demonstrated on {ax.name!r}", p.rule)
             return False
+        if self.config.no_fill:
+            self.drop("no_fill", p.row, f"{p.rule}: {p.op} on {ax.role} {ax.name!r} needs an LLM value (--no-fill)",
+                      p.rule)
+            return False
         p.value_source, p.current, p.numeric = "llm", current, ax.role == "spinbutton"
         p.prompt = fill_prompt(row["intent"], row["url"], p.proposal.bid, ax, current, p.positive_value,
                                page_context(row["observation"], p.proposal.bid))

@@ -157,7 +157,7 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
     stats.extra = {
         "config": {"sample_size": config.sample_size, "seed": config.seed, "selection": config.selection,
                    "axes": list(config.axes),
-                   "no_graph": config.no_graph, "max_per_rule": config.max_per_rule,
+                   "no_graph": config.no_graph, "no_fill": config.no_fill, "max_per_rule": config.max_per_rule,
                    "params": {k: getattr(config.params, k) for k in config.params.__slots__}},
         # Per rule: candidates looked at (in), candidates written (out), and what grounding and
         # the later value checks removed, by reason (in = out + rejected for every rule).

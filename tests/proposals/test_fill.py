@@ -117,6 +117,24 @@ def test_unusable_answers_are_rejected_with_a_reason(form_run, tmp_path):
     assert sum(r["reason"] == "fill_invalid_keys" and r["stage"] == "proposals.mine" for r in rejects) == 2
 
 
+def test_no_fill_drops_what_needs_an_llm_value_and_calls_none(form_run, tmp_path):
+    # --no-fill: 'Last name' (never filled in a demonstration) is dropped at steps 0 and 1 with
+    # the reason no_fill, counted per rule; the demonstrated 'Ada' still fills 'First name'.
+    server = _server(['{"value": "Grace"}'])
+    try:
+        cfg = LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(tmp_path / "cache"))
+        stats = mine(form_run, MineConfig(sample_size=10, no_fill=True), cfg)
+    finally:
+        server.shutdown()
+    assert server.seen == [] and stats.extra["llm"] == {} and stats.extra["fill"]["fields"] == 0
+    assert stats.extra["config"]["no_fill"] is True
+    assert stats.rejected["no_fill"] == sum(r["rejected"].get("no_fill", 0) for r in stats.extra["rules"].values()) > 0
+    fills = {(c["step_idx"], c["action_neg"], c["value_source"]) for c in _cands(form_run) if c["op_neg"] == "fill"}
+    assert fills == {(1, "fill('5', 'Ada')", "demonstrated")}
+    rejects = [json.loads(line) for line in (form_run / "rejects.jsonl").read_text().splitlines()]
+    assert {r["key"]["step_idx"] for r in rejects if r["reason"] == "no_fill"} == {0, 1}
+
+
 def test_outage_is_counted_as_unavailable(form_run, tmp_path):
     cfg = LLMConfig(base_url="http://127.0.0.1:9/v1", model="scripted", cache_dir=str(tmp_path / "cache"),
                     max_retries=1, backoff_s=0.01, connect_timeout_s=0.2, timeout_s=0.2)
