@@ -47,8 +47,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from harness.robust import (SCREENSHOT_MS, Robustness, ScreenshotError, add_to_blocklist, block_hosts, diagnostic,
-                            element_under, focused_element, install_timed_screenshots, read_blocklist, transient)
+from harness.robust import (
+    SCREENSHOT_MS,
+    Robustness,
+    ScreenshotError,
+    add_to_blocklist,
+    block_hosts,
+    diagnostic,
+    element_under,
+    focused_element,
+    install_timed_screenshots,
+    read_blocklist,
+    transient,
+)
 
 
 class _Stacks:
@@ -325,8 +336,9 @@ class BrowserHarness:
 
     def reset(self, seed: int = 0) -> Observation:
         """Start the browser and the task, the start page retried with backoff, each attempt a new
-        BrowserGym reset (it closes the last attempt's browser context; ``harness.robust``); ``SiteUnreachable`` when it did not load in any attempt (its host
-        then joins the blocklist file, when there is one)."""
+        BrowserGym reset (it closes the last attempt's browser context; ``harness.robust``);
+        ``SiteUnreachable`` when it did not load in any attempt (its host then joins the blocklist
+        file, when there is one)."""
         r = self.robustness
         for attempt in range(r.start_retries + 1):
             if attempt:
@@ -334,13 +346,11 @@ class BrowserHarness:
             t = time.perf_counter()
             try:
                 return self._reset_once(seed)
-            except SiteUnreachable as e:
-                self.diagnostics.append(diagnostic("start", e, attempt, self._start_url_tried(e), time.perf_counter() - t))
-                if not transient(str(e)):
-                    raise
             except Exception as e:
-                self.diagnostics.append(diagnostic("start", e, attempt, self._start_url_tried(e), time.perf_counter() - t))
-                raise
+                self.diagnostics.append(diagnostic("start", e, attempt, self._start_url_tried(e),
+                                                   time.perf_counter() - t))
+                if not isinstance(e, SiteUnreachable) or not transient(str(e)):
+                    raise
         if r.blocklist:
             add_to_blocklist(r.blocklist, self.diagnostics[-1]["host"], f"start page failed {attempt + 1} times: "
                                                                          f"{self.diagnostics[-1]['error']}")

@@ -162,8 +162,8 @@ _DESCRIBE = r"""const describe = el => {
   const clean = s => (s || '').replace(/\s+/g, ' ').trim().slice(0, 60);
   const label = el.labels && el.labels.length ? el.labels[0].innerText : '';
   return {tag: el.tagName.toLowerCase(), role: el.getAttribute('role') || '', type: el.getAttribute('type') || '',
-          name: clean(el.getAttribute('aria-label') || label || el.getAttribute('placeholder') || el.getAttribute('title')
-                      || el.getAttribute('alt') || el.innerText || ''),
+          name: clean(el.getAttribute('aria-label') || label || el.getAttribute('placeholder')
+                      || el.getAttribute('title') || el.getAttribute('alt') || el.innerText || ''),
           bid: el.getAttribute('bid') || ''};
 };"""
 

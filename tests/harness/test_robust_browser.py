@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flaky_site import FlakySite, bid_of as _bid, open_task
+from flaky_site import FlakySite, open_task
+from flaky_site import bid_of as _bid
 from harness.env import BrowserHarness, SiteUnreachable, host_of
 from harness.robust import SCREENSHOT_MS, Robustness, ScreenshotError, read_blocklist
 

@@ -7,12 +7,23 @@ import math
 
 import pytest
 
-from search.mag.diagnostics import (GoldStep, anchor, box_distance, gold_steps, head_verb, score_step, suff_score,
-                                    summarize_steps, token_f1)
+from search.mag.diagnostics import (
+    GoldStep,
+    anchor,
+    box_distance,
+    gold_steps,
+    head_verb,
+    score_step,
+    suff_score,
+    summarize_steps,
+    token_f1,
+)
 from search.mag.som import Mark, SomObservation
 
-MARKS = [Mark(1, "a1", "LINK", "Blue Kettle", (100, 100, 80, 20)), Mark(2, "a2", "LINK", "Red Kettle", (100, 140, 80, 20)),
-         Mark(3, "a3", "INPUT", 'Search products = "tea"', (300, 20, 200, 30)), Mark(4, "a4", "LINK", "Blue Mug", (100, 180, 80, 20))]
+MARKS = [Mark(1, "a1", "LINK", "Blue Kettle", (100, 100, 80, 20)),
+         Mark(2, "a2", "LINK", "Red Kettle", (100, 140, 80, 20)),
+         Mark(3, "a3", "INPUT", 'Search products = "tea"', (300, 20, 200, 30)),
+         Mark(4, "a4", "LINK", "Blue Mug", (100, 180, 80, 20))]
 OBS = SomObservation(goal="g", url="http://s/", marks=MARKS, menu="", screenshot_png=b"")
 CLICK_BLUE = GoldStep("Open the Blue Kettle.", "click", "Blue Kettle")
 

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from scripted_llm import scripted_server
+from shop_scripts import GUIDES, URL_TEMPLATE, mag_output, menu_id, menu_of_prompt, right_output
 
 import search.mag as mag
-from scripted_llm import scripted_server
 from search.demo_site import GOLD_STEPS, TASK_ID
-from shop_scripts import GUIDES, URL_TEMPLATE, mag_output, menu_id, menu_of_prompt, right_output
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed")]
@@ -39,7 +39,8 @@ def test_demo_diagnostics_teacher_forced(tmp_path, capsys):
     try:
         rc = mag.main(["--demo", "--diagnostics", "--prm", "none", "--policy", "scripted", "--policy-base-url",
                        srv.base_url, "--policy-api-key-env", "SURFPRM_TEST_KEY_UNSET", "--policy-cache-dir",
-                       str(tmp_path / "llm"), "--policy-prompt-template", str(template), "--max-steps", "1", "--screenshot", "off",
+                       str(tmp_path / "llm"), "--policy-prompt-template", str(template), "--max-steps", "1",
+                       "--screenshot", "off",
                        "--out", str(tmp_path / "run")])
     finally:
         srv.shutdown()
