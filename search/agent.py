@@ -15,8 +15,8 @@ the browser state before and after an action and say what happened (``describe_o
 from what was asked, scroll did not move, element not found), so the policy sees failed actions
 that BrowserGym reports as success; and, as OpenWebRL's App. A.2 does, which element lay under a
 click's point (an overlay that took the click) and which element has focus after typing
-(``element_notes``; on by default, ``--no-element-feedback`` leaves them out). N samples are one request with the endpoint's ``n`` at
-temperature 1.0 (``--prm none`` asks for one greedy sample). Building the prompt and reading the
+(``element_notes``; on by default, ``--no-element-feedback`` leaves them out). N samples are one
+request with the endpoint's ``n`` at temperature 1.0 (``--prm none`` asks for one greedy sample). Building the prompt and reading the
 actions out of the answers are pure functions; only ``Policy.propose`` calls the model. Each
 answer's action is ``data.actions.extract_action``'s (``candidate_text``).
 """

@@ -71,8 +71,8 @@ def episode_runner(benchmark, config, run: RunFolder, stack: contextlib.ExitStac
 def run_task(benchmark, config, task: dict, make_harness, make_agent, log, keep=None, steps=None) -> dict:
     """One task: one episode of ``make_agent(seed)`` in ``make_harness(task)``, a JSONL line per
     step, a ``diagnostic`` line per infrastructure failure the harness recorded (``harness.robust``),
-    the result row (``diagnostics``: their count per phase); ``keep(decided, final_observation, row)`` gets the steps with the
-    observations they were decided on (``search.trajectories``); ``steps`` (a progress bar)
+    the result row (``diagnostics``: their count per phase); ``keep(decided, final_observation,
+    row)`` gets the steps with the observations they were decided on (``search.trajectories``); ``steps`` (a progress bar)
     advances by one a step. A task config's own ``seed`` (MiniWoB) is its episode's, else the
     run's ``--seed``."""
     decided = []

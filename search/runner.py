@@ -147,7 +147,8 @@ class SearchConfig(Configurable):
     screenshot_timeout: float = field(default=10.0, metadata={
         "min": 0.001, "metavar": "S", "help": "seconds for each screenshot"})
     host_blocklist: str | None = field(default=None, metadata={
-        "metavar": "FILE", "help": "hosts never visited, one a line; a start page that fails every retry adds its host"})
+        "metavar": "FILE",
+        "help": "hosts never visited, one a line; a start page that fails every retry adds its host"})
 
     @property
     def guided(self) -> bool:

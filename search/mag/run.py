@@ -294,7 +294,8 @@ def report(config: MagSearch, summary: dict, baseline: dict | None) -> None:
     (Path(config.out) / "table.md").write_text(table(rows))
     print(table(rows), file=sys.stderr)
     if d := summary.get("diagnostics"):
-        values = ", ".join(f"{k} {d[k]:.3f}" if d[k] is not None else f"{k} -" for k in ("SAA", "GACS", "Faith", "Suff"))
+        values = ", ".join(f"{k} {d[k]:.3f}" if d[k] is not None else f"{k} -"
+                           for k in ("SAA", "GACS", "Faith", "Suff"))
         print(f"teacher-forced diagnostics (MAG App. D) over {d['n_steps']} gold steps of {d['n_tasks']} task(s): "
               f"{values}", file=sys.stderr)
 
