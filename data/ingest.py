@@ -27,6 +27,7 @@ from data.readers.agentlab import read_agentlab
 from data.readers.canonical import read_canonical
 from data.readers.safe_pickle import DEFAULT_MAX_DECOMPRESSED_MB
 from data.readers.webprm import read_webprm
+from data.loss import stage_loss_line
 from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_write_parquet
 from data.schema import ROW_GROUP_SIZE, StepRecord, check_record, for_storage, steps_to_table
 
@@ -150,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError, RunDirError) as e:
         return error_exit(e)
     print(stats.summary())
+    if (line := stage_loss_line(stats, "records")):
+        print(line)
     print(f"wrote {RunDir(args.out).trajectories}")
     if stats.n_out == 0:
         print("error: nothing could be ingested; see rejects.jsonl", file=sys.stderr)

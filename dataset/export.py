@@ -73,6 +73,7 @@ import pyarrow as pa
 from cli.errors import error_exit
 from data.config import CLIParser, Configurable, make_parser
 from data.judgment import UNTRUSTED_MODES, JudgmentFormat, answer_text, render_pair
+from data.loss import loss_line
 from data.pairs import load_pairs
 from data.rundir import RunDir, StageStats, atomic_write_parquet
 from dataset import preference
@@ -379,6 +380,28 @@ def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float
     return path
 
 
+def loss_line_of(run_dir: str | Path, fmt: str) -> str | None:
+    """``data.loss``'s line for an export just written: rows dropped (``--gmcp-ratio``), a
+    WebPRMBench file left empty by the split, or no pair to export, with why the teacher kept none."""
+    stats = RunDir(run_dir).read_stats()
+    key = "data.export." + fmt.replace("-", "_")
+    s = stats.get(key)
+    if not s or (fmt == "webprmbench" and s["out"]):         # held-out tasks only: smaller by design
+        return None
+    line = loss_line(key, s["in"], s["out"], s.get("rejected", {}), "pairs", why=EXPORT_LOSS_WHY)
+    v = stats.get("teacher.verify")
+    if line and not s["in"] and v and fmt != "trl-labels":
+        from teacher.verify import LOSS_WHY
+
+        line += "; " + (loss_line("teacher.verify", v.get("sampled", v["in"]), v["out"], v["rejected"],
+                                  "sampled pairs", why=LOSS_WHY) or f"teacher.verify kept {v['out']}")
+    return line
+
+
+EXPORT_LOSS_WHY = {"training_task": "the pair's task is in the training split; --split all exports every pair",
+                   "gmcp_ratio": "dropped to reach --gmcp-ratio"}
+
+
 def export(run_dir: str | Path, fmt: str, seed: int = 42, test_fraction: float = 0.2, split: str = "test",
            card: bool = True, axtree_chars: int | None = None, preset: str = "heldout",
            judgment_format: JudgmentFormat | None = None, tokenizer: str | None = None,
@@ -476,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
                             axtree_chars=opts.axtree_chars, preset=opts.preset, judgment_format=judgment_format,
                             tokenizer=opts.tokenizer, max_length=opts.max_length, gmcp_ratio=opts.gmcp_ratio):
                 print(f"wrote {p}")
+            if (line := loss_line_of(args.run, fmt)):
+                print(line)
     except (FileNotFoundError, ValueError) as e:
         return error_exit(e)
     return 0

@@ -49,8 +49,9 @@ from prefect.runtime import task_run
 from cli.config import Configurable, build, check_keys, given, make_parser, merge, read_yaml
 from cli.errors import error_exit
 from data.ingest import READERS, ingest
+from data.loss import stage_loss_line
 from data.rundir import RunDir
-from dataset.export import FORMATS, ExportOptions, export
+from dataset.export import FORMATS, ExportOptions, export, loss_line_of
 from flows.build_graphs import build_graphs_flow
 from flows.common import (
     PENDING,
@@ -177,6 +178,8 @@ def pipeline_settings(path: str | None, args=None) -> Pipeline:
 def ingest_task(source: str, inputs: list[str], run: str) -> dict:
     stats = ingest(source, inputs, run)
     print(stats.summary())
+    if (line := stage_loss_line(stats, "records")):
+        print(line)
     print(f"wrote {RunDir(run).trajectories}")
     if stats.n_out == 0:               # as data.ingest: exit code 1
         raise StageError("nothing could be ingested; see rejects.jsonl", code=1)
@@ -247,9 +250,11 @@ def export_task(run: str, fmt: str, options: ExportOptions, card: bool) -> list[
     o = options
     rendered = JudgmentFormat.from_options(o.prompt_template, o.untrusted or "escape") \
         if o.prompt_template or o.untrusted else None
-    return [str(p) for p in export(run, fmt, o.seed, o.test_fraction, o.split, card=card, axtree_chars=o.axtree_chars,
-                                   preset=o.preset, judgment_format=rendered, tokenizer=o.tokenizer,
-                                   max_length=o.max_length, gmcp_ratio=o.gmcp_ratio)]
+    paths = export(run, fmt, o.seed, o.test_fraction, o.split, card=card, axtree_chars=o.axtree_chars, preset=o.preset,
+                   judgment_format=rendered, tokenizer=o.tokenizer, max_length=o.max_length, gmcp_ratio=o.gmcp_ratio)
+    if (line := loss_line_of(run, fmt)):
+        print(line)
+    return [str(p) for p in paths]
 
 
 def post_report(run: str) -> None:

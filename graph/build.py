@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from cli.config import Configurable, check_ranges, make_parser
 from cli.errors import error_exit
+from data.loss import stage_loss_line
 from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_write_parquet, atomic_write_text
 from graph import passes
 from graph.identity import (
@@ -378,6 +379,11 @@ def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int
     return finalize(run, results, plan_rejects, len(rows), include_failed, config)
 
 
+# A few words after a loss reason (data.loss): what the user can do about the common ones.
+LOSS_WHY = {"unsuccessful_trajectory": "graphs learn from successful trajectories; --include-failed keeps them",
+            "action_failed": "the recorded action raised an error in the browser"}
+
+
 def build_parser(prog: str = "python -m graph.build", doc: str = __doc__):
     """``--run`` (the one flag written by hand) and ``BuildConfig``'s flags."""
     ap = make_parser(prog, doc)
@@ -394,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as e:
         return error_exit(e)
     print(stats.summary())
+    if (line := stage_loss_line(stats, "steps", why=LOSS_WHY)):
+        print(line)
     t = stats.extra
     print(f"{t['sites']} site graphs ({config.identity} identity): {t['element_nodes']} element nodes, "
           f"{t['virtual_nodes']} virtual nodes, {t['containment_edges']} containment edges, "

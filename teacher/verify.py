@@ -63,6 +63,7 @@ import pyarrow as pa
 
 from cli.errors import error_exit
 from data.config import Configurable, check_ranges, make_parser
+from data.loss import loss_line
 from data.progress import done_line, progress
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from data.schema import RULES
@@ -447,9 +448,18 @@ def _verify_by_replay(run: RunDir, pairs: list[Pair], config: VerifyConfig, repl
     return stats
 
 
+# A few words after a loss reason (data.loss).
+LOSS_WHY = {"all_attempts_disagree": "every attempt preferred the negative",
+            "no_agreement": "no attempt agreed; some gave no answer tag or were cut off",
+            "pending": "infrastructure failures: rerun to resume"}
+
+
 def format_summary(stats: StageStats) -> str:
     e = stats.extra
     lines = [stats.summary() + f"; sampled={e['sampled']} pending={e['pending']}"]
+    lost = {**stats.rejected, **({"pending": e["pending"]} if e["pending"] else {})}
+    if (line := loss_line(STAGE, e["sampled"], stats.n_out, lost, "sampled pairs", why=LOSS_WHY)):
+        lines.append(line)
     if e["pending"]:
         lines.append(f"{e['pending']} pairs pending after infrastructure failures {e['pending_errors']}: "
                      f"rerun the same command to resume them")
