@@ -37,8 +37,8 @@ from cli.config import CLIParser, make_parser
 from cli.errors import error_exit
 from data.rundir import RunDir, atomic_write_bytes, atomic_write_text
 from data.schema import AXES, AXIS_OF, RULES
-from dataset.stats import wilson
 from dataset.readable import describe, target, visible, why_worse
+from dataset.stats import wilson
 from dataset.tables import read_pinned, require_run_dir
 
 GMCP_WEBARBITER, GMCP_PAPER = 0.2419, 0.7460
@@ -362,7 +362,8 @@ def render_markdown(r: dict) -> str:
     lines += ["", "## Verification outcome per rule", "", *_figure(r, "outcome_by_rule.png", "outcome by rule"),
               markdown_table(["rule", "kept", "discarded", "kept %"], outcome, "lrrr")]
     if r["discard_reasons"]:
-        lines += ["", "Discard reasons: " + ", ".join(f"{md_code(k)} {v}" for k, v in sorted(r["discard_reasons"].items()))
+        reasons = sorted(r["discard_reasons"].items())
+        lines += ["", "Discard reasons: " + ", ".join(f"{md_code(k)} {v}" for k, v in reasons)
                   + "."]
     if r.get("replay"):
         lines += replay_lines(r["replay"])
@@ -392,7 +393,8 @@ def render_markdown(r: dict) -> str:
     lines += _example_lines(r["example"])
     lines += ["", "## Stage timings", ""]
     if r["timings"]:
-        lines += [markdown_table(["stage", "seconds"], [[md_code(s, table=True), f"{t:.1f}"] for s, t in r["timings"].items()],
+        timings = [[md_code(s, table=True), f"{t:.1f}"] for s, t in r["timings"].items()]
+        lines += [markdown_table(["stage", "seconds"], timings,
                                  "lr")]
         lines += ["", "Wall-clock seconds of each stage's last run as `stats.json` records them (a rerun served from "
                       "the LLM cache is faster); stages that record none are not listed."]
@@ -423,7 +425,8 @@ def replay_lines(replay: dict) -> list[str]:
                  _share(total.get("equivalent", 0), sum(total.values()) - total.get("replay_mismatch", 0))])
     return ["", "## Replay outcomes (ground truth)", "",
             f"Every pair replayed in MiniWoB++ (`teacher.verify --verifier replay`, solver "
-            f"{md_code(replay.get('backend', '?'))}). False negatives = `equivalent` among the pairs replayed to a verdict, "
+            f"{md_code(replay.get('backend', '?'))}). False negatives = `equivalent` among the pairs replayed to a "
+            "verdict, "
             f"Wilson 95% interval; the paper's human audit found {FN_PAPER:.0%} for surfPRM-data and "
             f"{FN_WEBARBITER:.0%} for WebArbiter's data (§4.3).", "",
             markdown_table(["rule / axis", *REPLAY_OUTCOMES, "false negatives"], rows, "l" + "r" * 6)]
@@ -435,13 +438,15 @@ def _teacher_note(r: dict) -> str:
                 "(the replay table above). Attempts, tokens and dollars are zero by construction; the kept share is "
                 "the share of mined negatives that are true negatives.")
     if r["teacher_local"]:
-        return (f"The teacher {md_code(r['teacher_model'])} is a small local model (verdict mode `{r['verdict_mode']}`): it "
+        return (f"The teacher {md_code(r['teacher_model'])} is a small local model (verdict mode "
+                f"`{r['verdict_mode']}`): it "
                 "exercises the pipeline end to end, and its kept share, agreement and GMCP figures say how this "
                 "model judges, not how good the data is. The kept pairs are those it happened to agree on; a "
                 "dataset to train on is verified by a strong teacher behind an OpenAI-compatible endpoint "
                 "(`make run TEACHER=\"--base-url URL --model M\" VERIFY_ARGS=\"--k 5\"`), whose agreement with "
                 "the demonstrations is the paper's filter.")
-    return (f"The teacher {md_code(r['teacher_model'])} answered through an endpoint (verdict mode `{r['verdict_mode']}`): a "
+    return (f"The teacher {md_code(r['teacher_model'])} answered through an endpoint (verdict mode "
+            f"`{r['verdict_mode']}`): a "
             "pair is kept when one of its attempts agrees with the demonstration, so the kept share measures how "
             "often this teacher confirms the demonstrated action, a filter, not an independent label.")
 

@@ -16,7 +16,8 @@ import yaml
 from markdown_it import MarkdownIt
 
 from dataset.card import card_data, write_card
-from dataset.export import export, main as export_main
+from dataset.export import export
+from dataset.export import main as export_main
 from dataset.report import COLORS, attempts_figure, collect, md_code, md_fence, outcome_figure, write_report
 from scripted_teacher import ScriptedTeacher, llm_config, make_run, start
 from teacher.verify import VerifyConfig, verify

@@ -5,19 +5,14 @@ no embedded model is one line from the commands that load the default model."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
 from llm.cache import ResponseCache, request_key
 from llm.client import LLMClient, LLMConfig, MalformedResponse, build_request, parse_response
 
-ROOT = Path(__file__).resolve().parents[2]
 MSG = [{"role": "user", "content": "click('12')?"}]
 
 
@@ -87,10 +82,10 @@ def test_a_cached_entry_of_the_wrong_count_is_a_miss(endpoint, tmp_path):
     assert result.ok and not result.cached and result.texts == ["answer 0"] and endpoint.posts == 1
 
 
-@pytest.mark.parametrize("argv", [["-m", "llm.serve", "--port", "0"]])
-def test_a_bad_embedded_model_name_is_one_line(argv):
-    env = {**os.environ, "SURFPRM_EMBEDDED_MODEL": "../../etc/passwd", "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
-    lines = p.stderr.strip().splitlines()
+def test_a_bad_embedded_model_name_is_one_line(monkeypatch, capsys):
+    from llm.serve import main
+
+    monkeypatch.setenv("SURFPRM_EMBEDDED_MODEL", "../../etc/passwd")
+    assert main(["--port", "0"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "SURFPRM_EMBEDDED_MODEL" in lines[0] and "not an embedded model" in lines[0]

@@ -3,9 +3,6 @@ fail on it with a bare ``int()`` message), from the config and from ``prm.train`
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,10 +26,11 @@ def test_world_size_is_read_when_it_is_one(monkeypatch):
     assert PRMTrainConfig(output_dir="out", model_name_or_path="m", train_file="t.parquet").world_size() == 1
 
 
-def test_prm_train_says_it_in_one_line():
-    env = {**os.environ, "WORLD_SIZE": "abc", "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([sys.executable, "-m", "prm.train", "--config", "configs/prm/cpu-demo.yaml", "--dry-run"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+def test_prm_train_says_it_in_one_line(monkeypatch, capsys):
+    from prm.train import main
+
+    monkeypatch.setenv("WORLD_SIZE", "abc")
+    assert main(["--config", str(ROOT / "configs/prm/cpu-demo.yaml"), "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         "error: $WORLD_SIZE='abc' is not a positive integer (accelerate sets it to the number of processes; "
         "unset it to use the recipe's num_processes)"]
