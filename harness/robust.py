@@ -25,7 +25,8 @@ A.1, as this harness does it:
 - **Diagnostics**: every infrastructure failure (a failed start attempt, an action or screenshot
   that raised, an evaluator crash) appends one record (``diagnostic``) to ``harness.diagnostics``:
   phase, attempt, error, the traceback's last frames, URL and host, seconds spent, when, and the
-  process's peak memory. A search run writes them into the task's log (``search.episodes``).
+  process's peak memory. A search run writes them into the task's log as ``infra_diagnostic``
+  lines, counted per phase in ``summary.json``'s ``infra_diagnostics`` (``search.episodes``).
 
 A.2's element probes (``element_under``, ``focused_element``; read by ``search.agent``'s
 feedback): the element that ``document.elementFromPoint`` finds at the centre of a click's target

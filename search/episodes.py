@@ -70,8 +70,8 @@ def episode_runner(benchmark, config, run: RunFolder, stack: contextlib.ExitStac
 
 def run_task(benchmark, config, task: dict, make_harness, make_agent, log, keep=None, steps=None) -> dict:
     """One task: one episode of ``make_agent(seed)`` in ``make_harness(task)``, a JSONL line per
-    step, a ``diagnostic`` line per infrastructure failure the harness recorded (``harness.robust``),
-    the result row (``diagnostics``: their count per phase); ``keep(decided, final_observation,
+    step, an ``infra_diagnostic`` line per infrastructure failure the harness recorded
+    (``harness.robust``), the result row (``infra_diagnostics``: their count per phase); ``keep(decided, final_observation,
     row)`` gets the steps with the observations they were decided on (``search.trajectories``); ``steps`` (a progress bar)
     advances by one a step. A task config's own ``seed`` (MiniWoB) is its episode's, else the
     run's ``--seed``."""
@@ -97,10 +97,10 @@ def run_task(benchmark, config, task: dict, make_harness, make_agent, log, keep=
         final = getattr(harness, "observation", None)
         diagnostics = list(getattr(harness, "diagnostics", []))
     for record in diagnostics:
-        log({"type": "diagnostic", **record})
+        log({"type": "infra_diagnostic", **record})
     first = decided[0][1] if decided else None
     row = {**benchmark.row(config, task, episode, first), "worker": f"{socket.gethostname()}:{os.getpid()}",
-           "diagnostics": dict(Counter(d["phase"] for d in diagnostics))}
+           "infra_diagnostics": dict(Counter(d["phase"] for d in diagnostics))}
     log(row)
     if keep:
         keep(decided, final, row)

@@ -372,8 +372,8 @@ def env_failure_list(rows: list[dict]) -> list[dict]:
 def run_summary(rows: list[dict], key=lambda r: r["site"]) -> dict:
     """What every search summary holds: success per site (or per ``key(row)``) and its
     macro-average over every task run, the environment failures beside them, terminations, step
-    totals, and the harness's infrastructure failures per phase (``diagnostics``: OpenWebRL A.1's
-    records, each a ``diagnostic`` line in its task's log)."""
+    totals, and the harness's infrastructure failures per phase (``infra_diagnostics``: OpenWebRL
+    A.1's records, each an ``infra_diagnostic`` line in its task's log)."""
     per, macro = site_success(rows, key)
     terminations: dict[str, int] = {}
     for r in rows:
@@ -381,7 +381,7 @@ def run_summary(rows: list[dict], key=lambda r: r["site"]) -> dict:
     return {"sites": per, "macro": {"success_rate": macro}, "tasks": len(rows),
             "env_failures": sum(not r["evaluated"] for r in rows), "env_failed_tasks": env_failure_list(rows),
             "terminations": terminations, "totals": sum_counts([r.get("totals") or {} for r in rows]),
-            "diagnostics": dict(sum((Counter(r.get("diagnostics") or {}) for r in rows), Counter()))}
+            "infra_diagnostics": dict(sum((Counter(r.get("infra_diagnostics") or {}) for r in rows), Counter()))}
 
 
 # -- the command line ---------------------------------------------------------------------------

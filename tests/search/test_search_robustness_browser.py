@@ -1,5 +1,5 @@
 """OpenWebRL A.1 and A.2 through a search episode (``search.episodes.run_task``) on real Chromium:
-a start page that fails to load once is retried and the run goes on, its failure a ``diagnostic``
+a start page that fails to load once is retried and the run goes on, its failure an ``infra_diagnostic``
 line in the task's log and counted on the result row; the policy's feedback names the overlay that
 took a click and the field that has focus; ``--no-element-feedback`` leaves them out."""
 
@@ -44,13 +44,13 @@ def _episode(tmp_path, **flags):
 
 def test_a_start_page_that_fails_once_is_retried_and_recorded(tmp_path):
     row, lines = _episode(tmp_path)
-    assert row["termination"] == "answered" and row["diagnostics"] == {"start": 1}
+    assert row["termination"] == "answered" and row["infra_diagnostics"] == {"start": 1}
     kinds = [l["type"] for l in lines]
-    assert kinds == ["step", "step", "step", "diagnostic", "result"]
+    assert kinds == ["step", "step", "step", "infra_diagnostic", "result"]
     diag = lines[3]
     assert diag["phase"] == "start" and diag["attempt"] == 0 and "ERR_INVALID_HTTP_RESPONSE" in diag["error"]
     json.dumps(lines)                                           # every line is JSON as written to the log
-    assert run_summary([row])["diagnostics"] == {"start": 1}
+    assert run_summary([row])["infra_diagnostics"] == {"start": 1}
 
     click, fill = lines[0]["feedback"], lines[1]["feedback"]
     assert "the click landed on <div> 'Accept cookies', which covers" in click and "'Buy now'" in click
