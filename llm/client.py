@@ -49,6 +49,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
 from cli.config import Configurable, make_parser
+from cli.errors import error_exit
 from llm.cache import ResponseCache, request_key
 from llm.config import LLMConfig
 from llm.cost import UsageTotals, cost_usd
@@ -589,7 +590,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     cmd = ChatCommand.from_args(args)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    client = LLMClient(LLMConfig.from_args(args))
+    try:
+        client = LLMClient(LLMConfig.from_args(args))
+    except ValueError as e:
+        return error_exit(e)
     messages = ([{"role": "system", "content": cmd.system}] if cmd.system else []) + \
         [{"role": "user", "content": cmd.prompt}]
     result = client.chat(messages, stage="cli")

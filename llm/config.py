@@ -100,6 +100,10 @@ class LLMConfig(Configurable):
         if self.backend not in (None, "openai", "local"):
             raise ValueError(f"backend must be 'openai' or 'local', not {self.backend!r}")
         check_ranges(self, "LLM config")    # every field's range (the flags check them when parsed)
+        if self.is_local and not self.model:
+            from llm.embedded import default_model_name
+
+            default_model_name()            # a bad $SURFPRM_EMBEDDED_MODEL: one line here, not a traceback later
         for model, row in self.prices.items():
             if not (isinstance(row, (list, tuple)) and len(row) == 2 and
                     all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in row)):

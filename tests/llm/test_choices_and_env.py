@@ -89,3 +89,15 @@ def test_a_bad_embedded_model_name_is_one_line(monkeypatch, capsys):
     assert main(["--port", "0"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "SURFPRM_EMBEDDED_MODEL" in lines[0] and "not an embedded model" in lines[0]
+
+
+def test_a_bad_embedded_model_name_is_one_line_from_the_client_and_its_config(monkeypatch, capsys):
+    from llm.client import main
+
+    monkeypatch.setenv("SURFPRM_EMBEDDED_MODEL", "../../etc/passwd")
+    with pytest.raises(ValueError, match="SURFPRM_EMBEDDED_MODEL"):
+        LLMConfig(backend="local").validate()
+    LLMConfig(backend="local", model="some/folder").validate()          # a model of its own needs no default
+    assert main(["--backend", "local", "--prompt", "hi"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: $SURFPRM_EMBEDDED_MODEL='../../etc/passwd'")
