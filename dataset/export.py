@@ -470,6 +470,10 @@ class ExportOptions(Configurable):
     gmcp_ratio: float | None = field(default=None, metadata={"min": 0, "max": 1, "metavar": "R", "help": (
         "a controlled-GMCP dataset (surfPRM Table 6): drop rows, never duplicate, until the exported rows' GMCP "
         "share is R +- 0.02 over all splits together; the dropped rows are rejects (reason gmcp_ratio)")})
+    push_to_hub: str | None = field(default=None, metadata={
+        "metavar": "REPO", "help": "then push the card, every config's files and the report to the Hugging Face "
+                                   "dataset repository REPO (dataset.hub; needs the network: HF_HUB_OFFLINE=0)"})
+    hub_private: bool = field(default=False, metadata={"help": "--push-to-hub: create the repository private"})
 
 
 def build_parser() -> CLIParser:
@@ -501,6 +505,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote {p}")
             if (line := loss_line_of(args.run, fmt)):
                 print(line)
+        if opts.push_to_hub:
+            from dataset.hub import push_to_hub
+
+            print(f"pushed {push_to_hub(args.run, opts.push_to_hub, opts.hub_private)}")
     except (FileNotFoundError, ValueError) as e:
         return error_exit(e)
     return 0

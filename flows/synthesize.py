@@ -257,6 +257,14 @@ def export_task(run: str, fmt: str, options: ExportOptions, card: bool) -> list[
     return [str(p) for p in paths]
 
 
+@task(name="push-to-hub", retries=2, retry_delay_seconds=30, retry_condition_fn=retry_unless_refused)
+@stage_task(refused=(FileNotFoundError, ValueError))        # as dataset.export's CLI
+def push_task(run: str, repo_id: str, private: bool) -> str:
+    from dataset.hub import push_to_hub
+
+    return push_to_hub(run, repo_id, private)
+
+
 def post_report(run: str) -> None:
     """The run's report (``dataset.report``: ``RUN/report/README.md``) as a markdown artifact; its
     figures stay files beside it."""
@@ -291,6 +299,8 @@ def verify_pairs_flow(run: str, config: VerifyConfig | None = None, llm: LLMConf
         written += unwrap(export_task(run, fmt, export, card=last, return_state=True))
     for path in written:
         print(f"wrote {path}")
+    if export.push_to_hub:
+        print(f"pushed {unwrap(push_task(run, export.push_to_hub, export.hub_private, return_state=True))}")
     post_report(run)
     return stats
 

@@ -132,3 +132,63 @@ def test_dpo_trainer_trains_one_step(preference_run, tiny_model_dir, tmp_path):
     out = trainer.train()
     assert out.global_step == 1 and torch.isfinite(torch.tensor(out.training_loss))
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+class RecordingHub:
+    """Stands in for the Hub: ``HfApi.create_repo`` and ``create_commit`` record their calls."""
+
+    def __init__(self, monkeypatch):
+        import huggingface_hub
+        from huggingface_hub import constants
+
+        self.calls = []
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", self.create_repo)
+        monkeypatch.setattr(huggingface_hub.HfApi, "create_commit", self.create_commit)
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", repo_id, kwargs))
+
+    def create_commit(self, repo_id, operations, **kwargs):
+        from types import SimpleNamespace
+
+        self.calls.append(("create_commit", repo_id, {**kwargs, "operations": list(operations)}))
+        return SimpleNamespace(commit_url=f"https://huggingface.co/datasets/{repo_id}/commit/0")
+
+
+def test_push_to_hub_commits_the_card_and_every_configs_files(preference_run, monkeypatch, tmp_path, capsys):
+    """``--push-to-hub`` creates the dataset repository and commits, in one commit, the card and
+    every file its configs name (and the report); those files alone load as the run does."""
+    import shutil
+
+    import datasets
+
+    from dataset.export import main
+
+    hub = RecordingHub(monkeypatch)
+    assert main(["--run", str(preference_run), "--format", "trl-preference", "--push-to-hub", "me/surfprm-test",
+                 "--hub-private"]) == 0
+    assert "pushed https://huggingface.co/datasets/me/surfprm-test/commit/0" in capsys.readouterr().out
+    (_, repo, created), (_, repo2, commit) = hub.calls
+    assert repo == repo2 == "me/surfprm-test" and created == {"repo_type": "dataset", "private": True, "exist_ok": True}
+    pushed = {op.path_in_repo: op.path_or_fileobj for op in commit["operations"]}
+    header = yaml.safe_load((preference_run / "README.md").read_text().split("---")[1])
+    named = {f["path"] for c in header["configs"] for f in c["data_files"]}
+    assert commit["repo_type"] == "dataset" and {"README.md", "report/README.md"} | named <= set(pushed)
+    mirror = tmp_path / "hub"
+    for rel, src in pushed.items():
+        (mirror / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, mirror / rel)
+    assert datasets.load_dataset(str(mirror), "trl-preference")["train"].num_rows == len(_rows(preference_run, "train"))
+
+
+def test_push_to_hub_offline_is_one_line(preference_run, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    from dataset.export import main
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)      # as the Makefile sets it
+    assert main(["--run", str(preference_run), "--format", "trl-preference", "--no-card",
+                 "--push-to-hub", "me/x"]) == 2
+    err = capsys.readouterr().err
+    assert "needs the network" in err and err.count("\n") == 1
