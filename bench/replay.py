@@ -20,6 +20,20 @@ that truth.
 
 Prints the tables (Markdown) and writes them with the raw counts to ``OUT/summary.json``. Figures
 go to bench/RESULTS.md by hand, with the command and the machine.
+
+Throughput (issue 37 Build 3), against the replay of an older commit in one sitting:
+
+    git archive 0067963 | tar -x -C /tmp/replay-base      # once; the bench does it when missing
+    .venv/bin/python bench/replay.py --throughput --out runs/bench-replay-tp [--rounds 2] [--fixed-set FILE]
+
+takes the sampled pairs of ``OUT/graph`` (made by the stages above, with this checkout's code, when
+missing) and replays them with ``teacher.verify --verifier replay --replay-no-cache`` from the base
+tree and from this one (at its defaults, and with one worker), interleaved over ``--rounds``
+(base, new, new-1 worker, then the other way round). Each run's wall time and CPU seconds (the
+command and its descendants: Chromium, Playwright's driver, workers), the load before and after,
+pairs/s and the ratio of medians; every pair's outcome compared with the base's.
+``--fixed-set FILE`` also writes the first pairs of a few steps with the base's outcomes (the
+fixed set ``tests/teacher/test_replay_identity.py`` replays).
 """
 
 from __future__ import annotations
@@ -61,6 +75,12 @@ class ReplayBench(Configurable):
     teacher: bool = field(default=True, metadata={"help": "also run the embedded teacher (score-both)"})
     small: bool = field(default=False, metadata={"help": f"a few minutes: {SMALL}"})
     workers: int = field(default=2, metadata={"min": 1, "help": "replay worker processes (--replay-workers)"})
+    throughput: bool = field(default=False, metadata={"help": "pairs/s against --base-dir's replay (module doc)"})
+    base_dir: str = field(default="/tmp/replay-base", metadata={"help": "the base tree (git archive of --base-commit)"})
+    base_commit: str = field(default="0067963", metadata={"help": "the commit the base tree is made from"})
+    rounds: int = field(default=2, metadata={"min": 1, "help": "interleaved rounds of the throughput runs"})
+    fixed_set: str | None = field(default=None, metadata={"help": "write the identity test's fixed set here"})
+    fixed_steps: int = field(default=4, metadata={"min": 1, "help": "steps in the fixed set"})
 
 
 def _cli(*args: str) -> None:
@@ -175,6 +195,96 @@ def table(rows: list[dict], key: str | None) -> list[str]:
     return lines
 
 
+def base_tree(cfg: ReplayBench) -> Path:
+    """The base tree (``git archive`` of ``cfg.base_commit``), made when missing, sharing this
+    checkout's virtual environment and model cache."""
+    base = Path(cfg.base_dir)
+    if not (base / "teacher" / "replay.py").exists():
+        base.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", cfg.base_commit], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
+    for name in (".venv", ".cache"):
+        if not (base / name).exists():
+            (base / name).symlink_to(ROOT / name)
+    return base
+
+
+def timed_verify(tree: Path, run: Path, *flags: str) -> dict:
+    """One ``teacher.verify --verifier replay --replay-no-cache`` from ``tree`` on ``run``: wall and
+    CPU seconds (this process's waited-for descendants) and the load around it."""
+    import os
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load0, t = os.getloadavg()[0], time.perf_counter()
+    subprocess.run([sys.executable, "-m", "teacher.verify", "--run", str(run), "--verifier", "replay",
+                    "--replay-no-cache", "--quiet", *flags], cwd=tree, check=True, stdout=subprocess.DEVNULL)
+    wall, after = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"wall_s": round(wall, 2), "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
+            "load": [round(load0, 1), round(os.getloadavg()[0], 1)]}
+
+
+def throughput(cfg: ReplayBench, out: Path) -> dict:
+    """The interleaved runs (module doc): per arm its runs, median pairs/s and CPU s per pair,
+    the ratios to the base and the pairs whose outcome differs from the base's."""
+    import statistics
+
+    base, source = base_tree(cfg), out / "graph"
+    pairs = sum(pq.read_table(source / "candidates.parquet", columns=["sampled"]).column("sampled").to_pylist())
+    arms = {"base": (base, ()), "new": (ROOT, ()), "new_1_worker": (ROOT, ("--replay-workers", "1"))}
+    runs: dict[str, list[dict]] = {a: [] for a in arms}
+    outcome_of: dict[str, dict] = {}
+    for r in range(cfg.rounds):
+        for arm in (list(arms) if r % 2 == 0 else list(arms)[::-1]):
+            run = out / "tp" / f"{arm}-{r}"
+            shutil.rmtree(run, ignore_errors=True)
+            run.mkdir(parents=True)
+            for name in ("trajectories.parquet", "candidates.parquet", "stats.json"):
+                shutil.copy(source / name, run / name)
+            tree, flags = arms[arm]
+            m = timed_verify(tree, run, *flags)
+            runs[arm].append(m)
+            got = {row["pair_id"]: row["replay_outcome"] for row in outcomes(run)}
+            outcome_of.setdefault(arm, got)
+            print(f"  round {r} {arm}: {m}", file=sys.stderr)
+    result = {"pairs": pairs, "runs": runs, "arms": {}}
+    for arm, ms in runs.items():
+        wall, cpu = statistics.median(m["wall_s"] for m in ms), statistics.median(m["cpu_s"] for m in ms)
+        result["arms"][arm] = {"pairs_per_s": round(pairs / wall, 3), "wall_s": wall, "cpu_s_per_pair": round(cpu / pairs, 2)}
+    for arm in ("new", "new_1_worker"):
+        a, b = result["arms"][arm], result["arms"]["base"]
+        a["ratio_pairs_per_s"] = round(a["pairs_per_s"] / b["pairs_per_s"], 2)
+        a["ratio_cpu_s"] = round(b["cpu_s_per_pair"] / a["cpu_s_per_pair"], 2) if a["cpu_s_per_pair"] else None
+        a["outcomes_differ"] = sorted(p for p, o in outcome_of[arm].items() if outcome_of["base"].get(p) != o)
+    result["outcomes"] = dict(Counter(outcome_of["base"].values()))
+    if cfg.fixed_set:
+        write_fixed_set(source, outcome_of["base"], Path(cfg.fixed_set), cfg.fixed_steps)
+    return result
+
+
+def write_fixed_set(run: Path, outcome: dict, path: Path, n_steps: int) -> None:
+    """The identity test's fixed set: the sampled pairs of the first ``n_steps`` steps with more than
+    one outcome among them first (by task, trajectory, step), each with what it replays and the
+    base's outcome."""
+    from data.rundir import RunDir
+
+    cands = sorted((c for c in pq.read_table(run / "candidates.parquet").to_pylist() if c["sampled"]),
+                   key=lambda c: (c["task_id"], c["traj_id"], c["step_idx"], c["pair_id"]))
+    keys = list(dict.fromkeys((c["traj_id"], c["step_idx"]) for c in cands))
+    keys = sorted(keys, key=lambda k: -len({outcome[c["pair_id"]] for c in cands if (c["traj_id"], c["step_idx"]) == k}))
+    chosen = set(keys[:n_steps])
+    states = RunDir(run).states(chosen)
+    meta = {r["traj_id"]: json.loads(r["meta"]) for r in pq.read_table(run / "trajectories.parquet",
+                                                                       columns=["traj_id", "meta"]).to_pylist()}
+    rows = [{"pair_id": c["pair_id"], "task": meta[c["traj_id"]]["task"], "seed": meta[c["traj_id"]]["seed"],
+             "history": list(states[(c["traj_id"], c["step_idx"])].history),
+             "observation": states[(c["traj_id"], c["step_idx"])].axtree, "action_pos": c["action_pos"],
+             "action_neg": c["action_neg"], "base_outcome": outcome[c["pair_id"]]}
+            for c in cands if (c["traj_id"], c["step_idx"]) in chosen]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = make_parser("bench/replay.py", __doc__)
     ReplayBench.add_args(ap)
@@ -192,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
          "--seeds", cfg.seeds, "--out", str(demos))
     summary = json.loads((demos / "summary.json").read_text())
     runs = {s: out / s for s in SETS}
-    for name in ("graph", "no_graph"):
+    for name in ("graph",) if cfg.throughput else ("graph", "no_graph"):
         run = runs[name]
         if not (run / "candidates.parquet").exists():
             _cli("data.ingest", "--source", "canonical", "--input", str(demos / "trajectories.parquet"),
@@ -201,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
                 _cli("graph.build", "--run", str(run))
             _cli("proposals.mine", "--run", str(run), "--sample-size", str(cfg.sample_size), "--seed", str(cfg.seed),
                  *(["--no-graph"] if name == "no_graph" else []))
+    if cfg.throughput:
+        result = throughput(cfg, out)
+        (out / "throughput.json").write_text(json.dumps(result, indent=1, sort_keys=True))
+        print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))
+        return 0
     random_floor(runs["graph"], runs["random"], cfg.seed)
     cache = out / "replay_cache"
     for name in SETS:

@@ -8,9 +8,13 @@ reset many times and whose judge reads the AXTree and the task's reward.
         reward, info = h.evaluate()
 
 What differs from ``harness.env.BrowserHarness`` (same pages, same bids, same actions):
-- BrowserGym launches a new Chromium at every ``reset``; here the first one is kept and each reset
-  opens a new browser context (fresh cookies and storage, as a new browser would have), which cuts
-  a reset from ~2.4 s to ~0.8 s.
+- BrowserGym launches a new Chromium, context and page at every ``reset``; here only the first
+  reset does. Later ones keep the browser, context and page: extra tabs are closed, the page goes
+  to ``about:blank`` with its navigation history cleared (so that ``go_back`` after the task's
+  first page leads where it led in a new page) and the mouse to (0, 0), then the task sets itself up
+  on it (a new document: new JavaScript state, bids marked from scratch). Cookies and storage stay
+  with the context: for tasks that keep none (MiniWoB++'s pages keep none). What a reset costs
+  then: ``bench/RESULTS.md`` (issue 37).
 - BrowserGym extracts a DOM snapshot, a screenshot, the focused element and the element properties
   at every step; here only the elements are marked (their bids: BrowserGym's actions find elements
   by them, so they are marked after every step as BrowserGym does) and, when asked, the AXTree is
@@ -23,10 +27,10 @@ What differs from ``harness.env.BrowserHarness`` (same pages, same bids, same ac
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+import time
 
 from data.actions import ActionParseError, parse_action
-from harness.env import BrowserHarness, Observation
+from harness.env import BrowserHarness, Observation, StubChat
 
 # noop(wait_ms) waits at most this long; every other BrowserGym action is bounded by Playwright's
 # timeouts (500 ms per element action, the task's 5 s for navigation, 3 s per frame's load wait).
@@ -37,30 +41,15 @@ class ActionRefused(ValueError):
     """The action may not run in the harness (the message says why)."""
 
 
-class _KeptBrowser:
-    """The harness's browser as BrowserGym's reset sees it: its ``close`` keeps it open."""
-
-    def __init__(self, browser):
-        self.browser = browser
-
-    def __getattr__(self, name):
-        return getattr(self.browser, name)
-
-    def close(self):
-        pass
-
-
 class LeanHarness(BrowserHarness):
-    """``BrowserHarness`` with a kept browser and AXTree-only observations (module doc)."""
+    """``BrowserHarness`` resetting on one kept page, with AXTree-only observations (module doc)."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._kept = None           # the real Playwright browser, once launched
-        self._extract = True        # whether the next observation extracts the AXTree
+    _extract = True         # whether the next observation extracts the AXTree
 
     def _make(self):
         env = super()._make()
         env._get_obs = self._lean_obs       # BrowserGym calls it at the end of reset and step
+        env.reset = self._reset
         return env
 
     def action_set(self) -> set[str]:
@@ -70,31 +59,44 @@ class LeanHarness(BrowserHarness):
         subsets = self.action_subsets
         return set((HighLevelActionSet(subsets=subsets) if subsets else HighLevelActionSet()).action_set)
 
-    @contextmanager
-    def _same_browser(self):
-        """BrowserGym's reset closes its browser and launches another: give it the kept one."""
-        import browsergym.core as bgc
-
-        if self._kept is None:
-            yield
-            self._kept = self.env.browser
-            self.env.browser = _KeptBrowser(self._kept)
-            return
-        chromium = bgc._get_global_playwright().chromium
-        chromium.launch = lambda **kwargs: self._kept
-        try:
-            yield
-        finally:
-            del chromium.launch
-            self.env.browser = _KeptBrowser(self._kept)
-
     def reset(self, seed: int = 0, observe: bool = True) -> Observation:
-        """``BrowserHarness.reset`` on the kept browser; ``observe=False``: no AXTree (``axtree`` '')."""
-        if self.env is None:
-            self.env = self._make()
+        """``BrowserHarness.reset``, on the same page after the first (module doc); ``observe=False``:
+        no AXTree (``axtree`` '')."""
         self._extract = observe
-        with self._same_browser():
-            return super().reset(seed=seed)
+        return super().reset(seed=seed)
+
+    def _reset(self, seed=None, **kwargs) -> tuple[dict, dict]:
+        """BrowserGym's ``reset`` the first time (or when no page is left), else the same without a
+        new browser, context or page (module doc)."""
+        from browsergym.core.env import BrowserEnv
+
+        env = self.env
+        if env.task is None or not env.context.pages:
+            return BrowserEnv.reset(env, seed=seed, **kwargs)
+        env.task.teardown()
+        for extra in env.context.pages[1:]:
+            extra.close()
+        page = env.context.pages[0]
+        page.mouse.move(0, 0)
+        page.goto("about:blank")
+        cdp = env.context.new_cdp_session(page)
+        cdp.send("Page.resetNavigationHistory")
+        cdp.detach()
+        env.page, env.page_history = page, {page: None}
+        env.task = env.task_entrypoint(seed=seed, **env.task_kwargs)
+        env.chat = StubChat()
+        goal, info = env.task.setup(page=page)
+        env.goal_object = [] if goal is None else [{"type": "text", "text": goal}] if isinstance(goal, str) else goal
+        env.chat.add_message(role="assistant", msg="Hi! I am your UI assistant, I can perform web tasks for you. "
+                                                   "What can I help you with?")
+        for message in env.goal_object:
+            if message["type"] == "text":
+                env.chat.add_message(role="user", msg=message["text"])
+        env._wait_dom_loaded()
+        env._active_page_check()
+        env.start_time = time.time()
+        env.last_action, env.last_action_error, env.infeasible_message_received = "", "", False
+        return env._get_obs(), {"task_info": info}
 
     def step(self, action: str, observe: bool = True) -> Observation:
         """``BrowserHarness.step``; ``observe=False``: the elements are marked, no AXTree extracted."""
@@ -138,11 +140,6 @@ class LeanHarness(BrowserHarness):
                                        last_action_error=obs["last_action_error"], start_url=self.start_url)
         return self.observation
 
-    def close(self):
-        if self._kept is not None and self.env is not None:
-            self.env.browser = self._kept       # BrowserGym's close then closes it
-        self._kept = None
-        super().close()
 
 
 def vet(text: str, harness) -> str:
