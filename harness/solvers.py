@@ -93,7 +93,8 @@ SOLVERS: dict[str, Solver] = {
     "click-test": click_test, "click-button": click_button, "click-tab": click_tab, "click-dialog": click_dialog,
     "click-option": click_option, "click-checkboxes": click_checkboxes, "enter-text": enter_text,
     "focus-text": focus_text, "login-user": login_user, "choose-list": choose_list,
-    **RICH,         # the ``rich`` subset's tasks (harness.solvers_rich)
+    "click-checkboxes-large": click_checkboxes, "click-checkboxes-transfer": click_checkboxes,
+    **RICH,         # the other ``rich`` tasks (harness.solvers_rich)
 }
 
 

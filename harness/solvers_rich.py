@@ -1,15 +1,18 @@
-"""Scripted solvers for the ``rich`` MiniWoB++ tasks: larger pages, several valid orders.
+"""Scripted solvers for larger MiniWoB++ pages, several valid orders, several steps (``rich``).
 
     from harness.solvers import solve_step
-    action = solve_step("multi-layouts", obs.goal, obs.axtree)
+    action = solve_step("book-flight", obs.goal, obs.axtree)
 
 Same contract as ``harness.solvers`` (goal and flattened AXTree in, one action out, decided from
-the page as it is now). One thing these pages need that the ``axtree10`` ones did not: BrowserGym's
-flattened AXTree leaves out the bid of a plain ``div`` or ``span`` (a ``generic`` node without
-properties), so a clickable one (multi-layouts' "Search" div, an inbox's sender line, a tree's
-file name) shows only as its text. BrowserGym numbers the page's elements in document order when
-it first marks them (later ones get the next numbers), so such an element's bid is a fixed offset
-from a printed neighbour in the task's template (``offset``).
+the page as it is now, so a solver finishes from wherever another action left the page).
+
+BrowserGym's flattened AXTree leaves out the bid of a plain ``div`` or ``span`` (a ``generic`` node
+without properties): a clickable one (multi-orderings' "Submit" div, an inbox's email line) shows
+only as its text. BrowserGym numbers the page's elements in document order when it first marks
+them, so such an element's bid is a fixed offset from a printed neighbour in the task's template
+(``offset``). BrowserGym runs such an action (``teacher.replay`` does), but ``search.miniwob``
+drops a candidate whose bid the AXTree does not print, so the tasks that need one
+(multi-orderings, multi-layouts' div layouts, email-inbox's reply and forward) are not in ``rich``.
 """
 
 from __future__ import annotations
@@ -40,10 +43,9 @@ def static(tree: AXTree, name: str) -> AXNode | None:
     return next((n for n in tree.nodes if n.role == "StaticText" and n.name == name), None)
 
 
-def next_with(tree: AXTree, node: AXNode, *roles: str) -> AXNode | None:
-    """The first node with a bid (of one of ``roles``, if given) after ``node`` in document order."""
-    return next((n for n in tree.nodes[node.index + 1:] if n.bid is not None and (not roles or n.role in roles)),
-                None)
+def next_with_bid(tree: AXTree, node: AXNode) -> AXNode | None:
+    """The first node with a bid after ``node`` in document order."""
+    return next((n for n in tree.nodes[node.index + 1:] if n.bid is not None), None)
 
 
 def previous_with(tree: AXTree, node: AXNode, role: str) -> AXNode | None:
@@ -218,8 +220,13 @@ def search_engine(goal: str, tree: AXTree) -> str | None:
     if page != k // 3 + 1:
         return click(pages.get(str(k // 3 + 1)))
     hit = results[k % 3] if len(results) > k % 3 else None
-    # the k-th result is titled with the searched name; other titles mean results of another search
-    return click(hit) if hit is not None and hit.name == name else submit(tree, "Search")
+    # the k-th result is titled with the searched name; other titles mean results of another search.
+    # A result is <a href="#">: a plain click moves the URL to '#', which BrowserGym's validator
+    # takes for leaving the task (reward 0 even for the right result); with Alt held Chromium
+    # does not follow the link, and the page's own handler still sees the click.
+    if hit is not None and hit.name == name:
+        return f"click('{hit.bid}', modifiers=['Alt'])"
+    return submit(tree, "Search")
 
 
 def use_autocomplete(goal: str, tree: AXTree) -> str | None:
@@ -229,17 +236,104 @@ def use_autocomplete(goal: str, tree: AXTree) -> str | None:
         return None
     start, end = m.group(1), m.group(2) or ""
     shown = value(boxes[0])
-    items = {text_of(tree, n): n for n in elements(tree, "listitem")}
-    fits = [n for t, n in items.items() if t.startswith(start) and t.endswith(end)]
+    fits = [n for n in suggestions(tree) if text_of(tree, n).startswith(start) and text_of(tree, n).endswith(end)]
     if fits:                # the open menu covers Submit: picking an item closes it
-        return click(items.get(shown) if shown in items and items[shown] in fits else fits[0])
+        return click(next((n for n in fits if text_of(tree, n) == shown), fits[0]))
     # a typed start is not an item yet, unless the live region announces it picked
     picked = any(text_of(tree, n) == shown for n in elements(tree, "status"))
     if shown.startswith(start) and shown.endswith(end) and (shown != start or picked):
         return submit(tree)
-    if shown != start:
-        return fill(boxes[0], start)
-    return f"press('{boxes[0].bid}', 'ArrowDown')"      # opens the suggestions now (typing waits 300 ms)
+    return complete(boxes[0], start)
+
+
+def suggestions(tree: AXTree) -> list[AXNode]:
+    """The open jQuery UI autocomplete menu's items."""
+    return elements(tree, "listitem")
+
+
+def complete(box: AXNode, text: str) -> str:
+    """Type ``text`` into an autocomplete box; once it is there, open the suggestions now (typing
+    alone opens them 300 ms later)."""
+    return fill(box, text) if value(box) != text else f"press('{box.bid}', 'ArrowDown')"
+
+
+def book_flight(goal: str, tree: AXTree) -> str | None:
+    m = re.match(r"Book the (shortest|cheapest) one-way flight from: (.+) to: (.+) on (\d\d/\d\d/\d{4})\.", goal)
+    if m is None:
+        return None
+    which, origin, destination, date = m.groups()
+    boxes = {n.name: n for n in elements(tree, "textbox")}
+    if "From:" not in boxes:
+        return book_result(tree, which)
+    for box, want in ((boxes["From:"], origin), (boxes["To:"], destination)):
+        fits = [n for n in suggestions(tree) if want in text_of(tree, n)]
+        if fits and box.props.get("focused"):       # its menu is open (and covers what is below)
+            return click(fits[0])
+        if not (want in value(box) and "(" in value(box)):     # not yet a whole "City, ST (CODE)" entry
+            return complete(box, want)
+    day = boxes.get("")
+    if day is not None and value(day) != date:
+        return pick_date(tree, day, date)
+    return submit(tree, "Search")
+
+
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
+
+
+def pick_date(tree: AXTree, box: AXNode, date: str) -> str | None:
+    """A read-only date box: open its jQuery UI calendar, step to the month, click the day."""
+    month, day, year = (int(x) for x in date.split("/"))
+    words = texts(tree)
+    shown = next(((int(words[i + 2]), MONTHS.index(w) + 1) for i, w in enumerate(words[:-2])
+                  if w in MONTHS and words[i + 2].isdigit()), None)
+    if shown is None:
+        return click(box)
+    if shown != (year, month):
+        return click(named(tree, "link", "Next" if shown < (year, month) else "Prev"))
+    return click(named(tree, "link", str(day)))
+
+
+def book_result(tree: AXTree, which: str) -> str | None:
+    """The results: each flight's "Duration:" text, then its "Book flight for $N" button."""
+    flights, minutes = [], None
+    for n in tree.nodes:
+        if n.role == "StaticText" and (m := re.fullmatch(r"(\d+)h (\d+)m", n.name)):
+            minutes = int(m.group(1)) * 60 + int(m.group(2))
+        elif n.role == "button" and (m := re.fullmatch(r"Book flight for \$(\d+)", n.name)) and minutes is not None:
+            flights.append((minutes if which == "shortest" else int(m.group(1)), n))
+    return click(min(flights, key=lambda f: f[0])[1]) if flights else None
+
+
+def choose_date(goal: str, tree: AXTree) -> str | None:
+    m = re.search(r"(\d\d/\d\d/\d{4})", goal)
+    boxes = elements(tree, "textbox")
+    if m is None or not boxes:
+        return None
+    return pick_date(tree, boxes[0], m.group(1)) if value(boxes[0]) != m.group(1) else submit(tree)
+
+
+def enter_time(goal: str, tree: AXTree) -> str | None:
+    m = re.search(r"(\d{1,2}):(\d\d) (AM|PM)", goal)
+    spins = {n.name: n for n in elements(tree, "spinbutton")}
+    if m is None or not {"Hours", "Minutes", "AM/PM"} <= set(spins):
+        return None
+    hour, minute, half = int(m.group(1)), int(m.group(2)), m.group(3)
+    if [spins[k].value for k in ("Hours", "Minutes", "AM/PM")] == [hour, minute, 1 if half == "AM" else 2]:
+        return submit(tree)
+    return fill(spins["Hours"], f"{hour % 12 + (12 if half == 'PM' else 0):02d}:{minute:02d}")   # 24-hour ISO text
+
+
+def click_scroll_list(goal: str, tree: AXTree) -> str | None:
+    m = re.match(r"Select (.+) from the scroll list and click Submit\.?$", goal.strip())
+    lists = elements(tree, "listbox")
+    if m is None or not lists:
+        return None
+    wanted = [w.strip() for w in m.group(1).split(",")]
+    chosen = [o.name for o in elements(tree, "option") if str(o.props.get("selected")).lower() == "true"]
+    if sorted(chosen) == sorted(wanted):
+        return submit(tree)
+    return f"select_option('{lists[0].bid}', {wanted!r})"
 
 
 def children(tree: AXTree, node: AXNode) -> list[AXNode]:
@@ -252,26 +346,22 @@ def text_of(tree: AXTree, node: AXNode) -> str:
 
 
 def navigate_tree(goal: str, tree: AXTree) -> str | None:
-    """Click the named file or folder; expand collapsed folders (first first) until it shows. A
-    folder's template is li > hitarea div, name span, ul; a file's li > name span."""
+    """Click the named file or folder; open closed folders (first first) until it shows. A
+    click on an item's middle lands on its name (a block span), which opens a closed folder."""
     names = quoted(goal)
     items = elements(tree, "listitem")
     if not names or not items:
         return None
-    expanded = {n.bid for n in items if any(c.role == "list" for c in children(tree, n))}
     target = next((n for n in items if text_of(tree, n) == names[0]), None)
-    if target is not None:      # an open folder's middle may be a child's line: click its name
-        return offset(target, 2) if target.bid in expanded else click(target)
-    # a closed folder hides its subtree, whose elements keep their numbers: the next printed bid is
-    # >= 6 further (an empty folder's 4, a file's 2); the last item has no next bid to tell by
-    closed = []
-    for n in items:
-        after = next_with(tree, n)
-        if n.bid not in expanded and (after is None or int(after.bid) - int(n.bid) >= 6):
-            closed.append(n)
-    sure = [n for n in closed if next_with(tree, n) is not None]
-    pick = (sure or closed or [None])[0]
-    return offset(pick, 2) if pick is not None else None
+    if target is not None:
+        return click(target)
+    # a closed folder (li > hitarea div, name span, ul) hides its subtree, whose elements keep
+    # their numbers: the next printed bid is >= 6 further (an empty folder's 4, a file's 2, an
+    # open folder shows its list); the last item has no next bid to tell by
+    closed = [n for n in items if not any(c.role == "list" for c in children(tree, n))
+              and ((after := next_with_bid(tree, n)) is None or int(after.bid) - int(n.bid) >= 6)]
+    sure = [n for n in closed if next_with_bid(tree, n) is not None]
+    return click((sure or closed or [None])[0])
 
 
 RICH = {
@@ -280,5 +370,8 @@ RICH = {
     "email-inbox": email_inbox, "email-inbox-forward-nl": email_inbox_forward_nl,
     "email-inbox-forward-nl-turk": email_inbox_forward_nl,
     **{f"email-inbox-{v}": email_inbox for v in ("delete", "forward", "important", "reply", "star-reply", "noscroll")},
-    "search-engine": search_engine, "use-autocomplete": use_autocomplete, "navigate-tree": navigate_tree,
+    "enter-time": enter_time, "click-scroll-list": click_scroll_list,
+    **{t: choose_date for t in ("choose-date", "choose-date-easy", "choose-date-medium", "choose-date-nodelay")},
+    "book-flight": book_flight, "search-engine": search_engine, "use-autocomplete": use_autocomplete,
+    "navigate-tree": navigate_tree,
 }
