@@ -81,6 +81,7 @@ class ReplayBench(Configurable):
     rounds: int = field(default=2, metadata={"min": 1, "help": "interleaved rounds of the throughput runs"})
     fixed_set: str | None = field(default=None, metadata={"help": "write the identity test's fixed set here"})
     fixed_steps: int = field(default=4, metadata={"min": 1, "help": "steps in the fixed set"})
+    pairs: int = field(default=0, metadata={"min": 0, "help": "throughput on the first N sampled pairs only (0: all)"})
 
 
 def _cli(*args: str) -> None:
@@ -230,7 +231,10 @@ def throughput(cfg: ReplayBench, out: Path) -> dict:
     import statistics
 
     base, source = base_tree(cfg), out / "graph"
-    pairs = sum(pq.read_table(source / "candidates.parquet", columns=["sampled"]).column("sampled").to_pylist())
+    cands = pq.read_table(source / "candidates.parquet")
+    sampled = sorted(c["pair_id"] for c in cands.to_pylist() if c["sampled"])
+    keep = set(sampled[:cfg.pairs] if cfg.pairs else sampled)
+    pairs = len(keep)
     arms = {"base": (base, ()), "new": (ROOT, ()), "new_1_worker": (ROOT, ("--replay-workers", "1"))}
     runs: dict[str, list[dict]] = {a: [] for a in arms}
     outcome_of: dict[str, dict] = {}
@@ -239,8 +243,17 @@ def throughput(cfg: ReplayBench, out: Path) -> dict:
             run = out / "tp" / f"{arm}-{r}"
             shutil.rmtree(run, ignore_errors=True)
             run.mkdir(parents=True)
-            for name in ("trajectories.parquet", "candidates.parquet", "stats.json"):
+            for name in ("trajectories.parquet", "stats.json"):
                 shutil.copy(source / name, run / name)
+            shutil.copy(source / "candidates.parquet", run / "candidates.parquet")
+            if cfg.pairs:       # the first --pairs sampled pairs, recorded as the miner's output
+                from data.rundir import RunDir, StageStats
+
+                rows = [{**c, "sampled": c["sampled"] and c["pair_id"] in keep} for c in cands.to_pylist()]
+                rd = RunDir(run)
+                rd.check_inputs("proposals.mine", rd.trajectories)
+                pq.write_table(pa.Table.from_pylist(rows, schema=cands.schema), run / "candidates.parquet")
+                rd.write_stage(StageStats("proposals.mine", n_in=len(rows), n_out=len(rows)), [])
             tree, flags = arms[arm]
             m = timed_verify(tree, run, *flags)
             runs[arm].append(m)
