@@ -28,16 +28,38 @@ from prefect.futures import as_completed
 
 from cli.progress import progress as progress_bar
 from data.rundir import StageStats
-from flows.common import (DaskConfig, cli_flow, dask_scheduler, exit_code, final_state, on_dask, post_markdown,
-                          retry_unless_refused, stage_task, unwrap)
+from flows.common import (
+    DaskConfig,
+    cli_flow,
+    dask_scheduler,
+    exit_code,
+    final_state,
+    on_dask,
+    post_markdown,
+    retry_unless_refused,
+    stage_task,
+    unwrap,
+)
 from llm import LLMConfig
-from proposals.mine import (STAGE, MineCommand, MineConfig, done_summary, format_audit, mine, mine_site, open_run,
-                            site_trajectories, write_sites)
+from proposals.mine import (
+    STAGE,
+    MineCommand,
+    MineConfig,
+    done_summary,
+    format_audit,
+    loss_summary,
+    mine,
+    mine_site,
+    open_run,
+    site_trajectories,
+    write_sites,
+)
 from proposals.mine import build_parser as mine_parser
 
 
 def _report(stats: StageStats, run: str) -> dict:
-    text = format_audit(stats) + "\n" + done_summary(stats, run)
+    loss = loss_summary(stats)
+    text = "\n".join([format_audit(stats), *([loss] if loss else []), done_summary(stats, run)])
     print(text)
     post_markdown("propose-negatives-summary", "```\n" + text + "\n```", f"proposals.mine of {run}")
     return stats.as_dict()

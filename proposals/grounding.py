@@ -139,6 +139,7 @@ class Miner:
         self.run, self.config = run, config
         self.tally = Tally()
         self.steps_in = self.steps_mined = 0           # demonstrated steps, and those mined
+        self.mined: list[tuple] = []                    # each mined step: (traj, step, pos kind, pos op, looked at)
         self.step_rejected: Counter = Counter()         # steps not mined, by reason
         self.step_rejects: list[Reject] = []
         self._graphs: dict[str, GraphIndex | None] = {} if graphs is None else graphs
@@ -191,11 +192,12 @@ class Miner:
 
     def tallies(self) -> tuple:
         """The counts and rejects of this miner (a worker's, sent back to the parent)."""
-        return self.tally, self.steps_in, self.steps_mined, self.step_rejected, self.step_rejects
+        return self.tally, self.steps_in, self.steps_mined, self.step_rejected, self.step_rejects, self.mined
 
     def absorb(self, tallies: tuple) -> None:
-        tally, steps_in, steps_mined, step_rejected, step_rejects = tallies
+        tally, steps_in, steps_mined, step_rejected, step_rejects, mined = tallies
         self.tally.add(tally)
+        self.mined += mined
         self.steps_in += steps_in
         self.steps_mined += steps_mined
         self.step_rejected.update(step_rejected)
@@ -266,7 +268,10 @@ class Miner:
                               pos_bid=ts.action.bid if ts.kind == NodeKind.ELEMENT else None, steps=steps,
                               position=where[row["step_idx"]], goal=goal, graph=self.graph(row["site"]),
                               prefer_same_op=self.config.params.prefer_same_op)
+            looked = self.tally.proposed
             out += self.step(row, ctx)
+            looked = self.tally.proposed - looked
+            self.mined.append((row["traj_id"], row["step_idx"], str(ts.kind), ts.action.op, looked))
         return out
 
     # -- one step -------------------------------------------------------------------------

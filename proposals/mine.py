@@ -25,12 +25,14 @@ job: ``proposals.grounding`` (the rules and grounding), ``proposals.fill`` (LLM 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cli.config import Configurable, make_parser
 from cli.errors import error_exit
 from cli.progress import done_line
+from data.loss import loss_line
 from data.rundir import RunDir, StageStats
 from proposals.audit import format_audit as format_table_audit
 from proposals.config import STAGE, MineConfig, parse_axes
@@ -53,7 +55,7 @@ from proposals.pool import (
 __all__ = ["STAGE", "MineConfig", "parse_axes", "Miner", "Pending", "load_rows", "complete_fills", "candidate_row",
            "in_trajectory_order", "mine", "mine_site", "open_run", "site_chunks", "site_trajectories",
            "successful_trajectories", "write_pool", "write_sites", "format_audit", "done_summary", "MineCommand",
-           "build_parser", "main"]
+           "build_parser", "main", "loss_summary"]
 
 
 def format_audit(stats: StageStats) -> str:
@@ -64,6 +66,26 @@ def format_audit(stats: StageStats) -> str:
         lines.append(f"WebPRM rejected actions on the same steps: {w['pairs']} pairs, GMCP {w['gmcp_ratio']:.2%}, "
                      f"hallucinated {w['hallucinated_targets']}")
     return "\n".join(lines)
+
+
+def loss_summary(stats: StageStats) -> str | None:
+    """No silent zeros (``data.loss``): when the pool is empty or holds fewer candidates than half the
+    steps mined from, one line saying where the steps went, by reason: not mined
+    (``steps.rejected``) or mined without a candidate (``without_candidates``)."""
+    e = stats.extra
+    reasons = Counter(e["steps"]["rejected"]) + Counter(e["without_candidates"]["steps"])
+    ops = ", ".join(f"{op}() x{n}" for op, n in e["without_candidates"]["virtual_positive_ops"].items())
+    why = {**LOSS_WHY, "virtual_positive": f"{LOSS_WHY['virtual_positive']}: {ops}"}
+    return loss_line(STAGE, e["steps"]["in"], stats.n_out, reasons, "steps of successful trajectories", "candidates",
+                     why=why)
+
+
+# A few words after a loss reason: what it means for the user.
+LOSS_WHY = {"virtual_positive": "the demonstrated action targets no element, so no rule has one to contrast",
+            "no_candidate": "no rule found an element to propose",
+            "all_dropped": "grounding or the value checks removed every candidate (rejects.jsonl)",
+            "action_failed": "the recorded action raised an error",
+            "positive_not_in_observation": "the demonstrated target is not in the observation"}
 
 
 def done_summary(stats: StageStats, run_dir: str | Path) -> str:
@@ -110,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as e:
         return error_exit(e)
     print(format_audit(stats))
+    if (line := loss_summary(stats)):
+        print(line)
     print(done_summary(stats, cmd.run))
     return 0 if stats.n_out else 1
 

@@ -168,6 +168,8 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
         # Demonstrated steps of successful trajectories: mined, or not (by reason, in rejects.jsonl).
         "steps": {"in": miner.steps_in, "out": miner.steps_mined,
                   "rejected": dict(sorted(miner.step_rejected.items()))},
+        # Mined steps that gave no candidate, by why (the line a near-empty pool prints).
+        "without_candidates": steps_without_candidates(miner, cands),
         # Re-derived from the files just written, as ``python -m proposals.audit`` does.
         "audit": write_audit(run.root, "candidates", workers),
         "fill": fill_counts,
@@ -243,6 +245,24 @@ def candidate_row(miner: Miner, config: MineConfig):
             "mode": "no_graph" if config.no_graph else "graph", "rules": list(dict.fromkeys([p.rule, *p.also_fired]))}
         return out
     return row_of
+
+
+def steps_without_candidates(miner: Miner, cands: list[dict]) -> dict:
+    """The mined steps that gave no candidate (``steps``), by why: the positive acts on no element
+    (``virtual_positive``, its ops in ``virtual_positive_ops``: no rule contrasts an element with
+    it), no rule put a candidate forward (``no_candidate``), or grounding and the value checks
+    removed all they put forward (``all_dropped``)."""
+    have = {(c["traj_id"], c["step_idx"]) for c in cands}
+    why, virtual_ops = Counter(), Counter()
+    for traj, step, kind, op, looked in miner.mined:
+        if (traj, step) in have:
+            continue
+        if kind == NodeKind.VIRTUAL:
+            why["virtual_positive"] += 1
+            virtual_ops[op] += 1
+        else:
+            why["all_dropped" if looked else "no_candidate"] += 1
+    return {"steps": dict(sorted(why.items())), "virtual_positive_ops": dict(virtual_ops.most_common())}
 
 
 def rule_counts(config: MineConfig, miner: Miner, cands: list[dict]) -> dict:

@@ -209,3 +209,24 @@ def test_a_failed_fill_gives_its_slot_to_the_next_draw(tmp_path):
     finally:
         server.shutdown()
     assert rows == [] and stats.extra["rules"]["structurally_near"]["rejected"] == {"fill_invalid_not_json": 1}
+
+
+def test_an_empty_pool_says_where_the_steps_went(tmp_path, capsys):
+    # Every demonstrated action is go_back(): no rule has an element to contrast, the pool is
+    # empty, and the command says why in one line (issue 41: no silent zeros).
+    steps = [_step(i, "go_back()", url=f"https://shop.example.com/p{i}") for i in range(3)] + [_step(3, None)]
+    atomic_write_parquet(tmp_path / "trajectories.parquet", steps_to_table(steps))
+    build_graphs(tmp_path, workers=1)
+    assert main(["--run", str(tmp_path), "--workers", "1", "--quiet", "--fill-base-url", NO_LLM.base_url,
+                 "--fill-model", "none"]) == 1
+    lines = [line for line in capsys.readouterr().out.splitlines() if "lost" in line]
+    assert lines == ["proposals.mine: 0 candidates from 3 steps of successful trajectories; lost 3: 3 virtual_positive "
+                     "(the demonstrated action targets no element, so no rule has one to contrast: go_back() x3)"]
+    stats = json.loads((tmp_path / "stats.json").read_text())["proposals.mine"]
+    assert stats["without_candidates"] == {"steps": {"virtual_positive": 3}, "virtual_positive_ops": {"go_back": 3}}
+
+
+def test_a_full_pool_prints_no_loss_line(shop_run, capsys):
+    assert main(["--run", str(shop_run), "--workers", "1", "--quiet", "--fill-base-url", NO_LLM.base_url,
+                 "--fill-model", "none"]) == 0
+    assert "lost" not in capsys.readouterr().out
