@@ -51,3 +51,18 @@ def test_a_made_up_bid_is_an_error_and_a_wrong_submit_ends_with_reward_0():
         assert obs.last_action_error and not h.task_done
         obs = h.step("click('15')")         # "Ok"
         assert h.task_done and h.reward == 0.0 and h.evaluate()[0] == 0.0
+
+
+def test_rich_solvers_finish_on_their_pages():
+    with miniwob_harness("search-engine") as h:
+        obs = h.reset(seed=0)               # "Kasie", the 4th result: page 2
+        obs = h.step(solve_step("search-engine", obs.goal, obs.axtree))          # types the name
+        obs = h.step(solve_step("search-engine", obs.goal, obs.axtree))          # searches
+        page3 = next(l.split("]")[0].strip("\t[") for l in obs.axtree.splitlines() if "link '3'" in l)
+        obs = h.step(f"click('{page3}')")   # another action turned to page 3
+        taken = finish(h, obs, "search-engine")
+        # back to page 2, then the result, clicked with Alt: the URL stays, so the validator scores it
+        assert len(taken) == 2 and "modifiers=['Alt']" in taken[1] and h.reward == 1.0
+    with miniwob_harness("navigate-tree") as h:
+        obs = h.reset(seed=1)               # the file is inside a closed folder
+        assert len(finish(h, obs, "navigate-tree")) >= 2 and h.reward == 1.0
