@@ -161,19 +161,6 @@ class AXTreeParseError(ValueError):
     """The text holds no AXTree node at all."""
 
 
-def parse_line(line: str) -> tuple[dict | None, str | None]:
-    """(fields, None) for one node line without indentation, (None, reason) otherwise."""
-    m = _LINE_TABS.match(line)
-    if m is None or m.group(1):
-        return None, "not a node line"
-    _, bid, role, name, value, rest = m.groups()
-    props = parse_props(rest)
-    if props is None:
-        return None, f"cannot read properties {rest[:40]!r}"
-    return {"bid": bid or None, "role": role, "name": _unquote(name) if name else "",
-            "value": _literal(value) if value is not None else None, "props": props}, None
-
-
 def _read_line(raw: str, indented: bool) -> tuple | None:
     """(depth, bid, role, name, value, rest) of one node line, names and values decoded; None
     for a line that is no node (a ``Tab`` header, noise)."""

@@ -275,12 +275,6 @@ class LocalModel:
             raise ValueError("max_active must be >= 1")
         self._turns.max_active = value
 
-    def count_tokens(self, messages: list[dict]) -> int:
-        """Prompt tokens of ``messages`` after the chat template (what ``usage`` reports)."""
-        messages = check_request({"messages": messages})["messages"]
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)["input_ids"]
-        return len(ids)
-
     def _prepare(self, payload: dict, max_tokens_cap: int | None = None) -> tuple[dict, dict]:
         """(the checked request, the tokenized prompt); ``ValueError`` for a request that does
         not fit the context or the batch budget. Nothing model-sized is allocated here."""

@@ -1,7 +1,7 @@
 """Verdicts by scoring: which answer tag a local model finds likelier after a pairwise prompt.
 
-    from llm.scoring import score_answers
-    s = score_answers(model, tokenizer, messages)            # TagScore(logprob_1, logprob_2)
+    from llm.scoring import score
+    s = score(model, tokenizer, messages, "score")           # TagScore(logprob_1, logprob_2)
     s.verdict, s.margin, s.text                              # 1 | 2, logprob_1 - logprob_2, the tag
 
 For a transformers causal LM and its tokenizer: the prompt is rendered with the tokenizer's chat
@@ -14,7 +14,7 @@ the tag's tokens. The tokens both tagged sequences share (the prompt, the ration
 them. So a verdict costs one forward pass over the prompt, never a generation, and always parses. The likelier tag is the verdict; a tie (only
 seen with degenerate models) goes to Response 1 and is flagged.
 
-``score_both_orders`` scores the prompt as given and with the two responses swapped and takes
+Mode ``score-both`` scores the prompt as given and with the two responses swapped and takes
 ``margin(given) - margin(swapped)``: a constant pull toward one position (measured: Qwen2.5-Coder
 -0.5B picks Response 1 on every one of 16 scored verdicts) cancels.
 
@@ -202,8 +202,7 @@ class BothOrdersScore:
 
 def score_many(model, tokenizer, prompts: list[list[dict]], mode: str, rationales: list[str] | None = None,
                kept: KeptCache | None = None) -> list[TagScore] | list[BothOrdersScore]:
-    """``score_answers`` (``mode='score'``) or ``score_both_orders`` (``'score-both'``) of each
-    prompt (after its rationale), all on one KV cache (``tag_logprobs``, ``kept``'s when given):
+    """``score`` of each prompt (after its rationale) in ``mode``, all on one KV cache (``tag_logprobs``, ``kept``'s when given):
     the orders of a prompt, and prompts of one state, share their common prefix. ``ValueError``
     for another mode, or in ``score-both`` for a prompt without the two response blocks."""
     if mode not in SCORE_MODES:
@@ -224,20 +223,11 @@ def score_many(model, tokenizer, prompts: list[list[dict]], mode: str, rationale
     return [BothOrdersScore(tags[i], tags[i + 1]) for i in range(0, len(tags), 2)]
 
 
-def score_answers(model, tokenizer, messages: list[dict], rationale: str = "") -> TagScore:
-    """Score both answer tags after ``messages`` (and ``rationale``); see the module doc."""
-    return score_many(model, tokenizer, [messages], "score", [rationale])[0]
-
-
-def score_both_orders(model, tokenizer, messages: list[dict], rationale: str = "") -> BothOrdersScore:
-    """``score_answers`` on the prompt as given and with Response 1 and 2 swapped (one KV cache:
-    the part before the responses runs once); ``ValueError`` when the prompt lacks the two
-    response blocks."""
-    return score_many(model, tokenizer, [messages], "score-both", [rationale])[0]
-
-
 def score(model, tokenizer, messages: list[dict], mode: str, rationale: str = "") -> TagScore | BothOrdersScore:
-    """``score_answers`` (``mode='score'``) or ``score_both_orders`` (``'score-both'``)."""
+    """The two answer tags' scores after ``messages`` (and ``rationale``): in ``mode`` 'score' as
+    given (``TagScore``), in 'score-both' also with Response 1 and 2 swapped (``BothOrdersScore``;
+    one KV cache: the part before the responses runs once; ``ValueError`` when the prompt lacks
+    the two response blocks). See the module doc."""
     return score_many(model, tokenizer, [messages], mode, [rationale])[0]
 
 

@@ -112,7 +112,7 @@ class LocalJudge:
     truncated); ``score`` compares the likelihoods of the two answer tags right after the prompt
     (``llm.scoring``: one forward pass, always a verdict; the judgment text is the bare tag);
     ``score-both`` scores the prompt as given and swapped and takes the difference of the margins
-    (``llm.scoring.score_both_orders``: no position bias by construction; the part of the prompt
+    (``llm.scoring.score``, mode ``score-both``: no position bias by construction; the part of the prompt
     before the responses runs once);
     ``rationale`` generates up to ``max_tokens``, cuts the text before any answer tag and scores
     the two tags after it (always a verdict; the text is the rationale and the chosen tag).
@@ -306,7 +306,7 @@ class LocalJudge:
         return out
 
     def score_both(self, prompts: list[list[dict]]) -> list[Judgment]:
-        """Verdicts by both orders' tag scores (``llm.scoring.score_both_orders``)."""
+        """Verdicts by both orders' tag scores (``llm.scoring.score``, mode ``score-both``)."""
         return [Judgment(s.text, s.verdict, mode="score-both", margin=s.margin)
                 for s in self._scores(prompts, "score-both", [""] * len(prompts))]
 

@@ -35,7 +35,6 @@ reason; ``duplicate``: merged into an earlier one) and the judge's prompts by ou
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -300,10 +299,6 @@ def _timed(judge, clock: list[float]):
 
 def _never_judge(pairs):
     raise AssertionError("the unguided baseline proposes one candidate and never judges")
-
-
-def expected_rounds(n: int) -> int:
-    return math.ceil(math.log2(n)) if n > 1 else 0
 
 
 def prm_pair_judge(judge_, state, budget: int | None = None, fmt=None) -> PairJudge:

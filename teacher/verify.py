@@ -24,7 +24,7 @@ verdict). Scoring is deterministic, so it is one attempt: the pair is kept when 
 label, else discarded (``all_attempts_disagree``). Its gold judgment is the bare answer tag
 ``<Answer>Response N</Answer>`` for the label: a label-only row, still a valid answer in the
 benchmark's format (the three sections count as missing). ``score-both`` scores the prompt as
-given and with the responses swapped and combines the margins (``llm.scoring.score_both_orders``):
+given and with the responses swapped and combines the margins (``llm.scoring.score``, mode ``score-both``):
 a small model's pull toward one position cancels, so the kept pairs are not simply those whose
 positive sits at the favoured position (measured: single scoring with Qwen2.5-Coder-0.5B picks
 Response 1 every time and keeps exactly the label-1 pairs). The default ``auto`` is ``score-both``

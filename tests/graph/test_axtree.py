@@ -6,7 +6,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from graph.axtree import AXTreeParseError, parse_axtree, parse_line
+from graph.axtree import AXTreeParseError, parse_axtree
 
 PAGES = Path(__file__).parent / "pages"
 CHROMIUM = Path("/usr/lib/chromium/chromium")
@@ -56,8 +56,8 @@ def test_every_shared_observation_parses(agentlab_run, shared_data, tmp_path):
     ("[3404] LineBreak '\\n'", dict(bid="3404", role="LineBreak", name="\n")),
 ])
 def test_parse_line(line, expect):
-    fields, why = parse_line(line)
-    assert why is None
+    (node,) = parse_axtree(line).nodes
+    fields = {"bid": node.bid, "role": node.role, "name": node.name, "value": node.value, "props": node.props}
     for k, v in expect.items():
         assert fields[k] == v
 

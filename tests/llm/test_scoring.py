@@ -34,10 +34,10 @@ def _full_logprob(model, tok, prefix: str, tag: str) -> float:
 
 @pytest.mark.parametrize("rationale", ["", "think the page because click"])
 def test_scores_match_a_full_forward_pass(lm, rationale):
-    from llm.scoring import prompt_text, score_answers
+    from llm.scoring import prompt_text, score
 
     model, tok = lm
-    s = score_answers(model, tok, MSGS, rationale)
+    s = score(model, tok, MSGS, "score", rationale)
     prefix = prompt_text(tok, MSGS, rationale)
     assert s.logprob_1 == pytest.approx(_full_logprob(model, tok, prefix, ANSWER_TAG.format(1)), abs=1e-4)
     assert s.logprob_2 == pytest.approx(_full_logprob(model, tok, prefix, ANSWER_TAG.format(2)), abs=1e-4)
@@ -54,11 +54,11 @@ def test_verdict_follows_the_likelier_tag():
 
 
 def test_a_tokenizer_that_cannot_tell_the_tags_apart_is_refused():
-    from llm.scoring import score_answers
+    from llm.scoring import score
 
     model, tok = tiny_lm(["which response is better"])      # '1' and '2' are both <unk>
     with pytest.raises(ValueError, match="tell the two answer tags apart"):
-        score_answers(model, tok, MSGS)
+        score(model, tok, MSGS, "score")
 
 
 def test_rationale_is_cut_before_the_answer():
@@ -91,20 +91,20 @@ BLOCKS = [{"role": "system", "content": "which response is better"},
 
 def test_both_orders_cancel_a_position_pull(lm):
     from judgment.parse import swap_responses
-    from llm.scoring import score_answers, score_both_orders
+    from llm.scoring import score
     from prm.judge import LocalJudge
 
     model, tok = lm
-    both = score_both_orders(model, tok, BLOCKS)
-    assert both.margin == pytest.approx(score_answers(model, tok, BLOCKS).margin
-                                        - score_answers(model, tok, swap_responses(BLOCKS)).margin)
-    flipped = score_both_orders(model, tok, swap_responses(BLOCKS))
+    both = score(model, tok, BLOCKS, "score-both")
+    assert both.margin == pytest.approx(score(model, tok, BLOCKS, "score").margin
+                                        - score(model, tok, swap_responses(BLOCKS), "score").margin)
+    flipped = score(model, tok, swap_responses(BLOCKS), "score-both")
     assert flipped.margin == pytest.approx(-both.margin)          # the same response wins either way
     assert {both.verdict, flipped.verdict} == {1, 2} and parse_verdict(both.text) == both.verdict
     j = LocalJudge(model, tok, mode="score-both").judge_prompts([BLOCKS])[0]
     assert (j.mode, j.verdict) == ("score-both", both.verdict)
     with pytest.raises(ValueError, match="no \\[The Begin"):
-        score_both_orders(model, tok, MSGS)
+        score(model, tok, MSGS, "score-both")
 
 
 def test_cached_scores_round_trip_and_bad_entries_are_misses(lm):
@@ -199,7 +199,7 @@ def test_many_prompts_on_one_cache_score_as_separate_full_passes():
 
 def test_local_judge_scores_a_batch_once_and_caches_each_prompt(tmp_path):
     from llm.cache import ResponseCache
-    from llm.scoring import _encode, prompt_text, score_both_orders
+    from llm.scoring import _encode, prompt_text, score
     from prm.judge import LocalJudge
 
     model, tok = tiny_lm(TEXTS, seed=5)
@@ -208,7 +208,7 @@ def test_local_judge_scores_a_batch_once_and_caches_each_prompt(tmp_path):
     batched = judge.judge_prompts(prompts)
     assert judge.computed == 3 and judge.cached == 0
     for j, p in zip(batched, prompts):
-        alone = score_both_orders(model, tok, p)
+        alone = score(model, tok, p, "score-both")
         assert j.margin == pytest.approx(alone.margin, abs=1e-4) and j.verdict == alone.verdict
     ran, hook = _counting(model)
     again = judge.judge_prompts(prompts[1:] + [_blocks("click", "fill")])
@@ -217,7 +217,7 @@ def test_local_judge_scores_a_batch_once_and_caches_each_prompt(tmp_path):
     assert [j.margin for j in again[:2]] == [j.margin for j in batched[1:]]
     # the new prompt continues from the kept cache of the last call: its first pass is shorter than it
     assert ran[0] < len(_encode(tok, prompt_text(tok, _blocks("click", "fill"))))
-    assert again[2].margin == pytest.approx(score_both_orders(model, tok, _blocks("click", "fill")).margin, abs=1e-4)
+    assert again[2].margin == pytest.approx(score(model, tok, _blocks("click", "fill"), "score-both").margin, abs=1e-4)
 
 
 @pytest.mark.slow
@@ -231,7 +231,7 @@ def test_shared_prefix_scores_equal_two_plain_passes_on_the_embedded_model():
     from judgment.parse import swap_responses
     from llm.local import load_local_model
     from llm.kvcache import common_prefix
-    from llm.scoring import _encode, prompt_text, score_both_orders, score_many
+    from llm.scoring import _encode, prompt_text, score, score_many
 
     if not (EMBEDDED_MODEL / "config.json").exists():
         pytest.skip("embedded model missing: run `make setup`")
@@ -246,7 +246,7 @@ def test_shared_prefix_scores_equal_two_plain_passes_on_the_embedded_model():
     part = common_prefix(given, swapped)          # at Response 1's action: the AXTree and all before it are shared
     ran, hook = _counting(model)
     try:
-        score_both_orders(model, tok, prompts[0])
+        score(model, tok, prompts[0], "score-both")
     finally:
         hook.remove()
     # one pass over the prompt as given, the swapped order from where they part, and the tags' tails

@@ -75,7 +75,7 @@ def test_score_modes_record_an_effective_k_of_one(tiny_run, tmp_path):
 def test_local_teacher_scores(tiny_run, tmp_path):
     from llm import LLMConfig
     from llm.local import load_local_model
-    from llm.scoring import score_answers
+    from llm.scoring import score
     from judgment.format import JudgmentFormat
     from judgment.pairs import load_pairs
     from data.rundir import RunDir
@@ -91,7 +91,7 @@ def test_local_teacher_scores(tiny_run, tmp_path):
     assert pq.read_schema(run / "preferences.parquet").equals(PREFERENCE_SCHEMA)
     assert len(kept) + len(disc) == len(pairs) == stats.n_in
     lm = load_local_model(model)
-    expected = {p.row["pair_id"]: score_answers(lm.model, lm.tokenizer, p.messages).verdict
+    expected = {p.row["pair_id"]: score(lm.model, lm.tokenizer, p.messages, "score").verdict
                 for p in load_pairs(RunDir(run), 0, JudgmentFormat())}
     for row in kept + disc:
         assert row["attempts"] == 1 and len(row["verdicts"]) == 1          # deterministic: one attempt
