@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard, DatasetCardData
 
 from cli.errors import error_exit
-from data.config import CLIParser, Configurable, make_parser
+from cli.config import CLIParser, Configurable, make_parser
 from data.rundir import RunDir, atomic_write_text
 from dataset.report import markdown_table, md_code
 from dataset.tables import require_run_dir
@@ -283,7 +283,7 @@ def write_card(run_dir: str | Path, license: str = "apache-2.0") -> Path:
 
 @dataclass
 class CardOptions(Configurable):
-    """What ``python -m dataset.card`` writes; every field is a flag (``data.config``)."""
+    """What ``python -m dataset.card`` writes; every field is a flag (``cli.config``)."""
 
     ARG_GROUP = "card"
 

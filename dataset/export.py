@@ -4,7 +4,7 @@
     python -m dataset.export --run RUN --format trl --preset paper          # every verified pair in train
     python -m dataset.export --run RUN --format trl --gmcp-ratio 0.5        # a controlled-GMCP dataset
 
-Every prompt is in the comparative-judgment format (``data.judgment``: WebPRMBench's structure,
+Every prompt is in the comparative-judgment format (``judgment.format``: WebPRMBench's structure,
 Action-Only), the one the teacher saw; ``--prompt-template FILE`` (or ``--untrusted fence``)
 re-renders the prompts from the run's states in a user's exact text instead.
 
@@ -20,13 +20,13 @@ in both train and test. The split is a seeded shuffle of the sorted task ids.
 ``webprmbench``: ``RUN/export/webprmbench.parquet``, one row per pair of the held-out tasks
 (the same split; ``--split all`` for every pair): ``state_idx`` (the state ``(traj_id,
 step_idx)``), ``pair_idx`` (the pair within its state), ``expected`` (1 or 2: the position of the
-better response in ``prompt``, as ``data.judgment.parse_verdict`` returns it), ``prompt``
+better response in ``prompt``, as ``judgment.parse.parse_verdict`` returns it), ``prompt``
 ([system, user] messages) and ``source_name`` (``surfprm/<site>``), plus the pair's id, rule,
 axis and task for analysis.
 
 ``trl-labels`` (an ablation WITHOUT teacher rationales): ``RUN/export/trl-labels/{train,test}.parquet``
 built from the sampled candidates, not from the teacher's kept pairs. The prompt is the same
-Action-Only prompt (``data.pairs.load_pairs``: same seeded order coin, same AXTree budget
+Action-Only prompt (``judgment.pairs.load_pairs``: same seeded order coin, same AXTree budget
 ``--axtree-chars``); the completion is only the answer tag (``<Answer>Response 2</Answer>``),
 the position of the demonstrated action. It needs no teacher, so it gives training data when the
 teacher kept nothing (the embedded 135M teacher keeps 0 pairs); a PRM trained on it learns to
@@ -71,10 +71,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from cli.errors import error_exit
-from data.config import CLIParser, Configurable, make_parser
-from data.judgment import UNTRUSTED_MODES, JudgmentFormat, answer_text, render_pair
+from cli.config import CLIParser, Configurable, make_parser
+from judgment.format import UNTRUSTED_MODES, JudgmentFormat, render_pair
+from judgment.parse import answer_text
 from data.loss import loss_line
-from data.pairs import load_pairs
+from judgment.pairs import load_pairs
 from data.rundir import RunDir, StageStats, atomic_write_parquet
 from dataset import preference
 from dataset.gmcp_ratio import drop_to_ratio
@@ -439,7 +440,7 @@ def export(run_dir: str | Path, fmt: str, seed: int = 42, test_fraction: float =
 
 @dataclass
 class ExportOptions(Configurable):
-    """What ``python -m dataset.export`` writes; every field is a flag (``data.config``)."""
+    """What ``python -m dataset.export`` writes; every field is a flag (``cli.config``)."""
 
     ARG_GROUP = "export"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from data.judgment import DEFAULT_BUDGET, RESPONSES_HEADER, JudgmentFormat, recorded_axtree_chars, render_pair
+from judgment.format import DEFAULT_BUDGET, RESPONSES_HEADER, JudgmentFormat, recorded_axtree_chars, render_pair
 from data.rundir import RunDir, StageStats, atomic_write_parquet
 
 STAGE = "data.export.trl_preference"

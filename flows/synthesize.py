@@ -18,7 +18,7 @@ WebPRMBench exports, the dataset card and the report. Pairs left pending by an o
 verification task fail after writing what was decided, so Prefect retries it; the LLM cache makes
 the retry send only what is missing. The flows take the stages' own dataclasses (``mine``:
 ``MineConfig``, ``verify``: ``VerifyConfig``, ``llm``: the teacher's ``LLMConfig``, default the
-embedded model), and the command takes their flags (``data.config``), so both have the stages'
+embedded model), and the command takes their flags (``cli.config``), so both have the stages'
 defaults. The logic lives in ``data.ingest``, ``teacher.verify`` and ``dataset.export``, whose
 functions the tasks call as the CLIs do (the same one-line errors and exit codes:
 ``flows.common``); this module only wires them. The verification summary and the run's report

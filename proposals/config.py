@@ -23,7 +23,7 @@ def parse_axes(text: str) -> tuple[str, ...]:
 
 @dataclass
 class MineConfig(Configurable):
-    """How negatives are mined and sampled; every field is a flag (``data.config``), the rules'
+    """How negatives are mined and sampled; every field is a flag (``cli.config``), the rules'
     parameters (``proposals.rules.Params``) too: ``--near-hops``, ``--prefer-same-op``, ..."""
 
     ARG_GROUP = "mining"

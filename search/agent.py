@@ -9,7 +9,7 @@ BrowserGym actions on the AXTree, with feedback on its last action.
     result = search.loop.run_episode(harness, agent, execute)
 
 The prompt shows the goal, the URL, the AXTree (cut to ``budget`` characters by
-``data.judgment.budget_axtree``; the CLIs' ``--policy-axtree-chars``, default 12,000), the actions
+``judgment.axtree.budget_axtree``; the CLIs' ``--policy-axtree-chars``, default 12,000), the actions
 taken so far and textual feedback on the last action. Feedback follows OpenWebRL's idea: compare
 the browser state before and after an action and say what happened (``describe_outcome``: navigated or not, new tab, typed value differs
 from what was asked, scroll did not move, element not found), so the policy sees failed actions

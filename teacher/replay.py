@@ -75,9 +75,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from data.config import Configurable
-from data.judgment import answer_text
-from data.pairs import Pair
+from cli.config import Configurable
+from judgment.parse import answer_text
+from judgment.pairs import Pair
 from data.rundir import RunDir
 from harness.lean import ActionRefused, vet
 

@@ -4,7 +4,7 @@
 
 For every ``sampled`` row of ``RUN/candidates.parquet``: a fair coin seeded by the pair puts
 the demonstrated (positive) action at Response 1 or 2 (``label`` = its position); the teacher
-sees the pair in the comparative-judgment format (``data.judgment``: WebPRMBench's structure,
+sees the pair in the comparative-judgment format (``judgment.format``: WebPRMBench's structure,
 Action-Only) at temperature 0.2 with seed ``seed + attempt``, up to K=5 sequential attempts,
 stopping at the first that agrees with the label. An attempt is valid when it ends in exactly
 one ``<Answer>Response N</Answer>``. Outcomes per attempt: ``agree``, ``disagree``, ``truncated``
@@ -62,14 +62,14 @@ from pathlib import Path
 import pyarrow as pa
 
 from cli.errors import error_exit
-from data.config import Configurable, check_ranges, make_parser
+from cli.config import Configurable, check_ranges, make_parser
 from data.loss import loss_line
-from data.progress import done_line, progress
+from cli.progress import done_line, progress
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from data.schema import RULES
-from data.judgment import (DEFAULT_BUDGET, UNTRUSTED_MODES, JudgmentFormat, answer_text, judgment_sections,
-                           parse_verdict)
-from data.pairs import Pair, load_pairs
+from judgment.format import DEFAULT_BUDGET, UNTRUSTED_MODES, JudgmentFormat
+from judgment.parse import answer_text, judgment_sections, parse_verdict
+from judgment.pairs import Pair, load_pairs
 from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
 
 STAGE = "teacher.verify"
@@ -78,7 +78,7 @@ VERIFIERS = ("llm", "replay")
 @dataclass
 class VerifyConfig(Configurable):
     """How pairs are verified (the paper's settings by default); every field is a flag
-    (``data.config``). ``--seed``, ``--temperature`` and ``--max-tokens`` also set the teacher's
+    (``cli.config``). ``--seed``, ``--temperature`` and ``--max-tokens`` also set the teacher's
     ``LLMConfig``, whose other flags ``teacher.verify`` takes as well."""
 
     ARG_GROUP = "verification"
@@ -206,7 +206,7 @@ async def verify_pair(client, pair: Pair, config: VerifyConfig) -> Decision:
 
 
 class Progress:
-    """A tqdm bar of the decided pairs on stderr (``data.progress``: count, rate, ETA), its postfix
+    """A tqdm bar of the decided pairs on stderr (``cli.progress``: count, rate, ETA), its postfix
     the kept, discarded and pending counts so far."""
 
     def __init__(self, total: int):
@@ -500,7 +500,7 @@ class VerifyCommand(Configurable):
 
 
 def build_parser(prog: str = "python -m teacher.verify", doc: str = __doc__):
-    """The command's flags (``data.config``): ``VerifyCommand``, ``VerifyConfig`` and the
+    """The command's flags (``cli.config``): ``VerifyCommand``, ``VerifyConfig`` and the
     teacher's ``LLMConfig`` (whose seed, temperature and max_tokens come from ``VerifyConfig``)."""
     from llm import LLMConfig
     from teacher.replay import ReplayConfig

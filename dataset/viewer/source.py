@@ -7,7 +7,7 @@ A run directory gives every verified pair, kept (``preferences.parquet``) and di
 verified with ``--verifier replay`` adds each pair's ``replay_outcome`` (listed) and
 ``replay_evidence`` (read with the pair's page). A
 WebPRMBench file holds only prompts: the state is parsed back out of each row's prompt
-(``data.judgment.parse_prompt``) and the positive is the response at ``expected``.
+(``judgment.parse.parse_prompt``) and the positive is the response at ``expected``.
 
 The list is read once (light columns); the heavy columns of one pair (messages, judgment texts,
 the observation) are read when its page is asked for.
@@ -23,7 +23,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from data.actions import ActionParseError, parse_action
-from data.judgment import JudgmentFormat, State, parse_prompt, recorded_axtree_chars, render_pair
+from data.state import State
+from judgment.format import JudgmentFormat, recorded_axtree_chars, render_pair
+from judgment.parse import parse_prompt
 from data.rundir import RunDir, RunDirError
 from dataset.readable import mark_icons, readable, target, why_worse
 from dataset.tables import read_pinned
