@@ -24,12 +24,13 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from data.loss import stage_loss_line
 from data.rundir import Reject, RunDir
 import data
 import graph
 from flows.common import (DaskConfig, cli_flow, dask_scheduler, exit_code, on_dask, post_markdown,
                           retry_unless_refused, stage_task, unwrap)
-from graph.build import BuildConfig, build_and_write_site, finalize, prepare
+from graph.build import LOSS_WHY, BuildConfig, build_and_write_site, finalize, prepare
 
 # The code a site's graph depends on: a change to any of these files invalidates cached builds.
 _CODE = [Path(graph.__file__).parent / name for name in ("axtree.py", "identity.py", "resolve.py", "passes.py", "build.py",
@@ -95,7 +96,9 @@ def build_graphs_flow(run: str, config: BuildConfig | None = None) -> dict:
             result, _ = unwrap(build_site_graph.with_options(refresh_cache=True)(*args[site], return_state=True))
         results.append(result)
     stats = finalize(rundir, results, plan_rejects, len(rows), config.include_failed, config)
-    lines = [stats.summary(), f"{stats.extra['sites']} site graphs", f"wrote {rundir.graph_manifest}"]
+    loss = stage_loss_line(stats, "steps", why=LOSS_WHY)        # as graph.build's CLI
+    lines = [stats.summary(), *([loss] if loss else []), f"{stats.extra['sites']} site graphs",
+             f"wrote {rundir.graph_manifest}"]
     print("\n".join(lines))
     post_markdown("build-graphs-summary", "\n\n".join(lines), f"graph.build of {run}")
     return stats.as_dict()
