@@ -26,6 +26,7 @@ def test_mkdocs_build_strict(tmp_path):
     assert "Interaction Element Graphs" in page
     api = (tmp_path / "site" / "api" / "graph" / "index.html").read_text()
     assert "load_graph" in api            # mkdocstrings rendered the docstrings, not just the page
+    assert ":mod:`" not in api and "graph.passes</code>" in api   # Sphinx roles render as code
 
 
 def test_docs_and_readme_never_point_to_the_shared_folder():
