@@ -358,10 +358,8 @@ def split_agent_output(raw: str) -> tuple[str, str]:
 
 def _last_block(raw: str | None) -> re.Match | None:
     """The last fenced code block of an agent's output, or None."""
-    last = None
-    for last in _FENCE.finditer(raw or ""):
-        pass
-    return last
+    matches = list(_FENCE.finditer(raw or ""))
+    return matches[-1] if matches else None
 
 
 def action_and_thought(raw: str, think: str | None = None) -> tuple[str, str | None]:

@@ -23,11 +23,11 @@ from pathlib import Path
 
 from cli.config import Configurable, make_parser
 from cli.errors import error_exit
+from data.loss import stage_loss_line
 from data.readers.agentlab import read_agentlab
 from data.readers.canonical import read_canonical
 from data.readers.safe_pickle import DEFAULT_MAX_DECOMPRESSED_MB
 from data.readers.webprm import read_webprm
-from data.loss import stage_loss_line
 from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_write_parquet
 from data.schema import ROW_GROUP_SIZE, StepRecord, check_record, for_storage, steps_to_table
 
@@ -135,7 +135,8 @@ class IngestCommand(Configurable):
     input: list[str] = field(metadata={"metavar": "PATH", "help": "files or folders to read"})
     out: str = field(metadata={"help": "run directory to write (a used one: its later outputs are removed)"})
     max_decompressed_mb: float = field(default=DEFAULT_MAX_DECOMPRESSED_MB, metadata={
-        "type": _mb, "metavar": "MB", "help": "agentlab: reject a step or goal pickle that decompresses to more than this"})
+        "type": _mb, "metavar": "MB",
+        "help": "agentlab: reject a step or goal pickle that decompresses to more than this"})
 
 
 def build_parser():

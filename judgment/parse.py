@@ -10,9 +10,19 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from judgment.format import (ANSWER_TAG, BEGIN, END, FIELDS, OUTPUT_SECTIONS, RESPONSES_HEADER, SECTIONS,
-                             JudgmentFormat, layout)
+from judgment.format import (
+    ANSWER_TAG,
+    BEGIN,
+    END,
+    FIELDS,
+    OUTPUT_SECTIONS,
+    RESPONSES_HEADER,
+    SECTIONS,
+    JudgmentFormat,
+    layout,
+)
 from judgment.untrusted import fence
+
 
 @dataclass(slots=True)
 class PromptParts:

@@ -51,7 +51,8 @@ class LLMConfig(Configurable):
     max_retries: int = field(default=6, metadata={"min": 0, "max": 100,
         "help": "retries after the first attempt on 408/409/429, 5xx, connection errors, timeouts "
                 "and malformed responses"})
-    backoff_s: float = field(default=1.0, metadata={"min": 0, "help": "first retry delay; doubles per retry, with jitter"})
+    backoff_s: float = field(default=1.0, metadata={"min": 0,
+        "help": "first retry delay; doubles per retry, with jitter"})
     backoff_max_s: float = field(default=60.0, metadata={"min": 0,
         "help": "longest retry delay, also the cap on a server's Retry-After"})
     concurrency: int = field(default=16, metadata={"min": 1, "max": 4096, "help": "requests in flight at once"})

@@ -293,7 +293,7 @@ def build_parser():
 def main(argv: list[str] | None = None) -> int:
     parsed = build_parser().parse_args(argv)
     if parsed.cmd == "list":
-        for name, spec in MODELS.items():
+        for name in MODELS:
             d = model_dir(name)
             flags = [f for f, on in (("default", name == DEFAULT_MODEL), ("smallest", name == SMALLEST_MODEL),
                                      ("prepared", (d / "config.json").exists())) if on]

@@ -11,8 +11,9 @@ generated, and the two answers ``<Answer>Response 1</Answer>`` and ``<Answer>Res
 the tag's tokens. The tokens both tagged sequences share (the prompt, the rationale and
 ``<Answer>Response ``) go through the model once, with its KV cache kept; the two short tails
 (``1</Answer>`` / ``2</Answer>``) continue from it, the cache cut back to the shared tokens between
-them. So a verdict costs one forward pass over the prompt, never a generation, and always parses. The likelier tag is the verdict; a tie (only
-seen with degenerate models) goes to Response 1 and is flagged.
+them. So a verdict costs one forward pass over the prompt, never a generation, and always parses.
+The likelier tag is the verdict; a tie (only seen with degenerate models) goes to Response 1 and
+is flagged.
 
 Mode ``score-both`` scores the prompt as given and with the two responses swapped and takes
 ``margin(given) - margin(swapped)``: a constant pull toward one position (measured: Qwen2.5-Coder
@@ -202,9 +203,10 @@ class BothOrdersScore:
 
 def score_many(model, tokenizer, prompts: list[list[dict]], mode: str, rationales: list[str] | None = None,
                kept: KeptCache | None = None) -> list[TagScore] | list[BothOrdersScore]:
-    """``score`` of each prompt (after its rationale) in ``mode``, all on one KV cache (``tag_logprobs``, ``kept``'s when given):
-    the orders of a prompt, and prompts of one state, share their common prefix. ``ValueError``
-    for another mode, or in ``score-both`` for a prompt without the two response blocks."""
+    """``score`` of each prompt (after its rationale) in ``mode``, all on one KV cache
+    (``tag_logprobs``, ``kept``'s when given): the orders of a prompt, and prompts of one state,
+    share their common prefix. ``ValueError`` for another mode, or in ``score-both`` for a prompt
+    without the two response blocks."""
     if mode not in SCORE_MODES:
         raise ValueError(f"mode must be one of {SCORE_MODES}, not {mode!r}")
     rationales = rationales or [""] * len(prompts)
@@ -217,7 +219,8 @@ def score_many(model, tokenizer, prompts: list[list[dict]], mode: str, rationale
                 raise ValueError("the prompt has no [The Begin of Response 1/2] blocks to swap")
             orders.append((swapped, rationale))
     sequences = [tag_token_ids(tokenizer, prompt_text(tokenizer, m, r)) for m, r in orders]
-    tags = [TagScore(lp_1, lp_2, len(seq[0])) for (lp_1, lp_2), seq in zip(tag_logprobs(model, sequences, kept), sequences)]
+    scored = tag_logprobs(model, sequences, kept)
+    tags = [TagScore(lp_1, lp_2, len(seq[0])) for (lp_1, lp_2), seq in zip(scored, sequences)]
     if mode == "score":
         return tags
     return [BothOrdersScore(tags[i], tags[i + 1]) for i in range(0, len(tags), 2)]

@@ -130,7 +130,7 @@ def test_a_renamed_field_keeps_its_old_flag_and_yaml_key_with_a_warning_naming_t
     assert Renamed.from_args(ap.parse_args(["--mine-sample-size", "4"]), "mine-").sample_size == 4
     assert capsys.readouterr().err == ""                                                   # the new name: no warning
     with pytest.raises(SystemExit):
-        ap.parse_args(["--mine-budget", "-1"])                                             # ranges hold for the old name
+        ap.parse_args(["--mine-budget", "-1"])                                    # ranges hold for the old name
     assert "--mine-budget: must be >= 0" in capsys.readouterr().err
 
     path = tmp_path / "old.yaml"
@@ -149,8 +149,10 @@ def test_the_stage_commands_take_the_old_budget_flags(capsys):
     teacher.verify (and DESIGN.md documents it); the synthesize flow's ``--budget`` was the sample
     size and its ``--prompt-budget`` the AXTree characters. Each still works, and says what to use."""
     from flows.synthesize import build_parser as synthesize_parser
-    from proposals.mine import MineConfig, build_parser as mine_parser
-    from teacher.verify import VerifyConfig, build_parser as verify_parser
+    from proposals.mine import MineConfig
+    from proposals.mine import build_parser as mine_parser
+    from teacher.verify import VerifyConfig
+    from teacher.verify import build_parser as verify_parser
 
     assert MineConfig.from_args(mine_parser().parse_args(["--run", "r", "--budget", "8"])).sample_size == 8
     assert "use --sample-size" in capsys.readouterr().err
@@ -161,7 +163,8 @@ def test_the_stage_commands_take_the_old_budget_flags(capsys):
     err = capsys.readouterr().err
     assert "--budget is deprecated" in err and "use --sample-size" in err and "use --axtree-chars" in err
     # dataset.export's --prompt-budget (trl-labels' AXTree characters) is --axtree-chars too
-    from dataset.export import ExportOptions, build_parser as export_parser
+    from dataset.export import ExportOptions
+    from dataset.export import build_parser as export_parser
 
     opts = ExportOptions.from_args(export_parser().parse_args(["--run", "r", "--prompt-budget", "900"]))
     assert opts.axtree_chars == 900 and "--prompt-budget is deprecated" in capsys.readouterr().err

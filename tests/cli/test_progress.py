@@ -49,4 +49,5 @@ def test_prm_train_keeps_trls_progress_bar():
 
     cfg = PRMTrainConfig(model_name_or_path="x", train_file="t.parquet", output_dir="o", use_cpu=True)
     assert cfg.disable_tqdm is False and cfg.trainer_args().disable_tqdm is False
-    assert PRMTrainConfig(model_name_or_path="x", train_file="t", output_dir="o", disable_tqdm=True).trainer_args().disable_tqdm
+    off = PRMTrainConfig(model_name_or_path="x", train_file="t", output_dir="o", disable_tqdm=True)
+    assert off.trainer_args().disable_tqdm

@@ -15,8 +15,20 @@ from data.actions import ActionParseError, parse_action
 from data.ingest import ingest
 from data.readers.safe_pickle import TooLargeError, read_gz_capped
 from data.schema import TRAJECTORY_SCHEMA
-from hostile_util import (BIG_HEX, EXP, HUGE_FRAME, balanced, cli, experiment, gz, no_traceback, rejects,
-                          state, webprm_row, zero_bomb)
+from hostile_util import (
+    BIG_HEX,
+    EXP,
+    HUGE_FRAME,
+    balanced,
+    cli,
+    experiment,
+    gz,
+    no_traceback,
+    rejects,
+    state,
+    webprm_row,
+    zero_bomb,
+)
 
 
 def _rows(run):
@@ -126,7 +138,8 @@ def test_webprm_infinite_step_id_is_one_reject(tmp_path):
 
 def test_non_utf8_byte_costs_only_its_line(tmp_path):
     good0, good2 = json.dumps(webprm_row(0)).encode(), json.dumps(webprm_row(2)).encode()
-    bad = json.dumps(webprm_row(1, intent="Buy the caf\u00e9"), ensure_ascii=False).encode().replace(b"\xc3\xa9", b"\xe9")
+    bad = json.dumps(webprm_row(1, intent="Buy the caf\u00e9"), ensure_ascii=False).encode()
+    bad = bad.replace(b"\xc3\xa9", b"\xe9")
     assert b"\xe9" in bad
     # A U+2028 inside a JSON string is no line break either.
     sep = json.dumps(webprm_row(3, intent="two\u2028lines"), ensure_ascii=False).encode()
@@ -160,7 +173,8 @@ def test_webprm_huge_action_literal(tmp_path):
 # -- canonical Parquet ----------------------------------------------------------------------------
 def _canonical_row(step_idx, **change):
     row = {"source": "agentlab", "site": "shop.example.com", "task_id": "t", "traj_id": "traj", "step_idx": step_idx,
-           "intent": "Buy the thing", "url": "https://shop.example.com/", "observation": "RootWebArea 'Shop'\n\t[13] button 'Buy'",
+           "intent": "Buy the thing", "url": "https://shop.example.com/",
+           "observation": "RootWebArea 'Shop'\n\t[13] button 'Buy'",
            "obs_format": "indented", "html": None, "action": "click('13')", "action_error": None, "thought": None,
            "success": True, "source_path": "x", "meta": "{}"}
     row.update(change)
@@ -218,7 +232,8 @@ def test_cli_webprm_and_canonical_probes_no_traceback(tmp_path):
              json.dumps(webprm_row(2, chosen={"thought": "", "action": f"scroll({BIG_HEX}, 0)"})).encode(),
              json.dumps(webprm_row(3)).encode()]
     (tmp_path / "rows.jsonl").write_bytes(b"\n".join(lines))
-    proc = cli("data.ingest", "--source", "webprm", "--input", str(tmp_path / "rows.jsonl"), "--out", str(tmp_path / "w"))
+    proc = cli("data.ingest", "--source", "webprm", "--input", str(tmp_path / "rows.jsonl"),
+               "--out", str(tmp_path / "w"))
     no_traceback(proc)
     assert proc.returncode == 0 and balanced(tmp_path / "w")["rejected"] == {
         "bad_encoding": 1, "bad_step_index": 1, "unparseable_action": 1}

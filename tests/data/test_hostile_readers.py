@@ -81,7 +81,8 @@ def test_summary_that_is_not_a_small_regular_file_is_a_reject_not_a_hang(tmp_pat
     reason = "too_large" if kind == "huge" else "not_regular_file"
     assert (s["in"], s["out"], s["rejected"]) == (STEPS + 1, STEPS, {reason: 1})
     (rej,) = rejects(tmp_path / "run")
-    assert rej["key"] == {"traj_id": EXP, "file": "summary_info.json"} and rej["detail"].startswith("summary_info.json: ")
+    assert rej["key"] == {"traj_id": EXP, "file": "summary_info.json"}
+    assert rej["detail"].startswith("summary_info.json: ")
     if kind == "fifo":
         assert "FIFO" in rej["detail"]
     rows = _rows(tmp_path / "run")

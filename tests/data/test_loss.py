@@ -4,7 +4,6 @@ line breaking the loss down by reason; ``data.ingest`` and ``graph.build`` do, o
 from __future__ import annotations
 
 import pyarrow.parquet as pq
-import pytest
 
 from data.loss import loss_line
 from scripted_teacher import BUNDLED

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import BUNDLED, ROOT
-from dataset.export import export
 from data.ingest import ingest
 from data.rundir import RunDir, RunDirNotWritable, StaleInputError, fingerprint
+from dataset.export import export
 from graph.build import build_graphs
 from hostile_util import cli, experiment, no_traceback
 from proposals.mine import MineConfig, mine
@@ -121,7 +121,8 @@ def test_stage_refuses_inputs_from_another_upstream_run(full_run, tmp_path, fill
     run = _copy(full_run[0], tmp_path / "run")
     # Rebuilding the graphs with other settings makes the mined candidates stale.
     build_graphs(run, include_failed=True, workers=1)
-    with pytest.raises(StaleInputError, match="candidates.parquet was written by proposals.mine from a different graphs"):
+    stale = "candidates.parquet was written by proposals.mine from a different graphs"
+    with pytest.raises(StaleInputError, match=stale):
         verify(run, VerifyConfig(k=2), full_run[1], progress=False)
     proc = cli("teacher.verify", "--run", str(run), "--base-url", "http://127.0.0.1:9/v1")
     no_traceback(proc)

@@ -16,8 +16,15 @@ import pytest
 
 from fake_openai import echo_completion
 from llm.cache import ResponseCache, request_key
-from llm.client import (MAX_RESPONSE_BYTES, LLMClient, LLMConfig, MalformedResponse, build_request, parse_response,
-                        retry_after_s)
+from llm.client import (
+    MAX_RESPONSE_BYTES,
+    LLMClient,
+    LLMConfig,
+    MalformedResponse,
+    build_request,
+    parse_response,
+    retry_after_s,
+)
 
 MSG = [{"role": "user", "content": "click('12')?"}]
 

@@ -22,9 +22,18 @@ import pytest
 
 from fake_openai import echo_completion
 from llm.cache import ResponseCache, request_key
+from llm.client import (
+    NO_KEY,
+    ChatResult,
+    InfraError,
+    LLMClient,
+    LLMConfig,
+    MalformedResponse,
+    build_request,
+    parse_response,
+    retry_after_s,
+)
 from llm.cost import UsageTotals, price_for
-from llm.client import (NO_KEY, ChatResult, InfraError, LLMClient, LLMConfig, MalformedResponse, build_request,
-                         parse_response, retry_after_s)
 
 MSG = [{"role": "system", "content": "You judge web actions."}, {"role": "user", "content": "click('12')?"}]
 
@@ -109,8 +118,8 @@ def test_parse_response_turns_any_shape_error_into_malformed_response(body):
 def test_parse_response_accepts_what_real_servers_send():
     # no index, no usage, null finish_reason, and null content beside a tool call are all valid
     tool_call = {"id": "call_1", "type": "function", "function": {"name": "click", "arguments": "{}"}}
-    r = parse_response({"choices": [{"message": {"content": "a"}}, {"message": {"content": None, "tool_calls": [tool_call]},
-                                                                     "finish_reason": None}]})
+    r = parse_response({"choices": [{"message": {"content": "a"}},
+                                    {"message": {"content": None, "tool_calls": [tool_call]}, "finish_reason": None}]})
     assert (r.texts, r.finish_reasons, r.prompt_tokens) == (["a", ""], ["", ""], 0)
     r = parse_response({"choices": [_choice()], "usage": {"prompt_tokens": 5, "completion_tokens": None}})
     assert (r.prompt_tokens, r.completion_tokens) == (5, 0)
@@ -140,7 +149,8 @@ def test_config_from_yaml_then_cli_flags(tmp_path):
     LLMConfig.add_args(ap, prefix="policy-")
     args = ap.parse_args(["--llm-config", str(path), "--seed", "5", "--no-cache", "--policy-model", "p"])
     cfg = LLMConfig.from_args(args)
-    assert (cfg.base_url, cfg.model, cfg.temperature, cfg.seed, cfg.no_cache) == ("http://h:8000/v1", "qwen", 0.2, 5, True)
+    got = (cfg.base_url, cfg.model, cfg.temperature, cfg.seed, cfg.no_cache)
+    assert got == ("http://h:8000/v1", "qwen", 0.2, 5, True)
     assert cfg.price() == (1, 2) and not cfg.is_local
     policy = LLMConfig.from_args(args, prefix="policy-")
     assert policy.model == "p" and policy.is_local and policy.seed == 0
@@ -156,7 +166,8 @@ def test_usage_totals_separate_paid_cached_and_failed():
     totals.add(ChatResult(infra_error="timeout", attempts=4))
     d = totals.as_dict()
     assert (d["calls"], d["cached"], d["failed"], d["retries"]) == (3, 1, 1, 5)
-    assert (d["prompt_tokens"], d["cost_usd"], d["cached_cost_usd"], d["prompt_tokens_per_call"]) == (20, 1.0, 1.0, 10.0)
+    got = (d["prompt_tokens"], d["cost_usd"], d["cached_cost_usd"], d["prompt_tokens_per_call"])
+    assert got == (20, 1.0, 1.0, 10.0)
 
 
 # -- faults through real HTTP -------------------------------------------------------------------

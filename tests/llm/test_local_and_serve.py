@@ -37,7 +37,8 @@ def test_no_configuration_means_the_embedded_model_in_process(embedded, tmp_path
     r = chat(MSG, cache_dir=str(tmp_path), max_tokens=12)
     assert r.ok and r.text.strip() and r.model == embedded.name and r.cost_usd == 0
     tok = AutoTokenizer.from_pretrained(embedded)
-    assert r.prompt_tokens == len(tok.apply_chat_template(MSG, add_generation_prompt=True, return_dict=True)["input_ids"])
+    ids = tok.apply_chat_template(MSG, add_generation_prompt=True, return_dict=True)["input_ids"]
+    assert r.prompt_tokens == len(ids)
     assert 1 <= r.completion_tokens <= 12
 
     client = LLMClient(LLMConfig(cache_dir=str(tmp_path), no_cache=True, max_tokens=12))

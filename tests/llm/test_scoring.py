@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tiny_lm import tiny_lm
 from judgment.format import ANSWER_TAG
 from judgment.parse import parse_verdict
+from tiny_lm import tiny_lm
 
 TEXTS = ["which response is better click scroll fill the page",
          "<Answer>Response 1</Answer> <Answer>Response 2</Answer> Response 1 Response 2",
@@ -108,7 +108,7 @@ def test_both_orders_cancel_a_position_pull(lm):
 
 
 def test_cached_scores_round_trip_and_bad_entries_are_misses(lm):
-    from llm.scoring import (BothOrdersScore, TagScore, score, score_from_dict, score_to_dict)
+    from llm.scoring import BothOrdersScore, TagScore, score, score_from_dict, score_to_dict
 
     model, tok = lm
     both = score(model, tok, BLOCKS, "score-both")
@@ -148,6 +148,7 @@ def _plain_score(model, tok, messages):
     """Both tags' log-probabilities after ``messages`` by a plain full pass over the prompt and each
     tag (no cache shared), scoring each tag from where the two tagged sequences part."""
     import torch
+
     from llm.scoring import prompt_text, tag_token_ids
 
     shared, *tails = tag_token_ids(tok, prompt_text(tok, messages))
@@ -229,8 +230,8 @@ def test_shared_prefix_scores_equal_two_plain_passes_on_the_embedded_model():
     from data.state import State
     from judgment.format import render_pair
     from judgment.parse import swap_responses
-    from llm.local import load_local_model
     from llm.kvcache import common_prefix
+    from llm.local import load_local_model
     from llm.scoring import _encode, prompt_text, score, score_many
 
     if not (EMBEDDED_MODEL / "config.json").exists():

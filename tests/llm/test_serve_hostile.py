@@ -88,7 +88,8 @@ def test_max_tokens_above_the_cap_is_400(server):
     assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"]
     r = httpx.post(f"{server.base_url}/chat/completions", json={"messages": MSG, "max_completion_tokens": 101})
     assert r.status_code == 400
-    assert httpx.post(f"{server.base_url}/chat/completions", json={"messages": MSG, "max_tokens": 100}).status_code == 200
+    r = httpx.post(f"{server.base_url}/chat/completions", json={"messages": MSG, "max_tokens": 100})
+    assert r.status_code == 200
     assert len(server.calls) == 1
 
 

@@ -91,7 +91,8 @@ def test_check_request_caps_max_tokens():
 def test_check_request_defaults_and_accepts_openai_forms():
     assert check_request({"messages": MSG}) == {"messages": MSG, "n": 1, "temperature": 1.0, "top_p": 1.0,
                                                 "max_tokens": 256, "seed": None}
-    parts = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url"}, {"type": "text", "text": "b"}]}]
+    parts = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url"},
+                                          {"type": "text", "text": "b"}]}]
     r = check_request({"messages": parts, "n": 3, "temperature": 0, "seed": -5, "max_completion_tokens": 9,
                        "stream": False, "top_p": None})
     assert r == {"messages": [{"role": "user", "content": "ab"}], "n": 3, "temperature": 0.0, "top_p": 1.0,
