@@ -99,10 +99,6 @@ def role_op(tree: AXTree, node: AXNode) -> tuple[str, bool]:
     return "click", False
 
 
-def role_affordance(tree: AXTree, node: AXNode) -> str:
-    return role_op(tree, node)[0]
-
-
 def choose_op(tree: AXTree, node: AXNode, demonstrated_ops: list[str], positive_op: str,
               prefer_same_op: bool = False) -> tuple[str, str]:
     """(op, where it came from): 'graph' (demonstrated on the element), 'role', or 'remapped'

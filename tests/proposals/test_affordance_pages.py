@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from graph.axtree import parse_axtree
-from proposals.affordance import choose_op, is_disabled, is_editable, options_of, role_affordance, select_of, valid_fill
+from proposals.affordance import choose_op, is_disabled, is_editable, options_of, role_op, select_of, valid_fill
 
 PAGES = Path(__file__).parent / "pages"
 CHROMIUM = Path("/usr/lib/chromium/chromium")
@@ -42,7 +42,7 @@ def _node(line: str):
 ])
 def test_role_affordance(line, op):
     tree, node = _node(line)
-    assert role_affordance(tree, node) == op
+    assert role_op(tree, node)[0] == op
 
 
 def test_selects_take_their_options_directly_or_under_menulistpopup():
@@ -53,7 +53,7 @@ def test_selects_take_their_options_directly_or_under_menulistpopup():
                        "\t\t\t[10] option 'Medium', selected=True")
     for tree in (old, new):
         select = tree.by_bid()["8"]
-        assert role_affordance(tree, select) == "select_option" and not is_editable(tree, select)
+        assert role_op(tree, select)[0] == "select_option" and not is_editable(tree, select)
         assert [o.name for o in options_of(tree, select)] == ["Small", "Medium"]
         assert select_of(tree, tree.by_bid()["9"]) is select
 
@@ -147,7 +147,7 @@ def test_what_chromium_says_and_what_executes(site):
         promo = _by_name(tree, "Promo code", "textbox")
         assert is_disabled(promo)
         for name, (_, op, _) in CONTROLS.items():
-            assert role_affordance(tree, nodes[name]) == op, name
+            assert role_op(tree, nodes[name])[0] == op, name
         errors = {}
         for name, (_, op, value) in CONTROLS.items():
             errors[name] = h.step(_code(op, nodes[name].bid, value)).last_action_error
@@ -171,7 +171,7 @@ def test_the_date_input_repeats_its_bid(site):
         date = _by_name(tree, "Delivery date", "Date")
         assert date.bid in tree.duplicate_bids()
         assert [n.role for n in tree.nodes if n.bid == date.bid].count("spinbutton") == 3
-        assert role_affordance(tree, date) == "click"
+        assert role_op(tree, date)[0] == "click"
         assert not h.step(_code("click", date.bid, None)).last_action_error
 
 
