@@ -14,53 +14,16 @@ the reason ``gmcp_ratio`` (``rejects.jsonl``, counted in ``stats.json``: in = ou
 
 from __future__ import annotations
 
-import math
-import random
 from collections import Counter
 
 from data.rundir import Reject
+from proposals.gmcp_ratio import TOLERANCE, gmcp_of, match_gmcp_ratio, share, target_counts
 
-TOLERANCE = 0.02
-
-
-def target_counts(n_gmcp: int, n_other: int, ratio: float, tolerance: float = TOLERANCE) -> tuple[int, int]:
-    """(GMCP rows, other rows) to keep: the largest total whose share is within ``tolerance`` of
-    ``ratio``, with the share closest to ``ratio`` at that total. ValueError when no non-empty
-    subset reaches it (e.g. no GMCP row and a ratio above the tolerance)."""
-    if not 0.0 <= ratio <= 1.0:
-        raise ValueError(f"--gmcp-ratio {ratio}: a fraction in [0, 1]")
-    for total in range(n_gmcp + n_other, 0, -1):
-        low = max(math.ceil((ratio - tolerance) * total - 1e-9), total - n_other, 0)
-        high = min(math.floor((ratio + tolerance) * total + 1e-9), n_gmcp, total)
-        if low <= high:
-            g = min(max(round(ratio * total), low), high)
-            return g, total - g
-    raise ValueError(f"--gmcp-ratio {ratio}: no subset of {n_gmcp} GMCP and {n_other} other rows has a GMCP share "
-                     f"within {tolerance} of it")
+# The counting and the draw live in proposals.gmcp_ratio (proposals.mine --pool-gmcp-ratio uses them too).
+__all__ = ["TOLERANCE", "drop_to_ratio", "match_gmcp_ratio", "share", "target_counts"]
 
 
-def _gmcp(row) -> bool:
-    return bool(row["gmcp"])
-
-
-def match_gmcp_ratio(rows: list, ratio: float, seed: int = 42, is_gmcp=_gmcp) -> tuple[list, list]:
-    """(kept rows in their input order, dropped rows) so that the kept rows' share of
-    ``is_gmcp(row)`` is ``ratio`` within ``TOLERANCE`` (``target_counts``); the rows dropped
-    from each class are a ``random.Random(seed)`` draw."""
-    gmcp = [i for i, r in enumerate(rows) if is_gmcp(r)]
-    other = [i for i, r in enumerate(rows) if not is_gmcp(r)]
-    n_gmcp, n_other = target_counts(len(gmcp), len(other), ratio)
-    rng = random.Random(seed)
-    keep = set(rng.sample(gmcp, n_gmcp)) | set(rng.sample(other, n_other))
-    return [r for i, r in enumerate(rows) if i in keep], [r for i, r in enumerate(rows) if i not in keep]
-
-
-def share(rows: list, is_gmcp=_gmcp) -> float | None:
-    """The rows' GMCP share (None for no rows)."""
-    return sum(is_gmcp(r) for r in rows) / len(rows) if rows else None
-
-
-def drop_to_ratio(stage: str, rows: list, ratio: float | None, seed: int, source: str, is_gmcp=_gmcp,
+def drop_to_ratio(stage: str, rows: list, ratio: float | None, seed: int, source: str, is_gmcp=gmcp_of,
                   pair_id=lambda r: r["pair_id"]) -> tuple[list, list[Reject], Counter, dict]:
     """An export stage's rows at ``ratio`` (None: all of them): (kept, the rejects with reason
     ``gmcp_ratio``, their count, the ``stats.json`` entry ``gmcp_ratio``: target, tolerance, the

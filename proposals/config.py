@@ -39,6 +39,10 @@ class MineConfig(Configurable):
         "help": "comma-separated subset of spatial,temporal,spatiotemporal", "type": parse_axes, "metavar": "AXES"})
     no_graph: bool = field(default=False, metadata={
         "help": "mine from the local observation and trajectory only (the No-Graph ablation)"})
+    pool_gmcp_ratio: float | None = field(default=None, metadata={"min": 0, "max": 1, "metavar": "R", "help": (
+        "drop candidates (seeded, never duplicating) until the pool's GMCP share is R +- 0.02, as the paper's "
+        "No-Graph ablation at matched GMCP ratios (Table 6; with --no-graph); default: keep all "
+        "(dataset.export --gmcp-ratio sets the exported rows' share)")})
     no_fill: bool = field(default=False, metadata={
         "help": "ask no LLM for fill values: a negative that needs one is dropped (reason no_fill) and the "
                 "rule's next candidate takes its slot"})

@@ -1,7 +1,8 @@
 """Propose grounded, minimally contrastive negatives for every demonstrated step.
 
     python -m proposals.mine --run RUN [--sample-size 10000 --seed 42 --axes spatial,temporal,spatiotemporal --no-graph
-                                        --selection sample|rank --max-per-rule 3 --prefer-same-op]
+                                        --pool-gmcp-ratio R --selection sample|rank --max-per-rule 3 --prefer-same-op
+                                        --no-fill]
 
 Reads ``RUN/trajectories.parquet`` and the graphs of ``graph.build`` (with the step-to-node
 mapping it wrote; observations it rejected are not mined: ``steps`` in stats.json). Each rule's
@@ -16,7 +17,9 @@ teacher will verify, then audits that file with ``proposals.audit`` (re-derived 
 ``RUN/audit/candidates.json``, copied into the ``proposals.mine`` entry of ``stats.json`` with
 the drops by reason) and writes the dropped proposals to ``rejects.jsonl``. ``--no-graph`` mines from
 the local observation and trajectory only (the paper's No-Graph ablation); ``--axes`` builds
-single-axis variants. Same inputs, seed and LLM cache: byte-identical output. The work is split by
+single-axis variants; ``--pool-gmcp-ratio R`` drops candidates (seeded) until the pool's GMCP share is R
+(the paper's No-Graph ablation at matched GMCP ratios, Table 6). Same inputs, seed and LLM cache:
+byte-identical output. The work is split by
 job: ``proposals.grounding`` (the rules and grounding), ``proposals.fill`` (LLM fill values),
 ``proposals.pool`` (the process fan-out and the files).
 """
@@ -37,6 +40,7 @@ from data.rundir import RunDir, StageStats
 from proposals.audit import format_audit as format_table_audit
 from proposals.config import STAGE, MineConfig, parse_axes
 from proposals.fill import complete_fills
+from proposals.gmcp_ratio import GmcpRatioError
 from proposals.grounding import Miner, Pending, load_rows
 from proposals.pool import (
     candidate_row,
@@ -129,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stats = mine(cmd.run, MineConfig.from_args(args), LLMConfig.from_args(args, prefix="fill-"),
                      workers=cmd.workers, show_progress=not cmd.quiet)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, GmcpRatioError) as e:
         return error_exit(e)
     print(format_audit(stats))
     if (line := loss_summary(stats)):

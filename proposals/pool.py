@@ -26,6 +26,7 @@ from proposals.affordance import FILL_ATTEMPTS
 from proposals.audit import audit_webprm_rejected, write_audit
 from proposals.config import STAGE, MineConfig
 from proposals.fill import complete_fills
+from proposals.gmcp_ratio import TOLERANCE, match_gmcp_ratio, share
 from proposals.graphindex import check_graphs
 from proposals.grounding import INGEST, Miner, Pending, _make, _pair_id, load_rows
 
@@ -148,6 +149,7 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
                                         replace=spares_for(miner, pending, kept))
     cands = [c for c in map(candidate_row(miner, config), kept) if c is not None]
     cands.sort(key=lambda c: c["pair_id"])
+    cands, ratio_entry = to_gmcp_ratio(miner, cands, config)
     rng = random.Random(config.seed)
     for i in rng.sample(range(len(cands)), min(config.sample_size, len(cands))):
         cands[i]["sampled"] = True
@@ -158,6 +160,7 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
         "config": {"sample_size": config.sample_size, "seed": config.seed, "selection": config.selection,
                    "axes": list(config.axes),
                    "no_graph": config.no_graph, "no_fill": config.no_fill, "max_per_rule": config.max_per_rule,
+                   "pool_gmcp_ratio": config.pool_gmcp_ratio,
                    "params": {k: getattr(config.params, k) for k in config.params.__slots__}},
         # Per rule: candidates looked at (in), candidates written (out), and what grounding and
         # the later value checks removed, by reason (in = out + rejected for every rule).
@@ -173,6 +176,7 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
         # Re-derived from the files just written, as ``python -m proposals.audit`` does.
         "audit": write_audit(run.root, "candidates", workers),
         "fill": fill_counts,
+        **ratio_entry,
         "llm": usage,
         "seconds": round(time.perf_counter() - t0, 2),
     }
@@ -263,6 +267,22 @@ def steps_without_candidates(miner: Miner, cands: list[dict]) -> dict:
         else:
             why["all_dropped" if looked else "no_candidate"] += 1
     return {"steps": dict(sorted(why.items())), "virtual_positive_ops": dict(virtual_ops.most_common())}
+
+
+def to_gmcp_ratio(miner: Miner, cands: list[dict], config: MineConfig) -> tuple[list[dict], dict]:
+    """``--pool-gmcp-ratio R``: the largest seeded subset of the pool whose GMCP share is R within the
+    tolerance (``proposals.gmcp_ratio``), the rows dropped with the reason ``gmcp_ratio``, and the
+    ``stats.json`` entry (target, shares before and after, rows dropped per class); else all."""
+    if config.pool_gmcp_ratio is None or not cands:
+        return cands, {}
+    ratio = config.pool_gmcp_ratio
+    kept, dropped = match_gmcp_ratio(cands, ratio, config.seed, flag="--pool-gmcp-ratio")
+    for c in dropped:
+        miner.drop("gmcp_ratio", c, f"{c['rule']}: {'GMCP' if c['gmcp'] else 'non-GMCP'} {c['action_neg']} dropped "
+                                    f"to reach a GMCP share of {ratio}", c["rule"])
+    return kept, {"gmcp_ratio": {"target": ratio, "tolerance": TOLERANCE, "share_before": share(cands),
+                                 "share_after": share(kept), "dropped_gmcp": sum(c["gmcp"] for c in dropped),
+                                 "dropped_other": sum(not c["gmcp"] for c in dropped)}}
 
 
 def rule_counts(config: MineConfig, miner: Miner, cands: list[dict]) -> dict:

@@ -19,6 +19,7 @@ from graph.build import build_graphs
 from llm import LLMConfig
 from llm.serve import serve_in_thread
 from proposals.affordance import choose_op
+from proposals.gmcp_ratio import GmcpRatioError, target_counts
 from proposals.graphindex import INF, GraphIndex
 from proposals.mine import MineConfig, main, mine
 from proposals.rules import Params, Proposal, draw
@@ -230,3 +231,25 @@ def test_a_full_pool_prints_no_loss_line(shop_run, capsys):
     assert main(["--run", str(shop_run), "--workers", "1", "--quiet", "--fill-base-url", NO_LLM.base_url,
                  "--fill-model", "none"]) == 0
     assert "lost" not in capsys.readouterr().out
+
+
+def test_gmcp_ratio_drops_candidates_to_the_target_share(shop_run, capsys):
+    # The No-Graph ablation at a matched GMCP share (Table 6): rows dropped (seeded), never
+    # duplicated, each a reject with the reason gmcp_ratio, counted per rule.
+    stats = mine(shop_run, MineConfig(no_graph=True, max_per_rule=0), NO_LLM, workers=1, show_progress=False)
+    full = pq.read_table(shop_run / "candidates.parquet").to_pylist()
+    share = sum(c["gmcp"] for c in full) / len(full)
+    target = 0.5 if share > 0.6 else min(share + 0.3, 1.0)
+    stats = mine(shop_run, MineConfig(no_graph=True, max_per_rule=0, pool_gmcp_ratio=target), NO_LLM, workers=1,
+                 show_progress=False)
+    rows = pq.read_table(shop_run / "candidates.parquet").to_pylist()
+    assert abs(sum(c["gmcp"] for c in rows) / len(rows) - target) <= 0.02
+    assert {c["pair_id"] for c in rows} < {c["pair_id"] for c in full}
+    entry = stats.extra["gmcp_ratio"]
+    assert entry["target"] == target and entry["share_before"] == share
+    assert stats.rejected["gmcp_ratio"] == entry["dropped_gmcp"] + entry["dropped_other"] == len(full) - len(rows)
+    assert sum(r["rejected"].get("gmcp_ratio", 0) for r in stats.extra["rules"].values()) == len(full) - len(rows)
+    # A share that no subset reaches (no GMCP row at all) is the user's to change: GmcpRatioError,
+    # which the command prints as one line with exit code 2.
+    with pytest.raises(GmcpRatioError, match="--pool-gmcp-ratio 0.5: no subset of 0 GMCP and 5 other rows"):
+        target_counts(0, 5, 0.5, flag="--pool-gmcp-ratio")
