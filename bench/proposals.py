@@ -3,6 +3,7 @@
     .venv/bin/python bench/proposals.py [--shared ../shared/data] [--scale 32] [--workers N]
     .venv/bin/python bench/proposals.py --gmcp [--shared ../shared/data]
     .venv/bin/python bench/proposals.py --paper [--repeat 3]
+    .venv/bin/python bench/proposals.py --selection [--shared ../shared/data]
 
 
 Ingests the shared AgentLab traces, replicates the successful trajectories ``--scale`` times
@@ -21,6 +22,12 @@ against the goal of 5,000, and the load average.
 build, mining with and without ``--prefer-same-op``, fills by the embedded model) and prints
 what ``python -m proposals.audit --json`` re-derives from each run's files: GMCP is an outcome
 of the rules, so it is reported both ways, per rule too.
+
+``--selection`` (issue 36) mines the shared traces with ``--selection rank`` and with ``sample``
+(seeds 42, 43, 44), both ``--no-fill`` (the rules are measured, not a fill model), and prints per
+rule the candidates kept and the mean of the rule's own score over them (hops, similarity ratio,
+steps away, extra distance to the goal, loop steps): how sampling from q_G changes the mix and
+the difficulty of the negatives. Plus the pool's GMCP share.
 """
 
 from __future__ import annotations
@@ -95,6 +102,45 @@ def gmcp_both_ways(shared: Path) -> None:
             print(f"| {rule} | " + " | ".join(f"{c['pairs']}, {c['gmcp_ratio']:.2%}" for c in cells) + " |")
 
 
+# The evidence field each rule scores its candidates by (proposals.rules).
+SCORE = {"structurally_near": "hops", "textually_near_graph_distant": "ratio", "repeat_past": "k_back",
+         "act_too_early": "k_ahead", "away_from_goal": "neg_hops", "create_a_cycle": "loop_steps"}
+
+
+def selection_both_ways(shared: Path) -> None:
+    """Per rule, candidates and their mean score, mined by rank and by seeded draws from q_G."""
+    import pyarrow.parquet as pq
+
+    from llm import LLMConfig
+    from proposals.mine import MineConfig, mine
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        ingest("agentlab", [shared / "agentlab_workarena"], run, quiet=True)
+        build_graphs(run, workers=1)
+        cols = {}
+        for name, selection, seed in (("rank", "rank", 42), ("sample 42", "sample", 42), ("sample 43", "sample", 43),
+                                      ("sample 44", "sample", 44)):
+            stats = mine(run, MineConfig(selection=selection, seed=seed, no_fill=True), LLMConfig(), workers=1,
+                         show_progress=False)
+            rows = pq.read_table(run / "candidates.parquet").to_pylist()
+            by_rule = {}
+            for rule, key in SCORE.items():
+                got = [json.loads(r["evidence"]).get(key) for r in rows if r["rule"] == rule]
+                got = [g for g in got if isinstance(g, (int, float))]
+                by_rule[rule] = (sum(r["rule"] == rule for r in rows), sum(got) / len(got) if got else None)
+            multi = sum(len(r["rules"]) > 1 for r in rows)
+            cols[name] = (by_rule, stats.n_out, stats.extra["audit"]["gmcp_ratio"], multi)
+        print("| rule (score) | " + " | ".join(f"{n}: kept, mean score" for n in cols) + " |")
+        print("| --- | " + " | ".join("---:" for _ in cols) + " |")
+        for rule, key in SCORE.items():
+            cells = [c[0][rule] for c in cols.values()]
+            shown = [f"{n}, {'-' if m is None else f'{m:.2f}'}" for n, m in cells]
+            print(f"| {rule} ({key}) | " + " | ".join(shown) + " |")
+        print("| pool, GMCP, drawn by several rules | " + " | ".join(
+            f"{n}, {g:.2%}, {k}" for _, n, g, k in cols.values()) + " |")
+
+
 def paper_scale(shared: Path, repeat: int) -> None:
     """The mining goal of issue 29: the whole command on the paper-scale pool, fills cached."""
     from paper_scale import FILL_ANSWER, PAPER, build_pool
@@ -110,7 +156,8 @@ def paper_scale(shared: Path, repeat: int) -> None:
         build_graphs(run)
         server = serve_in_thread(fixed_answer(FILL_ANSWER), "scripted")
         cmd = [sys.executable, "-m", "proposals.mine", "--run", str(run), "--sample-size", "10000", "--seed", "42",
-               "--quiet", "--fill-base-url", server.base_url, "--fill-model", "scripted", "--fill-cache-dir", str(cache)]
+               "--quiet", "--fill-base-url", server.base_url, "--fill-model", "scripted",
+               "--fill-cache-dir", str(cache)]
         try:
             for i in range(repeat + 1):
                 load = os.getloadavg()[0]
@@ -136,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gmcp", action="store_true", help="GMCP with and without --prefer-same-op on the shared traces")
     ap.add_argument("--paper", action="store_true", help="the whole command on the paper-scale pool (issue 29's goal)")
     ap.add_argument("--repeat", type=int, default=3, help="--paper: timed runs after the warm-up")
+    ap.add_argument("--selection", action="store_true", help="rank vs sample: rule mix and scores (issue 36)")
     args = ap.parse_args(argv)
     if not (args.shared / "agentlab_workarena").is_dir():
         print(f"skip: shared traces not found at {args.shared}")
@@ -145,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.paper:
         paper_scale(args.shared, args.repeat)
+        return 0
+    if args.selection:
+        selection_both_ways(args.shared)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         base, run, cache = Path(tmp) / "base", Path(tmp) / "run", Path(tmp) / "llm-cache"
