@@ -202,6 +202,28 @@ steps) left to finish the task; the task's own validator decides. Outcomes: {out
 the solver's steps."""
 
 
+def _bench_note(stats: dict) -> str:
+    """What the replay-verified benchmark's labels mean and do not (``dataset.prmbench``), or nothing."""
+    b = stats.get("data.export.webprmbench", {})
+    if b.get("verifier") != "replay":
+        return ""
+    outcomes = ", ".join(f"`{k}` {n}" for k, n in sorted(b.get("outcomes", {}).items())) or "none"
+    return f"""
+
+**The `webprmbench` config is an offline PRM benchmark with replay-verified labels**: {b.get('states', 0)}
+states over {b.get('tasks', 0)} MiniWoB++ tasks, each the demonstrated action against
+{b.get('negatives_per_state', 4)} negatives (one row each; outcomes: {outcomes}); {b.get('states_short', 0)}
+states with fewer `harmful` or `detour` negatives are left out (`stats.json`, `rejects.jsonl`).
+`source_name` is `miniwob/<task>`, so `prm.evaluate --bench` reports each task and the macro over
+tasks. What a label means: on this task's page, with this seed, after a⁻ the continuation
+({md_code(stats.get('teacher.verify', {}).get('replay', {}).get('backend', 'n/a'))}) ended the task failed or could not
+finish it (`harmful`), or finished it in more steps than after a⁺ (`detour`); the task's own validator
+decides. What it does not mean: that a⁻ is wrong on any other site or page, that a⁻ is worse by any
+measure other than this continuation's reward (a stronger agent might recover from it), or that a⁺
+is the only good action (negatives proven `equivalent` were discarded, the others were not tried).
+MiniWoB++ pages are small synthetic tasks, not real websites."""
+
+
 def body(run_dir: str | Path) -> str:
     root = Path(run_dir)
     stats = RunDir(root).read_stats()
@@ -235,7 +257,7 @@ discarded when no attempt does; with `score` / `score-both` (a local teacher) th
 likelier of the two answer tags (`score-both`: both orders combined), one attempt, and the kept
 judgment is the bare answer tag (a label-only row). GMCP ratio of the verified
 sample: {gmcp} (paper: 74.60% for surfPRM-data, 24.19% for WebArbiter's data). The report in
-[`report/`](report/README.md) has the distributions, outcomes and costs.{_replay_note(v)}
+[`report/`](report/README.md) has the distributions, outcomes and costs.{_replay_note(v)}{_bench_note(stats)}
 
 ## Configs
 

@@ -22,7 +22,10 @@ in both train and test. The split is a seeded shuffle of the sorted task ids.
 step_idx)``), ``pair_idx`` (the pair within its state), ``expected`` (1 or 2: the position of the
 better response in ``prompt``, as ``judgment.parse.parse_verdict`` returns it), ``prompt``
 ([system, user] messages) and ``source_name`` (``surfprm/<site>``), plus the pair's id, rule,
-axis and task for analysis.
+axis and task for analysis. On a replay-verified run (``teacher.verify --verifier replay``) it is
+the offline PRM benchmark instead (``dataset.prmbench``): 4 replay-proven negatives (``harmful`` or
+``detour``) per state, ``source_name`` ``miniwob/<task>``, each row with its ``replay_outcome`` and
+``replay_evidence``; states with fewer are left out and counted.
 
 ``trl-labels`` (an ablation WITHOUT teacher rationales): ``RUN/export/trl-labels/{train,test}.parquet``
 built from the sampled candidates, not from the teacher's kept pairs. The prompt is the same
@@ -77,7 +80,7 @@ from judgment.parse import answer_text
 from data.loss import loss_line
 from judgment.pairs import load_pairs
 from data.rundir import RunDir, StageStats, atomic_write_parquet
-from dataset import preference
+from dataset import preference, prmbench
 from dataset.gmcp_ratio import drop_to_ratio
 from dataset.tables import read_pinned, require_run_dir
 
@@ -349,7 +352,11 @@ def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float
     run = RunDir(run_dir)
     run.check_inputs("data.export.webprmbench", run.root / "preferences.parquet", run.root / "discarded.parquet",
                      run.trajectories)
-    rows = load_preferences(run)
+    rows = load_preferences(run, prmbench.REPLAY_COLUMNS)
+    replayed = prmbench.is_replay_verified(rows)
+    if replayed and gmcp_ratio is not None:
+        raise ValueError("--gmcp-ratio does not apply to a replay-verified benchmark: dropping pairs would break "
+                         f"its {prmbench.NEGATIVES_PER_STATE} negatives per state")
     if split == "test":
         test_tasks = split_tasks((r["task_id"] for r in rows), seed, test_fraction)
         chosen = [r for r in rows if r["task_id"] in test_tasks]
@@ -357,8 +364,12 @@ def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float
         chosen = rows
     else:
         raise ValueError(f"split must be 'test' or 'all', not {split!r}")
-    chosen, rejects, rejected, ratio_entry = drop_to_ratio("data.export.webprmbench", chosen, gmcp_ratio, seed,
-                                                           "preferences.parquet")
+    if replayed:      # WebPRMBench's shape: 4 replay-proven negatives per state (dataset.prmbench)
+        chosen, rejects, states_short = prmbench.select_states(chosen, seed)
+        rejected, ratio_entry = Counter(r.reason for r in rejects), {}
+    else:
+        chosen, rejects, rejected, ratio_entry = drop_to_ratio("data.export.webprmbench", chosen, gmcp_ratio, seed,
+                                                               "preferences.parquet")
     chosen.sort(key=lambda r: (r["traj_id"], r["step_idx"], r["pair_id"]))
     prompts = _prompts(run, chosen, fmt)
     out, states, per_state = [], {}, {}
@@ -369,14 +380,17 @@ def export_webprmbench(run_dir: str | Path, seed: int = 42, test_fraction: float
         out.append({"state_idx": state_idx, "pair_idx": pair_idx, "expected": r["label"],
                     "prompt": prompts[r["pair_id"]], "source_name": f"surfprm/{r['site']}",
                     "pair_id": r["pair_id"], "task_id": r["task_id"], "rule": r["rule"], "axis": r["axis"],
-                    "traj_id": r["traj_id"], "step_idx": r["step_idx"]})
+                    "traj_id": r["traj_id"], "step_idx": r["step_idx"],
+                    **(prmbench.bench_fields(r) if replayed else {})})
     path = run.root / WEBPRMBENCH_FILE
-    atomic_write_parquet(path, pa.Table.from_pylist(out, schema=WEBPRMBENCH_SCHEMA))
+    schema = prmbench.replay_schema(WEBPRMBENCH_SCHEMA) if replayed else WEBPRMBENCH_SCHEMA
+    atomic_write_parquet(path, pa.Table.from_pylist(out, schema=schema))
     held_in = len(rows) - len(out) - sum(rejected.values())
     stats = StageStats("data.export.webprmbench", n_in=len(rows), n_out=len(out),
                        rejected=rejected + Counter({"training_task": held_in} if held_in else {}))
     stats.extra = {"states": len(states), "split": split, "seed": seed, "test_fraction": test_fraction,
-                   "file": str(WEBPRMBENCH_FILE), **ratio_entry}
+                   "file": str(WEBPRMBENCH_FILE), **ratio_entry,
+                   **(prmbench.bench_stats(out, states_short) if replayed else {})}
     run.write_stage(stats, rejects)
     return path
 
@@ -400,7 +414,7 @@ def loss_line_of(run_dir: str | Path, fmt: str) -> str | None:
 
 
 EXPORT_LOSS_WHY = {"training_task": "the pair's task is in the training split; --split all exports every pair",
-                   "gmcp_ratio": "dropped to reach --gmcp-ratio"}
+                   "gmcp_ratio": "dropped to reach --gmcp-ratio", **prmbench.REASONS}
 
 
 def export(run_dir: str | Path, fmt: str, seed: int = 42, test_fraction: float = 0.2, split: str = "test",

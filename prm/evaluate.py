@@ -25,6 +25,8 @@ Protocol (paper §5.1, §5.3):
   only if both orders pick the expected action.
 - best-of-N accuracy: states whose positive wins every one of its pairs / states.
 - macro: the unweighted mean of the per-source values over the sources in the macro.
+- intervals (``pairwise_ci``, ``bon_ci`` per source and for the macro; the Markdown's last two
+  columns): 95% percentile bootstrap over states, stratified by source (``intervals``).
 - outcomes: every judgment is a verdict, ``unparsed`` (no valid answer), ``truncated`` (the
   generation hit the length limit before a valid answer) or an outage (``infra_errors``). An
   unparsed or truncated judgment or an outage counts as wrong (and makes its state wrong);
@@ -197,6 +199,38 @@ def _group(rows: list[dict], ix: list[int], correct: list[bool], unparsed: list[
             "truncated_share": n_trunc / n if n else None}
 
 
+BOOTSTRAP = 2000          # resamples for the intervals (prm.evaluate's result: *_ci)
+
+
+def intervals(rows: list[dict], correct: list[bool], sources: list[str], inside: list[str],
+              n: int = BOOTSTRAP, seed: int = 0) -> dict:
+    """95% percentile intervals of pairwise and best-of-N accuracy per source and of their macro:
+    a bootstrap over states (a state's pairs move together; Wilson over pairs would treat the four
+    pairs of one state as independent), stratified by source, so that the macro's replicate is the
+    mean of the sources' replicates on their own resampled states. Seeded: a rerun gives the same."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    tables: dict = {s: defaultdict(lambda: [0, 0]) for s in sources}
+    for r, c in zip(rows, correct):
+        t = tables[r["source_name"]][r["state"]]
+        t[0], t[1] = t[0] + c, t[1] + 1
+    reps = {}
+    for s, table in tables.items():
+        right, pairs = np.array(list(table.values()), dtype=float).T
+        ix = rng.integers(0, len(right), size=(n, len(right)))
+        reps[s] = np.stack([right[ix].sum(1) / pairs[ix].sum(1), (right[ix] == pairs[ix]).mean(1)])
+
+    def ci(rep) -> dict:
+        lo, hi = np.percentile(rep, [2.5, 97.5], axis=1)
+        return {"pairwise_ci": [float(lo[0]), float(hi[0])], "bon_ci": [float(lo[1]), float(hi[1])]}
+
+    out = {"by_source": {s: ci(rep) for s, rep in reps.items()}}
+    if inside:
+        out["macro"] = ci(np.mean([reps[s] for s in inside], axis=0))
+    return out
+
+
 def _mean(values: list) -> float | None:
     values = [v for v in values if v is not None]
     return sum(values) / len(values) if values else None
@@ -225,6 +259,11 @@ def score(rows: list[dict], correct: list[bool], unparsed: list[bool] | None = N
     for name, g in by_source.items():
         g["in_macro"] = name in inside
     macro = {m: _mean([by_source[s][m] for s in inside]) for m in ("pairwise", "bon", "truncated_share")}
+    if rows:
+        ci = intervals(rows, correct, sources, inside)
+        for name, g in by_source.items():
+            g.update(ci["by_source"][name])
+        macro.update(ci.get("macro", {}))
     result = {"macro": macro, "macro_sources": sorted(inside), "excluded_sources": sorted(left_out),
               "overall": _group(rows, pooled, correct, unparsed, truncated), "by_source": by_source,
               "unparsed": sum(unparsed), "truncated": sum(truncated)}
@@ -278,6 +317,10 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.2f}"
 
 
+def _ci(ci) -> str:
+    return "-" if not ci else f"[{_pct(ci[0])}, {_pct(ci[1])}]"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
     """A Markdown table (``DataFrame.to_markdown``, through tabulate): the first column left-aligned,
     the figures right-aligned and written as given (no number parsing: "50.00" stays "50.00")."""
@@ -299,7 +342,7 @@ def markdown(result: dict) -> str:
     """One model's results as a Markdown table (percentages)."""
     def row(label, g):
         return [label, _pct(g["pairwise"]), _pct(g["bon"]), str(g["pairs"]), str(g["states"]), str(g["unparsed"]),
-                str(g.get("truncated", 0))]
+                str(g.get("truncated", 0)), _ci(g.get("pairwise_ci")), _ci(g.get("bon_ci"))]
 
     rows = [row(_group_label("by_source", name, g.get("in_macro", True)), g) for name, g in result["by_source"].items()]
     for k in ("by_rule", "by_axis", "by_gmcp"):
@@ -310,9 +353,11 @@ def markdown(result: dict) -> str:
     o = result["overall"]
     rows.append(["**macro (over sources)**", f"**{_pct(result['macro']['pairwise'])}**",
                  f"**{_pct(result['macro']['bon'])}**"] + [str(o[k]) for k in ("pairs", "states", "unparsed")]
-                + [str(o.get("truncated", 0))])
+                + [str(o.get("truncated", 0)), _ci(result["macro"].get("pairwise_ci")),
+                   _ci(result["macro"].get("bon_ci"))])
     lines = [f"### {result.get('name') or result.get('model')} on `{result.get('bench', '')}`", "",
-             _table(["group", "pairwise %", "best-of-N %", "pairs", "states", "unparsed", "truncated"], rows)]
+             _table(["group", "pairwise %", "best-of-N %", "pairs", "states", "unparsed", "truncated",
+                     "pairwise 95% CI", "best-of-N 95% CI"], rows)]
     if result.get("excluded_sources"):
         lines += ["", "Not in the macro (in-distribution for the SFT data, paper §5.1; `--include-sources` "
                   "brings them back): " + ", ".join(f"`{s}`" for s in result["excluded_sources"]) + "."]
