@@ -31,7 +31,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export DO_NOT_TRACK := 1
 
-.PHONY: setup run viewer prm-demo mag-demo replay-demo test test-fast golden bench docs clean
+.PHONY: setup run viewer prm-demo mag-demo replay-demo prmbench-miniwob test test-fast golden bench docs clean
 
 setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(CHROMIUM)
 
@@ -111,6 +111,35 @@ replay-demo: setup
 	$(PY) -m dataset.export --run $(REPLAY_DEMO)/run --format trl --format webprmbench --tokenizer $(MODEL_DIR)
 	$(PY) -c 'import sys, datasets; print(datasets.load_dataset(sys.argv[1], "preferences"))' $(REPLAY_DEMO)/run
 	@echo "replay outcomes: $(REPLAY_DEMO)/run/report/README.md  card: $(REPLAY_DEMO)/run/README.md"
+
+# The offline PRM benchmark with replay-verified labels (issue 38): OUT/export/webprmbench.parquet,
+# WebPRMBench's shape (a state's demonstrated action against 4 negatives that the replay proved
+# harmful or detour; dataset.prmbench). Seeds 1000 and up are reserved for it: no training or
+# development run uses them (the solvers were developed on 0-19 and validated on 100-119).
+# Every grounded negative is mined (--max-per-rule 0; full: 5 per rule, rich pages have dozens)
+# so that a state has the most chances of 4 proven ones; the export samples 4 per state.
+# Small (default): 4 axtree10 tasks x 3 seeds, ~17 states, ~13 min at load 20 on 2 cores.
+# SIZE=full: axtree10 + rich (26 tasks) x 10 seeds, 300+ states: a bench run of hours.
+# Judge it: python -m prm.evaluate --bench OUT/export/webprmbench.parquet --base-url URL --model M --out R.json
+ifeq ($(SIZE),full)
+PRMBENCH_TASKS ?= axtree10 rich
+PRMBENCH_SEEDS ?= 1000-1009
+PRMBENCH_CAP ?= 5
+else
+PRMBENCH_TASKS ?= click-checkboxes login-user click-option click-tab
+PRMBENCH_SEEDS ?= 1000-1002
+PRMBENCH_CAP ?= 0
+endif
+prmbench-miniwob: setup
+	@test -n "$(OUT)" || { echo "usage: make prmbench-miniwob OUT=DIR [SIZE=full]"; exit 2; }
+	$(PY) -m search.miniwob --policy solver --prm none --tasks $(PRMBENCH_TASKS) --seeds $(PRMBENCH_SEEDS) --max-steps 25 --out $(OUT)/demos
+	$(PY) -m data.ingest --source canonical --input $(OUT)/demos/trajectories.parquet --out $(OUT)
+	$(PY) -m graph.build --run $(OUT)
+	$(PY) -m proposals.mine --run $(OUT) --no-fill --max-per-rule $(PRMBENCH_CAP)
+	$(PY) -m teacher.verify --run $(OUT) --verifier replay
+	$(PY) -m dataset.export --run $(OUT) --format webprmbench --split all
+	$(PY) -c 'import sys, datasets; print(datasets.load_dataset("parquet", data_files=sys.argv[1])["train"])' $(OUT)/export/webprmbench.parquet
+	@echo "benchmark: $(OUT)/export/webprmbench.parquet  card: $(OUT)/README.md  judges: bench/prmbench.py --bench $(OUT)/export/webprmbench.parquet"
 
 # Lint and import order (pyproject.toml [tool.ruff]) and the one-way layering with no import cycle
 # (pyproject.toml [tool.importlinter]) are part of the tests. The tests run on
