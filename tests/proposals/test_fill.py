@@ -224,3 +224,35 @@ def test_webprm_rejected_actions_are_audited(tmp_path):
         1 for f in ("1.json", "4.json")
         if f"[{json.loads((samples / f).read_text())['rejected']['action'].split(chr(39))[1]}]"
         not in json.loads((samples / f).read_text())["text_observation"])
+
+
+def test_a_fill_model_that_answers_nothing_usable_is_given_up_on_after_the_probe(tmp_path, capsys):
+    """The bundled sample's many fill fields against a model that never writes the JSON object
+    (as the embedded 135M): four probe prompts, one answer each, then every fill negative is
+    dropped as fill_invalid_gave_up with one line, instead of three answers per field. A model
+    that answers is not given up on, and its probe answers are the first attempt's (cached)."""
+    from data.ingest import ingest
+
+    ingest("canonical", [BUNDLED], tmp_path / "run")
+    build_graphs(tmp_path / "run", workers=1)
+    server = _server(["Sure! The value is Grace."])
+    try:
+        cfg = LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(tmp_path / "cache"))
+        stats = mine(tmp_path / "run", MineConfig(sample_size=10), cfg, workers=1)
+    finally:
+        server.shutdown()
+    assert stats.extra["fill"]["gave_up"] == {"probe_prompts": 4, "invalid_answers": {"not_json": 4}}
+    assert len(server.seen) == 4
+    dropped = stats.rejected["fill_invalid_gave_up"]
+    assert dropped == stats.extra["fill"]["fields"] > 4 and stats.n_in == stats.n_out + sum(stats.rejected.values())
+    assert "gave no usable value to 4 probe prompts (4 not_json)" in capsys.readouterr().err
+
+    server = _server(['{"value": "Grace"}'])
+    try:
+        cfg = LLMConfig(base_url=server.base_url, model="scripted", cache_dir=str(tmp_path / "cache2"))
+        stats = mine(tmp_path / "run", MineConfig(sample_size=10), cfg, workers=1)
+    finally:
+        server.shutdown()
+    assert "gave_up" not in stats.extra["fill"]
+    distinct = len({json.dumps(r["messages"], sort_keys=True) for r in server.seen})
+    assert len(server.seen) == distinct and "fill_invalid_gave_up" not in stats.rejected   # nothing asked twice
