@@ -1,7 +1,7 @@
 """Ingest demonstration trajectories into a run directory.
 
-    python -m data.ingest --source agentlab --input ../shared/data/agentlab_workarena --out runs/demo
-    python -m data.ingest --source webprm --input ../shared/data/webprm_collection_samples --out runs/webprm
+    python -m data.ingest --source agentlab --input ~/agentlab_results --out runs/demo
+    python -m data.ingest --source webprm --input webprm_rows.jsonl --out runs/webprm
     python -m data.ingest --source canonical --input data/bundled/agentlab_workarena.parquet --out runs/demo
 
 Writes ``trajectories.parquet`` (one row per observation, pinned schema), ``rejects.jsonl``

@@ -27,6 +27,8 @@ def test_mkdocs_build_strict(tmp_path):
     api = (tmp_path / "site" / "api" / "graph" / "index.html").read_text()
     assert "load_graph" in api            # mkdocstrings rendered the docstrings, not just the page
     assert ":mod:`" not in api and "graph.passes</code>" in api   # Sphinx roles render as code
+    # the API pages come from docstrings: they must not send a user to ../shared either
+    assert not [str(f) for f in (tmp_path / "site").rglob("*.html") if "../shared" in f.read_text()]
 
 
 def test_docs_and_readme_never_point_to_the_shared_folder():
