@@ -19,9 +19,9 @@ the drops by reason) and writes the dropped proposals to ``rejects.jsonl``. ``--
 the local observation and trajectory only (the paper's No-Graph ablation); ``--axes`` builds
 single-axis variants; ``--pool-gmcp-ratio R`` drops candidates (seeded) until the pool's GMCP share is R
 (the paper's No-Graph ablation at matched GMCP ratios, Table 6). Same inputs, seed and LLM cache:
-byte-identical output. The work is split by
-job: ``proposals.grounding`` (the rules and grounding), ``proposals.fill`` (LLM fill values),
-``proposals.pool`` (the process fan-out and the files).
+byte-identical output. The work is split by job: ``proposals.grounding`` (the rules and grounding,
+its records in ``proposals.pending``), ``proposals.fill`` (LLM fill values), ``proposals.pool`` (the
+process fan-out and the files).
 """
 
 
