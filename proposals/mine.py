@@ -27,6 +27,7 @@ process fan-out and the files).
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -122,6 +123,11 @@ def build_parser(prog: str = "python -m proposals.mine", doc: str = __doc__):
     MineCommand.add_args(ap)
     MineConfig.add_args(ap)
     LLMConfig.add_args(ap, prefix="fill-")   # the model that completes fill values
+    # The issue's and Table 6's name for the pool's share, on this command alone: the synthesize flow,
+    # which merges mining's and the export's flags, keeps --pool-gmcp-ratio apart from the export's.
+    pool = next(a for a in ap._actions if "--pool-gmcp-ratio" in a.option_strings)
+    ap.add_argument("--gmcp-ratio", dest=pool.dest, type=pool.type, metavar="R", default=argparse.SUPPRESS,
+                    help="the same as --pool-gmcp-ratio")
     return ap
 
 

@@ -253,3 +253,18 @@ def test_gmcp_ratio_drops_candidates_to_the_target_share(shop_run, capsys):
     # which the command prints as one line with exit code 2.
     with pytest.raises(GmcpRatioError, match="--pool-gmcp-ratio 0.5: no subset of 0 GMCP and 5 other rows"):
         target_counts(0, 5, 0.5, flag="--pool-gmcp-ratio")
+
+
+def test_gmcp_ratio_is_the_pool_ratio_on_the_mining_command(capsys):
+    """``proposals.mine --gmcp-ratio R`` (the issue's and Table 6's name) sets the pool's share as
+    ``--pool-gmcp-ratio`` does, with the same range check."""
+    from proposals.mine import build_parser
+
+    def ratio(*flags):
+        return MineConfig.from_args(build_parser().parse_args(["--run", "x", *flags])).pool_gmcp_ratio
+
+    assert ratio("--gmcp-ratio", "0.25") == ratio("--pool-gmcp-ratio", "0.25") == 0.25
+    assert ratio() is None
+    with pytest.raises(SystemExit):
+        ratio("--gmcp-ratio", "1.5")
+    assert "must be <= 1" in capsys.readouterr().err
