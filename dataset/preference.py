@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from judgment.format import DEFAULT_BUDGET, RESPONSES_HEADER, JudgmentFormat, recorded_axtree_chars, render_pair
 from data.rundir import RunDir, StageStats, atomic_write_parquet
+from judgment.format import DEFAULT_BUDGET, RESPONSES_HEADER, JudgmentFormat, recorded_axtree_chars, render_pair
 
 STAGE = "data.export.trl_preference"
 TRL_PREFERENCE_DIR = Path("export") / "trl-preference"
