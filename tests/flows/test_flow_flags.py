@@ -38,8 +38,9 @@ def _stage_flags():
     return [(graph.build, flows.build_graphs, None, ()),
             (proposals.mine, flows.propose_negatives, None, ()),
             (prm.evaluate, flows.prm, "evaluate", ()),
-            # synthesize: --seed is the teacher's (the miner keeps its own), --budget the sample size
-            (proposals.mine, flows.synthesize, None, ("--seed", "--workers", "--quiet", "--no-quiet")),
+            # synthesize: --seed is the teacher's (the miner keeps its own), --budget the sample size,
+            # --gmcp-ratio the export's (dataset.export; the miner's is --pool-gmcp-ratio)
+            (proposals.mine, flows.synthesize, None, ("--seed", "--workers", "--quiet", "--no-quiet", "--gmcp-ratio")),
             (teacher.verify, flows.synthesize, None, ("--budget", "--quiet", "--no-quiet"))]
 
 
