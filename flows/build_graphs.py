@@ -9,8 +9,9 @@ Threads by default; ``--dask-address`` sends the per-site tasks to a Dask cluste
 :mod:`graph.build`, and the flow runs the CLI's own steps: its checks and plan
 (``graph.build.prepare``: the same one-line errors, the input fingerprints in ``stats.json``), one
 task per site (``build_and_write_site``), then ``finalize`` (the same manifest, ``stats.json``
-entry and ``rejects.jsonl`` lines). The summary is posted as a markdown artifact. The flow takes ``graph.build.BuildConfig`` (``config``: the CLI's flags as fields, so
-flags and defaults come from one place); ``workers`` sizes the thread pool of the per-site tasks.
+entry and ``rejects.jsonl`` lines). The summary is posted as a markdown artifact. The flow takes
+``graph.build.BuildConfig`` (``config``: the CLI's flags as fields, so flags and defaults come
+from one place); ``workers`` sizes the thread pool of the per-site tasks.
 """
 
 from __future__ import annotations
@@ -24,17 +25,26 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from data.loss import stage_loss_line
-from data.rundir import Reject, RunDir
 import data
 import graph
-from flows.common import (DaskConfig, cli_flow, dask_scheduler, exit_code, on_dask, post_markdown,
-                          retry_unless_refused, stage_task, unwrap)
+from data.loss import stage_loss_line
+from data.rundir import Reject, RunDir
+from flows.common import (
+    DaskConfig,
+    cli_flow,
+    dask_scheduler,
+    exit_code,
+    on_dask,
+    post_markdown,
+    retry_unless_refused,
+    stage_task,
+    unwrap,
+)
 from graph.build import LOSS_WHY, BuildConfig, build_and_write_site, finalize, prepare
 
 # The code a site's graph depends on: a change to any of these files invalidates cached builds.
-_CODE = [Path(graph.__file__).parent / name for name in ("axtree.py", "identity.py", "resolve.py", "passes.py", "build.py",
-                                                          "schema.py")] + \
+_CODE = [Path(graph.__file__).parent / name for name in ("axtree.py", "identity.py", "resolve.py", "passes.py",
+                                                          "build.py", "schema.py")] + \
         [Path(data.__file__).parent / name for name in ("actions.py", "sites.py", "schema.py")]
 OUTPUTS = ("nodes.parquet", "edges.parquet", "steps.parquet")
 

@@ -23,17 +23,25 @@ import sys
 from prefect import flow, task
 
 from cli.config import CLIParser, make_parser
-from flows.common import (PENDING, StageError, cli_flow, exit_code, post_markdown, retry_unless_refused, stage_task,
-                          unwrap)
+from flows.common import (
+    PENDING,
+    StageError,
+    cli_flow,
+    exit_code,
+    post_markdown,
+    retry_unless_refused,
+    stage_task,
+    unwrap,
+)
 from llm import LLMConfig
 from prm.evaluate import EvaluateOptions
-from prm.train import done_summary, train      # no TRL or torch until a flow trains
+from prm.train import done_summary, train  # no TRL or torch until a flow trains
 
 
 def load_config(config: str, overrides: dict):
     """The training config, checked as ``prm.train`` checks it before loading weights (its fields,
     batch arithmetic, data files and model folder): a refusal is the CLI's one ``error:`` line."""
-    from prm.config import PRMTrainConfig          # TRL and torch: only when a flow trains
+    from prm.config import PRMTrainConfig  # TRL and torch: only when a flow trains
 
     try:
         cfg = PRMTrainConfig.from_yaml(config, overrides)        # overrides: the file's shape, on top

@@ -33,8 +33,8 @@ from prefect import flow, task
 from flows.common import StageError, cli_flow, exit_code, post_markdown, retry_unless_refused, stage_task, unwrap
 from search.mag import MAG, MagSearch
 from search.miniwob import MINIWOB, MiniWoBSearch
-from search.runner import Benchmark, SearchConfig, SetupError, build_parser as search_parser, nothing_ran, \
-    parse_config, run_search
+from search.runner import Benchmark, SearchConfig, SetupError, nothing_ran, parse_config, run_search
+from search.runner import build_parser as search_parser
 from search.webarena import WEBARENA_LITE, WebArenaSearch
 
 

@@ -29,7 +29,6 @@ from flows.propose_negatives import propose_negatives_flow
 from flows.search import search_mag_flow, search_miniwob_flow, search_webarena_flow
 from flows.synthesize import synthesize_flow, verify_pairs_flow
 
-
 # Deployments load their flow by module path (``flows.prm.train_prm_flow``): a file-path entrypoint
 # puts ``flows/`` on sys.path, where ``flows/prm.py`` and ``flows/search.py`` would shadow the
 # ``prm`` and ``search`` packages in the flow run.
@@ -53,10 +52,10 @@ def default_parameters() -> list:
                                            "out": "runs/webarena/baseline"}}),
         # MiniWoB++ offline with the embedded model as policy and PRM, two episodes at a time on a
         # local Dask cluster; tasks 'axtree10' and seeds '0-4' for the benchmark's subset.
-        (search_miniwob_flow, {"config": {"prm": "embedded", "policy": "embedded", "tasks": ["click-test", "click-button"],
-                                          "seeds": "0-1", "n": 3, "max_steps": 4, "workers": 2,
-                                          "out": "runs/miniwob/flow", "policy_llm": {"max_tokens": 80},
-                                          "prm_llm": {"max_tokens": 48}}}),
+        (search_miniwob_flow, {"config": {"prm": "embedded", "policy": "embedded",
+                                          "tasks": ["click-test", "click-button"], "seeds": "0-1",
+                                          "n": 3, "max_steps": 4, "workers": 2, "out": "runs/miniwob/flow",
+                                          "policy_llm": {"max_tokens": 80}, "prm_llm": {"max_tokens": 48}}}),
         # The built-in demo shop with the embedded model (offline); demo=false and task_ids for WebArena.
         (search_mag_flow, {"config": {"prm": "embedded", "policy": "embedded", "demo": True, "n": 3, "max_steps": 4,
                                       "out": "runs/mag-demo/flow", "policy_llm": {"max_tokens": 80},

@@ -7,10 +7,10 @@ Reads ``RUN/trajectories.parquet``; writes ``RUN/graphs/<site>/nodes.parquet``,
 ``RUN/graphs/<site>/edges.parquet``, ``RUN/graphs/<site>/steps.parquet`` (where each demonstrated
 step landed: node, op, page; ``proposals.mine`` reads it), ``RUN/graphs/manifest.json``
 (per-site statistics in the paper's terms) and the ``graph.build`` entry of ``stats.json``.
-Each site is built in passes (:mod:`graph.passes`) into an :class:`InteractionElementGraph`. Observations of unsuccessful
-trajectories are left out by default (``--include-failed`` keeps them, for analysis); every
-observation or step left out is written to ``rejects.jsonl`` with its reason. ``--identity``
-chooses the persistent identity (App. B's ``paper``, the default, or ``ours``; see
+Each site is built in passes (:mod:`graph.passes`) into an :class:`InteractionElementGraph`.
+Observations of unsuccessful trajectories are left out by default (``--include-failed`` keeps
+them, for analysis); every observation or step left out is written to ``rejects.jsonl`` with its
+reason. ``--identity`` chooses the persistent identity (App. B's ``paper``, the default, or ``ours``; see
 :mod:`graph.identity`) and ``--containment`` which ancestors E_s links an element to (see
 ``graph.identity.CONTAINMENTS``), both recorded in the manifest; an observation past
 ``--max-nodes`` nodes or
@@ -22,8 +22,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import shutil
 import os
+import shutil
 import sys
 from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
@@ -47,8 +47,7 @@ from graph.identity import (
     check_identity,
 )
 from graph.passes import MAX_DEPTH, MAX_NODES, STAGE, next_urls
-from graph.schema import (EDGE_SCHEMA, NODE_SCHEMA, STEP_SCHEMA, check_outputs, pinned_table, reading,
-                          require_columns)
+from graph.schema import EDGE_SCHEMA, NODE_SCHEMA, STEP_SCHEMA, check_outputs, pinned_table, reading, require_columns
 
 INGEST = "python -m data.ingest"
 PLAN_COLUMNS = ["traj_id", "step_idx", "site", "url", "success", "source_path"]
@@ -319,8 +318,9 @@ def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject]]], plan_re
     for s in sites.values():
         structure.update(s["structure"])
     totals["structure"] = dict(sorted(structure.items()))
-    totals["positional_rate"] = round(totals["positional_elements"] / totals["elements_seen"], 6) if totals["elements_seen"] else 0.0
-    totals["ambiguity_rate"] = round(totals["ambiguous_elements"] / totals["elements_seen"], 6) if totals["elements_seen"] else 0.0
+    n_seen = totals["elements_seen"]
+    totals["positional_rate"] = round(totals["positional_elements"] / n_seen, 6) if n_seen else 0.0
+    totals["ambiguity_rate"] = round(totals["ambiguous_elements"] / n_seen, 6) if n_seen else 0.0
     # Folders of sites that this build did not produce (an earlier build's) would be loaded as
     # if current: remove them.
     graphs_dir = run.graphs

@@ -5,8 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from graph.axtree import AXNode, AXTree, StructureTooDeep, infer_structure, parse_axtree
-from graph.identity import (DEFAULT_IDENTITY, INTERACTIVE_ROLES, ElementContext, PageContext, ambiguous,
-                            html_bid_parents, page_path)
+from graph.identity import (
+    DEFAULT_IDENTITY,
+    INTERACTIVE_ROLES,
+    ElementContext,
+    PageContext,
+    ambiguous,
+    html_bid_parents,
+    page_path,
+)
 
 
 @dataclass(slots=True)

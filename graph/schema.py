@@ -26,7 +26,8 @@ NODE_SCHEMA = pa.schema([
     pa.field("ordinal", pa.int32()),
     pa.field("signature", pa.string()),                      # JSON [[role, name], ...] of direct children
     pa.field("positions", pa.string()),                      # JSON ancestor ordinals, only for repeated widgets
-    pa.field("context", pa.string()),                        # 'axtree' | 'html' | 'flat' (inferred) | 'none' (virtual: null)
+    # 'axtree' | 'html' | 'flat' (inferred) | 'none' (virtual: null)
+    pa.field("context", pa.string()),
     pa.field("interactive", pa.bool_(), nullable=False),    # interactive role (else: only ever acted on)
     pa.field("n_obs", pa.int64(), nullable=False),          # observations it appeared in
     pa.field("n_traj", pa.int64(), nullable=False),         # trajectories it appeared in

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dataset.export import MESSAGE
 from data.state import State
+from dataset.export import MESSAGE
 from judgment.format import render_pair
 
 STATE = State(intent="Buy the cheapest blue mug", url="http://shop.test/mugs",

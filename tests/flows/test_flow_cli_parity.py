@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import BUNDLED
-from prefect_artifacts import flow_run_artifacts
 from data.ingest import ingest
 from data.rundir import Reject, RunDir, StageStats
+from prefect_artifacts import flow_run_artifacts
 
 
 @pytest.fixture
@@ -57,7 +57,8 @@ def _later_stage(run) -> None:
 
 @pytest.mark.slow      # a Prefect API (prefect_harness)
 def test_build_graphs_flow_writes_what_the_cli_writes(prefect_harness, run_with_rejects, fill_flags, tmp_path):
-    from flows.build_graphs import build_graphs_flow, main as flow_main
+    from flows.build_graphs import build_graphs_flow
+    from flows.build_graphs import main as flow_main
     from graph.build import main as cli_main
 
     cli, fl = tmp_path / "cli", tmp_path / "flow"
@@ -66,7 +67,8 @@ def test_build_graphs_flow_writes_what_the_cli_writes(prefect_harness, run_with_
     assert cli_main(["--run", str(cli), "--workers", "1"]) == 0
     assert flow_main(["--run", str(fl)]) == 0
     stats = _stats(cli)
-    assert stats["graph.build"]["fingerprints"]["inputs"] == {"trajectories.parquet": stats["ingest"]["fingerprints"]["outputs"]["trajectories.parquet"]}
+    ingested = stats["ingest"]["fingerprints"]["outputs"]["trajectories.parquet"]
+    assert stats["graph.build"]["fingerprints"]["inputs"] == {"trajectories.parquet": ingested}
     assert stats["graph.build"]["rejected"]["unsuccessful_trajectory"] > 0
     assert _stats(fl) == stats
     assert (fl / "rejects.jsonl").read_bytes() == (cli / "rejects.jsonl").read_bytes()
@@ -147,7 +149,8 @@ def test_flows_fail_with_the_clis_line_and_code(prefect_harness, tmp_path, capsy
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
     from prefect.logging.handlers import APILogWorker
 
-    from flows.build_graphs import build_graphs_flow, main as flow_main
+    from flows.build_graphs import build_graphs_flow
+    from flows.build_graphs import main as flow_main
     from flows.propose_negatives import main as mine_flow_main
     from graph.build import main as cli_main
     from proposals.mine import main as mine_main

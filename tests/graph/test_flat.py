@@ -8,13 +8,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.flat_axtree import compare, mine_run
-from graph.flatten import flatten_observation, flatten_run
+from conftest import BUNDLED
 from data.ingest import ingest
+from data.schema import RULES
 from graph.axtree import infer_structure, parse_axtree
 from graph.build import build_graphs
+from graph.flatten import flatten_observation, flatten_run
 from graph.resolve import resolve_observation
-from data.schema import RULES
-from conftest import BUNDLED
 
 INDENTED = (
     "RootWebArea 'Shop', url='https://s.example/'\n"

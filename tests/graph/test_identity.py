@@ -19,7 +19,8 @@ PAGE = """RootWebArea 'Shop (3)', focused
 
 
 def _page(offset=0, cell1="Apple 1", typed="", title=None):
-    ids = {k: str(i + offset) for i, k in enumerate(["nav", "home", "main", "t", "r1", "c1", "b1", "r2", "c2", "b2", "q"])}
+    names = ["nav", "home", "main", "t", "r1", "c1", "b1", "r2", "c2", "b2", "q"]
+    ids = {k: str(i + offset) for i, k in enumerate(names)}
     text = PAGE.format(cell1=cell1, typed=typed, **ids)
     if title:
         text = text.replace("'Shop (3)'", repr(title))

@@ -66,12 +66,14 @@ def test_committed_outputs_are_current(tmp_path):
     assert not [o for cell in got for o in cell if o[0] == "error"]
     assert ("image",) in [o for cell in got for o in cell], "the neighbourhood drawing"
     assert any(want), "the notebook is committed without outputs"
-    assert got == want, "notebook outputs are stale: render with `.venv/bin/python tests/graph/test_notebook.py --write`"
+    assert got == want, ("notebook outputs are stale: "
+                         "render with `.venv/bin/python tests/graph/test_notebook.py --write`")
 
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python tests/graph/test_notebook.py --write   (renders notebooks/explore_graphs.ipynb in place)")
+        sys.exit("usage: python tests/graph/test_notebook.py --write   "
+                 "(renders notebooks/explore_graphs.ipynb in place)")
     import nbformat
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -2,8 +2,17 @@
 
 from data.sites import normalize_url_path
 from graph.identity import NodeKind, VirtualType, virtual_node
-from graph.passes import (Observations, containment_edges, demonstrated_steps, element_nodes, interaction_edges,
-                          next_urls, observe, parse_and_resolve, virtual_nodes)
+from graph.passes import (
+    Observations,
+    containment_edges,
+    demonstrated_steps,
+    element_nodes,
+    interaction_edges,
+    next_urls,
+    observe,
+    parse_and_resolve,
+    virtual_nodes,
+)
 
 SITE = "shop.example.com"
 A, B = "https://shop.example.com/a", "https://shop.example.com/b"
