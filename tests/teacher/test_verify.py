@@ -237,8 +237,8 @@ def test_cli_flags_reach_the_verify_and_teacher_configs(monkeypatch):
 
     seen = {}
 
-    def fake_verify(run, config, llm_config, progress, replay_config):
-        seen.update(config=config, llm=llm_config, progress=progress, replay=replay_config)
+    def fake_verify(run, config, llm_config, progress, replay_config, replay_backend=None):
+        seen.update(config=config, llm=llm_config, progress=progress, replay=replay_config, backend=replay_backend)
         raise FileNotFoundError("stop before any work")
 
     monkeypatch.setattr(tv, "verify", fake_verify)
@@ -252,6 +252,12 @@ def test_cli_flags_reach_the_verify_and_teacher_configs(monkeypatch):
     assert tv.main(["--run", "R"]) == 2 and seen["config"] == VerifyConfig() and seen["progress"] is True
     assert tv.main(["--run", "R", "--verifier", "replay", "--replay-solver-steps", "4"]) == 2
     assert (seen["config"].verifier, seen["replay"].solver_steps) == ("replay", 4)
+    assert seen["backend"].name == "miniwob-solver"
+    assert tv.main(["--run", "R", "--verifier", "replay", "--replay-continuation", "policy", "--replay-rollouts", "3",
+                    "--replay-policy-base-url", "http://p/v1", "--replay-policy-model", "pm"]) == 2
+    assert (seen["replay"].continuation, seen["replay"].rollouts) == ("policy", 3)
+    assert (seen["backend"].name, seen["backend"].policy.base_url, seen["backend"].policy.model) == (
+        "miniwob-policy", "http://p/v1", "pm")
     for bad in (["--untrusted", "bogus"], ["--verdict-mode", "vote"], ["--quiet", "yes"], ["--verifier", "human"]):
         with pytest.raises(SystemExit):
             tv.main(["--run", "R", *bad])
