@@ -2,12 +2,14 @@
 
     .venv/bin/python bench/miniwob_solvers.py [--seeds 0-19] [--workers 1] [--out runs/bench-miniwob-solvers]
     .venv/bin/python bench/miniwob_solvers.py --tasks rich --seeds 100-119 --max-steps 25 --out runs/bench-rich
+    .venv/bin/python bench/miniwob_solvers.py --direct --tasks "multi-orderings email-inbox" --max-steps 25
 
 Runs ``python -m search.miniwob --prm none --policy solver --tasks TASKS --seeds SEEDS --max-steps N``
 (with ``--resume``: a rerun reuses finished episodes) and prints, per task, the episodes the
 validator gave reward 1, the rate with its Wilson 95% interval, the mean steps, and whether the
 solver counts (rate >= ``--counts``: 90% for axtree10, issue 27; 95% for rich, issue 37), as a
-Markdown table for ``bench/RESULTS.md``.
+Markdown table for ``bench/RESULTS.md``. ``--direct`` runs the solvers in the browser without
+``search.miniwob`` (see ``direct_rows``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT)]
+# the repository, not bench/, first: bench/miniwob.py would shadow the miniwob wheel (--direct)
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or '.').resolve() != ROOT / 'bench']
 
 from cli.config import Configurable, make_parser  # noqa: E402
 from dataset.stats import wilson  # noqa: E402
@@ -43,19 +46,50 @@ class SolverBench(Configurable):
         "help": "the rate a solver counts at (default: 0.95 for rich, else 0.9)"})
     workers: int = field(default=1, metadata={"min": 1, "help": "episodes in parallel (search.miniwob --workers)"})
     out: str = field(default="runs/bench-miniwob-solvers", metadata={"help": "the run folder"})
+    direct: bool = field(default=False, metadata={
+        "help": "run the solvers in harness.miniwob's browser directly, as teacher.replay does (no search.miniwob "
+                "screen of bids the AXTree does not print; one worker, no run folder)"})
 
 
-def table(out: Path, counts: float) -> list[str]:
-    """The per-task table of a finished run's summary and step lines."""
+def run_rows(out: Path) -> list[tuple[str, int, int, float]]:
+    """(task, episodes with reward 1, episodes, mean steps) of a finished search.miniwob run."""
     summary = json.loads((out / "summary.json").read_text())
-    lines = [f"| task | reward 1 | rate | Wilson 95% | mean steps | counts (>= {counts:.0%}) |",
-             "|---|---|---|---|---|---|"]
+    rows = []
     for site, s in summary["per_task"].items():
         task = site.removeprefix("miniwob.")
         steps = [json.loads(f.read_text().splitlines()[-1])["n_steps"] for f in (out / "tasks").glob(f"{task}.*.jsonl")]
-        lo, hi = wilson(s["success"], s["tasks"])
-        lines.append(f"| {task} | {s['success']}/{s['tasks']} | {s['success_rate']:.2f} | [{lo:.2f}, {hi:.2f}] | "
-                     f"{sum(steps) / len(steps):.1f} | {'yes' if s['success_rate'] >= counts else 'no'} |")
+        rows.append((task, s["success"], s["tasks"], sum(steps) / len(steps)))
+    return rows
+
+
+def direct_rows(tasks: list[str], seeds: str, max_steps: int) -> list[tuple[str, int, int, float]]:
+    """The same rows with the solvers acting in ``harness.miniwob``'s browser directly, as
+    ``teacher.replay`` runs them: no search.miniwob screen (which drops a bid the AXTree does
+    not print), so the tasks whose controls are plain divs count too."""
+    from harness.miniwob import miniwob_harness, parse_seeds, select_tasks, task_classes
+    from harness.solvers import solve_step
+
+    rows = []
+    for task in select_tasks(tasks, task_classes()):
+        wins, steps = 0, []
+        with miniwob_harness(task) as h:
+            for seed in parse_seeds(seeds):
+                obs, n = h.reset(seed=seed), 0
+                while not h.task_done and n < max_steps and (action := solve_step(task, obs.goal, obs.axtree)):
+                    obs, n = h.step(action), n + 1
+                wins, steps = wins + (h.reward == 1.0), steps + [n]
+        rows.append((task, wins, len(steps), sum(steps) / len(steps)))
+    return rows
+
+
+def table(rows: list[tuple[str, int, int, float]], counts: float) -> list[str]:
+    """The Markdown table of ``rows`` (``run_rows``, ``direct_rows``)."""
+    lines = [f"| task | reward 1 | rate | Wilson 95% | mean steps | counts (>= {counts:.0%}) |",
+             "|---|---|---|---|---|---|"]
+    for task, won, n, steps in rows:
+        (lo, hi), rate = wilson(won, n), won / n
+        lines.append(f"| {task} | {won}/{n} | {rate:.2f} | [{lo:.2f}, {hi:.2f}] | {steps:.1f} | "
+                     f"{'yes' if rate >= counts else 'no'} |")
     return lines
 
 
@@ -64,13 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     SolverBench.add_args(ap)
     a = SolverBench.from_args(ap.parse_args(argv))
     clock = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "search.miniwob", "--prm", "none", "--policy", "solver", "--tasks",
-                        *a.tasks.split(), "--seeds", a.seeds, "--max-steps", str(a.max_steps),
-                        "--workers", str(a.workers), "--out", a.out, "--resume"],
-                       cwd=ROOT, env=ENV, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit(f"search.miniwob failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    print("\n".join(table(ROOT / a.out, a.counts if a.counts is not None else COUNTS.get(a.tasks, 0.9))))
+    if a.direct:
+        rows = direct_rows(a.tasks.split(), a.seeds, a.max_steps)
+    else:
+        p = subprocess.run([sys.executable, "-m", "search.miniwob", "--prm", "none", "--policy", "solver", "--tasks",
+                            *a.tasks.split(), "--seeds", a.seeds, "--max-steps", str(a.max_steps),
+                            "--workers", str(a.workers), "--out", a.out, "--resume"],
+                           cwd=ROOT, env=ENV, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"search.miniwob failed ({p.returncode}):\n{p.stderr[-3000:]}")
+        rows = run_rows(ROOT / a.out)
+    print("\n".join(table(rows, a.counts if a.counts is not None else COUNTS.get(a.tasks, 0.9))))
     print(f"\nseeds {a.seeds}, --workers {a.workers}: {time.perf_counter() - clock:.0f} s wall clock")
     return 0
 
