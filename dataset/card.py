@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from cli.errors import error_exit
 from cli.config import CLIParser, Configurable, make_parser
+from cli.errors import error_exit
 from data.rundir import RunDir, atomic_write_text
 from dataset.report import markdown_table, md_code
 from dataset.tables import require_run_dir

@@ -73,16 +73,16 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from cli.errors import error_exit
 from cli.config import CLIParser, Configurable, make_parser
-from judgment.format import UNTRUSTED_MODES, JudgmentFormat, render_pair
-from judgment.parse import answer_text
+from cli.errors import error_exit
 from data.loss import loss_line
-from judgment.pairs import load_pairs
 from data.rundir import RunDir, StageStats, atomic_write_parquet
 from dataset import preference, prmbench
 from dataset.gmcp_ratio import drop_to_ratio
 from dataset.tables import read_pinned, require_run_dir
+from judgment.format import UNTRUSTED_MODES, JudgmentFormat, render_pair
+from judgment.pairs import load_pairs
+from judgment.parse import answer_text
 
 MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False),
                      pa.field("content", pa.string(), nullable=False)])
@@ -469,7 +469,8 @@ class ExportOptions(Configurable):
     axtree_chars: int | None = field(default=None, metadata={"min": 1, "deprecated": ("prompt_budget",),
         "help": "trl-labels: AXTree characters in the prompt (default: the teacher's; old name --prompt-budget)"})
     preset: str = field(default="heldout", metadata={
-        "choices": PRESETS, "help": "heldout: hold out --test-fraction of the tasks; paper: train on every verified pair"})
+        "choices": PRESETS,
+        "help": "heldout: hold out --test-fraction of the tasks; paper: train on every verified pair"})
     prompt_template: str | None = field(default=None, metadata={
         "metavar": "FILE", "help": "re-render the prompts with a YAML template (user, optional system)"})
     untrusted: str | None = field(default=None, metadata={

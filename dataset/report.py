@@ -6,10 +6,11 @@ Reads ``stats.json``, ``candidates.parquet``, ``preferences.parquet``, ``discard
 the audits ``proposals.audit`` wrote (``audit/<table>.json``, used only while they match the
 table's current bytes) and writes ``report/README.md`` with: the rule and axis distribution
 (pool, verified sample, kept), the GMCP ratio re-derived by the audit next to the paper's
-reference points (24.19% for WebArbiter's data, 74.60% for surfPRM-data), the verification outcome per rule, the attempts histogram, and a cost table
-in the terms of the paper's Table 4 (calls, calls per pair, first-attempt passes, passes per
-retry, discards, input and output tokens, dollars per pair), then one example pair (the first
-kept, else the first discarded, by pair id), the stage timings ``stats.json`` records, and what
+reference points (24.19% for WebArbiter's data, 74.60% for surfPRM-data), the verification
+outcome per rule, the attempts histogram, and a cost table in the terms of the paper's Table 4
+(calls, calls per pair, first-attempt passes, passes per retry, discards, input and output
+tokens, dollars per pair), then one example pair (the first kept, else the first discarded, by
+pair id), the stage timings ``stats.json`` records, and what
 the teacher's figures mean for this run's teacher. Plots use matplotlib's Agg backend (no
 display); the distribution plot draws the pool and the verified sample on panels of their own
 (the sample is a few pairs of a pool of hundreds), and the attempts plot runs to the run's K.

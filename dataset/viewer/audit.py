@@ -148,9 +148,11 @@ class AuditLog:
             rows = pq.read_table(self.path, schema=HUMAN_SCHEMA).to_pylist()
             sample_ids = {p["pair_id"] for p in self.sample}
             for r in rows:
-                if r["sample_seed"] != self.seed or r["sample_size"] != len(self.sample) or r["pair_id"] not in sample_ids:
+                if (r["sample_seed"] != self.seed or r["sample_size"] != len(self.sample)
+                        or r["pair_id"] not in sample_ids):
                     raise ValueError(f"{self.path} holds answers to another sample (seed {r['sample_seed']}, "
-                                     f"{r['sample_size']} pairs): use that --seed and --sample, or another --audit name")
+                                     f"{r['sample_size']} pairs): use that --seed and --sample, "
+                                     "or another --audit name")
                 self.rows[r["pair_id"]] = r
 
     def close(self) -> None:

@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
             source = open_source(ap, opts)
             summary = summarize(source.audit_dir, source.replay_outcomes())
-            print(json.dumps(summary, sort_keys=True) if SummaryOptions.from_args(args).json else format_summary(summary))
+            as_json = SummaryOptions.from_args(args).json
+            print(json.dumps(summary, sort_keys=True) if as_json else format_summary(summary))
             return 0
         from dataset.viewer.app import make_app
         from dataset.viewer.server import bind, serve

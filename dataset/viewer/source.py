@@ -23,13 +23,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from data.actions import ActionParseError, parse_action
-from data.state import State
-from judgment.format import JudgmentFormat, recorded_axtree_chars, render_pair
-from judgment.parse import parse_prompt
 from data.rundir import RunDir, RunDirError
+from data.state import State
 from dataset.readable import mark_icons, readable, target, why_worse
 from dataset.tables import read_pinned
 from graph.axtree import AXTree, AXTreeParseError, parse_axtree
+from judgment.format import JudgmentFormat, recorded_axtree_chars, render_pair
+from judgment.parse import parse_prompt
 from proposals.audit import bid_counts, classify, element_targets, mined_identity, node_bid_counts
 
 _LIST_COLUMNS = ["pair_id", "site", "traj_id", "task_id", "step_idx", "rule", "axis", "gmcp", "label",
@@ -191,8 +191,8 @@ class PairSource:
             raise RunDirError(f"{self.path}: no preferences.parquet or discarded.parquet (run teacher.verify first)")
         rows = [_summary(r, True) for r in (read_pinned(kept_path, _with_replay(kept_path, _LIST_COLUMNS))
                                             if kept_path.exists() else [])]
-        rows += [_summary(r, False) for r in (read_pinned(disc_path, _with_replay(disc_path, [*_LIST_COLUMNS, "reason"]))
-                                              if disc_path.exists() else [])]
+        disc_columns = _with_replay(disc_path, [*_LIST_COLUMNS, "reason"])
+        rows += [_summary(r, False) for r in (read_pinned(disc_path, disc_columns) if disc_path.exists() else [])]
         cands = self.path / "candidates.parquet"
         extra = {c["pair_id"]: c for c in read_pinned(cands, _CANDIDATE_COLUMNS)} if cands.exists() else {}
         for r in rows:
@@ -259,7 +259,8 @@ class PairSource:
                         "gmcp": None, "site": r.get("source_name") or "", "traj_id": r.get("traj_id") or "",
                         "task_id": r.get("task_id") or "", "step_idx": r.get("step_idx"), "label": label,
                         "response_1": parts.response_1, "response_2": parts.response_2, "action_pos": pos,
-                        "action_neg": neg, "verdicts": [], "verdict_source": "none", "teacher_choice": None, "replay_outcome": None,
+                        "action_neg": neg, "verdicts": [], "verdict_source": "none", "teacher_choice": None,
+                        "replay_outcome": None,
                         "intent": parts.intent, "url": parts.current_url, "row": i})
             try:
                 tree = parse_axtree(parts.axtree)
@@ -330,7 +331,8 @@ class PairSource:
         except ValueError:
             evidence = {"raw": pair.get("evidence")}
         messages, rerendered = self.prompt(pair, heavy, state)
-        return {"pair": pair, "state": state, "obs": obs, "evidence": evidence, "residual": self.residual(pair, obs, step),
+        return {"pair": pair, "state": state, "obs": obs, "evidence": evidence,
+                "residual": self.residual(pair, obs, step),
                 "attempts": self.attempts(pair, heavy), "reason": heavy.get("reason"),
                 "messages": messages, "rerendered": rerendered,
                 "replay": replay_view(pair.get("replay_outcome"), heavy.get("replay_evidence"))}

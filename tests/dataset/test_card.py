@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from scripted_teacher import ScriptedTeacher, llm_config, make_run, start
 from dataset.card import card_data
 from dataset.export import export
+from scripted_teacher import ScriptedTeacher, llm_config, make_run, start
 from teacher.verify import VerifyConfig, verify
 
 

@@ -162,8 +162,8 @@ def test_data_export_shim_runs_dataset_export(verified_run, tmp_path):
 
     old, new = cli("data.export", "--help"), cli("dataset.export", "--help")
     assert old.returncode == new.returncode == 0 and old.stdout == new.stdout and "--format" in new.stdout
-    assert old.stderr == "warning: python -m data.export is deprecated and will be removed; use python -m dataset.export "\
-        "(same flags)\n" and not new.stderr
+    assert old.stderr == ("warning: python -m data.export is deprecated and will be removed; "
+                          "use python -m dataset.export (same flags)\n") and not new.stderr
 
     done = {}
     for module in ("data.export", "dataset.export"):
@@ -353,7 +353,7 @@ def test_report_plots_run_to_k_and_show_the_sample_beside_the_pool(verified_run,
     assert [r[0] for r in table_rows(attempts)] == ["attempts", "1", "2"]
     r["dist"]["pool"]["rule"]["structurally_near"] = 500          # a pool of hundreds beside a sample of a few
     fig = distribution_figure(r)
-    (pool_rule, pool_axis), (sample_rule, sample_axis) = fig.axes[:2], fig.axes[2:]
+    pool_rule, sample_rule = fig.axes[0], fig.axes[2]            # each rule panel is followed by its axis panel
     assert [t.get_text() for t in pool_rule.get_legend().get_texts()] == ["pool"]
     assert [t.get_text() for t in sample_rule.get_legend().get_texts()] == ["sample", "kept"]
     assert sample_rule.get_ylim()[1] < 50 < pool_rule.get_ylim()[1]

@@ -12,10 +12,18 @@ import pyarrow.parquet as pq
 import pytest
 from starlette.testclient import TestClient
 
-from dataset.viewer.cli import main
 from dataset.viewer.app import make_app
-from dataset.viewer.audit import (HUMAN_SCHEMA, AuditLog, annotator_summary, answers_path, cohen_kappa, draw_sample,
-                                  summarize, wilson)
+from dataset.viewer.audit import (
+    HUMAN_SCHEMA,
+    AuditLog,
+    annotator_summary,
+    answers_path,
+    cohen_kappa,
+    draw_sample,
+    summarize,
+    wilson,
+)
+from dataset.viewer.cli import main
 from dataset.viewer.graphview import neighbourhood_layout
 from dataset.viewer.source import PairSource
 from viewer_run import add_replay, make_mined_run, make_viewer_run, replay_evidence
@@ -362,7 +370,8 @@ def test_webprmbench_file_with_string_prompts(viewer_run, tmp_path):
                                                                  ("expected", pa.int8()), ("prompt", pa.string())])),
                    path)
     source = PairSource.open(bench=path)
-    assert len(source.pairs) == len(rows) and source.pairs[0]["pair_id"] == f"{rows[0]['state_idx']}-{rows[0]['pair_idx']}"
+    assert len(source.pairs) == len(rows)
+    assert source.pairs[0]["pair_id"] == f"{rows[0]['state_idx']}-{rows[0]['pair_idx']}"
     page = TestClient(make_app(source), base_url=LOCAL).get(f"/pair/{source.pairs[0]['pair_id']}").text
     assert "<h4>user</h4>" in page and 'class="line target target-' in page
 
@@ -374,7 +383,7 @@ def test_observation_marks_every_target_line_and_anchors_the_first():
             "\t[13] button 'Go'\n\t[12] textbox 'Search'")
     same = observation(text, None, "fill('12', 'shoes')", "fill('12', 'boots')")
     marks = [(line["mark"], line["anchor"]) for line in same.lines]
-    assert marks[3] == ("both", "target-pos") and marks[5] == ("both", None)       # a repeated bid: marked, not anchored
+    assert marks[3] == ("both", "target-pos") and marks[5] == ("both", None)  # a repeated bid: marked, not anchored
     assert same.anchors == {"pos": "target-pos", "neg": "target-pos"}
     assert same.paths["pos"] == ["RootWebArea 'Shop'", "navigation 'Main'", "textbox 'Search'"]
     drag = observation(text, None, "click('11')", "drag_and_drop('13', '11')")

@@ -27,7 +27,8 @@ CHROMIUM = Path("/usr/lib/chromium/chromium")
 SCREENSHOTS = ROOT / "docs" / "screenshots"
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed (make setup installs it)")]
+              pytest.mark.skipif(not CHROMIUM.exists(),
+                                 reason="Debian chromium not installed (make setup installs it)")]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,8 @@ def browser():
     lighten_playwright_stacks()
 
     with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--disable-gpu", "--disable-quic", "--disable-sync"])
+        b = pw.chromium.launch(executable_path=str(CHROMIUM),
+                               args=["--disable-gpu", "--disable-quic", "--disable-sync"])
         try:
             yield b
         finally:
@@ -104,7 +106,8 @@ def test_list_filters(server, run, page, tmp_path):
 def test_pair_page_marks_both_targets_in_view(server, run, page, tmp_path):
     source = run[2]
     pid = next(p["pair_id"] for p in source.pairs
-               if p["kept"] and p["pair_id"] != run[1]["hostile"] and all(source.detail(p["pair_id"])["obs"].paths.get(k) for k in ("pos", "neg")))
+               if p["kept"] and p["pair_id"] != run[1]["hostile"]
+               and all(source.detail(p["pair_id"])["obs"].paths.get(k) for k in ("pos", "neg")))
     pair = source.by_id[pid]
     page.goto(f"{server.url}/pair/{pid}")
     pos, neg = page.locator("#target-pos"), page.locator("#target-neg")
@@ -161,7 +164,8 @@ def test_audit_by_keyboard_resumes_and_sums_up(run, page, tmp_path, capsys):
         # the page less the answer buttons (whose "both valid" names the negative, as the paper does)
         main_text = page.evaluate("() => { const m = document.querySelector('main').cloneNode(true); "
                                   "m.querySelector('form').remove(); return m.textContent; }")
-        for hidden in (sample[0]["rule"], sample[0]["axis"], "positive", "negative", "demonstrat", "verdict", "teacher"):
+        for hidden in (sample[0]["rule"], sample[0]["axis"],
+                       "positive", "negative", "demonstrat", "verdict", "teacher"):
             assert hidden not in main_text          # blind: no rule, label or verdict
         screenshot(page, "viewer-audit.png", tmp_path)
         for i in (0, 1):
