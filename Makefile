@@ -118,7 +118,9 @@ replay-demo: setup
 # development run uses them (the solvers were developed on 0-19 and validated on 100-119).
 # Every grounded negative is mined (--max-per-rule 0; full: 5 per rule, rich pages have dozens)
 # so that a state has the most chances of 4 proven ones; the export samples 4 per state.
-# Small (default): 4 axtree10 tasks x 3 seeds, ~17 states, ~13 min at load 20 on 2 cores.
+# Small (default): 3 axtree10 tasks x 4 seeds, whose states most often have 4 proven negatives
+# (click-checkboxes is left out: at load 20 its solver's clicks sometimes repeat, changing the
+# episode); ~15 states, ~15 min at load 20 on 2 cores.
 # SIZE=full: axtree10 + rich (26 tasks) x 10 seeds, 300+ states: a bench run of hours.
 # Judge it: python -m prm.evaluate --bench OUT/export/webprmbench.parquet --base-url URL --model M --out R.json
 ifeq ($(SIZE),full)
@@ -126,8 +128,8 @@ PRMBENCH_TASKS ?= axtree10 rich
 PRMBENCH_SEEDS ?= 1000-1009
 PRMBENCH_CAP ?= 5
 else
-PRMBENCH_TASKS ?= click-checkboxes login-user click-option click-tab
-PRMBENCH_SEEDS ?= 1000-1002
+PRMBENCH_TASKS ?= click-tab click-option login-user
+PRMBENCH_SEEDS ?= 1000-1003
 PRMBENCH_CAP ?= 0
 endif
 prmbench-miniwob: setup
