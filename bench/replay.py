@@ -55,7 +55,8 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from cli.config import Configurable, make_parser  # noqa: E402
-from dataset.report import FN_PAPER, FN_WEBARBITER, REPLAY_OUTCOMES as OUTCOMES  # noqa: E402
+from dataset.report import FN_PAPER, FN_WEBARBITER  # noqa: E402
+from dataset.report import REPLAY_OUTCOMES as OUTCOMES
 from dataset.stats import wilson  # noqa: E402
 
 SETS = ("graph", "no_graph", "random")
@@ -221,7 +222,8 @@ def timed_verify(tree: Path, run: Path, *flags: str) -> dict:
     subprocess.run([sys.executable, "-m", "teacher.verify", "--run", str(run), "--verifier", "replay",
                     "--replay-no-cache", "--quiet", *flags], cwd=tree, check=True, stdout=subprocess.DEVNULL)
     wall, after = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"wall_s": round(wall, 2), "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2),
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
             "load": [round(load0, 1), round(os.getloadavg()[0], 1)]}
 
 
@@ -263,7 +265,8 @@ def throughput(cfg: ReplayBench, out: Path) -> dict:
     result = {"pairs": pairs, "runs": runs, "arms": {}}
     for arm, ms in runs.items():
         wall, cpu = statistics.median(m["wall_s"] for m in ms), statistics.median(m["cpu_s"] for m in ms)
-        result["arms"][arm] = {"pairs_per_s": round(pairs / wall, 3), "wall_s": wall, "cpu_s_per_pair": round(cpu / pairs, 2)}
+        result["arms"][arm] = {"pairs_per_s": round(pairs / wall, 3), "wall_s": wall,
+                               "cpu_s_per_pair": round(cpu / pairs, 2)}
     for arm in ("new", "new_1_worker"):
         a, b = result["arms"][arm], result["arms"]["base"]
         a["ratio_pairs_per_s"] = round(a["pairs_per_s"] / b["pairs_per_s"], 2)
@@ -284,7 +287,8 @@ def write_fixed_set(run: Path, outcome: dict, path: Path, n_steps: int) -> None:
     cands = sorted((c for c in pq.read_table(run / "candidates.parquet").to_pylist() if c["sampled"]),
                    key=lambda c: (c["task_id"], c["traj_id"], c["step_idx"], c["pair_id"]))
     keys = list(dict.fromkeys((c["traj_id"], c["step_idx"]) for c in cands))
-    keys = sorted(keys, key=lambda k: -len({outcome[c["pair_id"]] for c in cands if (c["traj_id"], c["step_idx"]) == k}))
+    kinds = {k: {outcome[c["pair_id"]] for c in cands if (c["traj_id"], c["step_idx"]) == k} for k in keys}
+    keys = sorted(keys, key=lambda k: -len(kinds[k]))
     chosen = set(keys[:n_steps])
     states = RunDir(run).states(chosen)
     meta = {r["traj_id"]: json.loads(r["meta"]) for r in pq.read_table(run / "trajectories.parquet",
@@ -364,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
             t = result[name][key] = teacher_accuracy(all_rows[name],
                                                      teacher_decisions(runs[name], out / f"{name}_{key}", llm))
             lines += [f"{label.capitalize()} on {name}: discard precision vs `equivalent` "
-                      f"{share(t['true_discards'], t['discarded'])}, recall {share(t['true_discards'], t['equivalent'])}; "
+                      f"{share(t['true_discards'], t['discarded'])}, "
+                      f"recall {share(t['true_discards'], t['equivalent'])}; "
                       f"keeps {share(t['harmful_kept'], t['harmful'])} of the `harmful` pairs.", ""]
     result["seconds"] = round(time.perf_counter() - t0, 1)
     lines.append(f"Wall time {result['seconds']} s.")

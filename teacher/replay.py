@@ -76,10 +76,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from cli.config import Configurable
-from judgment.parse import answer_text
-from judgment.pairs import Pair
 from data.rundir import RunDir
 from harness.lean import ActionRefused, vet
+from judgment.pairs import Pair
+from judgment.parse import answer_text
 
 OUTCOMES = ("equivalent", "harmful", "detour", "not_executable", "replay_mismatch")
 KEPT = ("harmful", "detour", "not_executable")
@@ -114,7 +114,8 @@ class ReplayConfig(Configurable):
     # -- issue 37: any policy as the continuation (kept last) --
     continuation: str = field(default="solver", metadata={
         "choices": CONTINUATIONS, "help": "who finishes the task after a+ and a-: the scripted solver, or the "
-                                          "policy of --replay-policy-* (an LLMConfig: the embedded model or an endpoint)"})
+                                          "policy of --replay-policy-* (an LLMConfig: the embedded model or an "
+                                          "endpoint)"})
     rollouts: int = field(default=1, metadata={
         "min": 1, "max": 1000, "help": "seeded policy rollouts from each side (rollout r samples with seed + r); "
                                        "the solver is deterministic: one"})
@@ -135,7 +136,8 @@ class Target:
         """The cache key: everything the outcome depends on (``backend``: the harness and solver
         versions)."""
         policy = {"continuation": "policy", "rollouts": config.rollouts} if config.continuation == "policy" else {}
-        canon = json.dumps({"version": REPLAY_VERSION, "backend": backend, "solver_steps": config.solver_steps, **policy,
+        canon = json.dumps({"version": REPLAY_VERSION, "backend": backend, "solver_steps": config.solver_steps,
+                            **policy,
                             "task": self.task, "seed": self.seed, "history": list(self.history),
                             "observation": state_hash(self.observation), "pos": self.action_pos,
                             "neg": self.action_neg}, sort_keys=True, separators=(",", ":"))
@@ -319,10 +321,9 @@ def _branch(env, backend, target: Target, history: list[str], action: str, confi
 def _retrying(replay) -> tuple[tuple, int]:
     """``replay()`` again while its evidence shows a Playwright timeout (``TIMEOUT_RETRIES``): its
     result and the attempts made."""
-    for attempt in range(1, TIMEOUT_RETRIES + 2):
-        result = replay()
-        if "TimeoutError" not in json.dumps(result):
-            break
+    attempt, result = 1, replay()
+    while "TimeoutError" in json.dumps(result) and attempt <= TIMEOUT_RETRIES:
+        attempt, result = attempt + 1, replay()
     return result, attempt
 
 
@@ -348,7 +349,8 @@ def replay_step(env, backend, targets: list[Target], config: ReplayConfig, on_pa
     rule = classify_rollouts if config.continuation == "policy" else classify
     out = []
     for t in targets:
-        (neg, mismatch), attempts = _retrying(lambda: _branch(env, backend, t, history, t.action_neg, config, pos))
+        (neg, mismatch), attempts = _retrying(lambda t=t: _branch(env, backend, t, history, t.action_neg, config,
+                                                                  pos))
         evidence = {**base, "attempts": pos_attempts + attempts - 1}
         out.append(Replay("replay_mismatch", {**evidence, **mismatch}) if mismatch
                    else Replay(rule(pos, neg), {**evidence, "pos": pos, "neg": neg}))

@@ -61,15 +61,15 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from cli.errors import error_exit
 from cli.config import Configurable, check_ranges, make_parser
-from data.loss import loss_line
+from cli.errors import error_exit
 from cli.progress import done_line, progress
+from data.loss import loss_line
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from data.schema import RULES
 from judgment.format import DEFAULT_BUDGET, UNTRUSTED_MODES, JudgmentFormat
-from judgment.parse import answer_text, judgment_sections, parse_verdict
 from judgment.pairs import Pair, load_pairs
+from judgment.parse import answer_text, judgment_sections, parse_verdict
 from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
 
 STAGE = "teacher.verify"
@@ -437,7 +437,8 @@ def _verify_by_replay(run: RunDir, pairs: list[Pair], config: VerifyConfig, repl
     stats.extra = {"sampled": len(pairs), "pending": 0, "pending_errors": {}, "pending_pair_ids": [],
                    "teacher_model": teacher_model, "endpoint": "replay",
                    "config": {"verifier": "replay", "seed": config.seed, "verdict_mode": "replay",
-                              "k": 1, "effective_k": 1, "effective_k_note": "replay: one deterministic replay per pair"},
+                              "k": 1, "effective_k": 1,
+                              "effective_k_note": "replay: one deterministic replay per pair"},
                    **summarize_decisions(decisions), **extra, "llm": {},
                    "seconds": round(time.perf_counter() - t0, 2)}
     rejects = [Reject(STAGE, d.reason, "candidates.parquet", d.attempts[0].text,

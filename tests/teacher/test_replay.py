@@ -240,7 +240,7 @@ def test_stage_writes_outcomes_and_resumes_after_a_kill(backend, click_button, t
 
     # the card and the report take the outcomes as they take a teacher's verdicts
     from dataset.card import body
-    from dataset.report import render_markdown, collect
+    from dataset.report import collect, render_markdown
 
     report = render_markdown(collect(root))
     assert "## Replay outcomes (ground truth)" in report

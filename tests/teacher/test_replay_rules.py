@@ -7,8 +7,17 @@ import json
 
 import pytest
 
-from teacher.replay import (MiniWoBBackend, NotReplayable, ReplayConfig, ReplayVerifier, Target, classify,
-                            episode_of, normalize_axtree, state_hash)
+from teacher.replay import (
+    MiniWoBBackend,
+    NotReplayable,
+    ReplayConfig,
+    ReplayVerifier,
+    Target,
+    classify,
+    episode_of,
+    normalize_axtree,
+    state_hash,
+)
 
 
 def branch(hash="h", reward=0.0, done=False, error=None, steps=0, finished=True):
