@@ -131,7 +131,7 @@ def _probe(base: str, page: str, timeout_s: float) -> None:
 def miniwob_harness(name: str, url: str | None = None, lean: bool = False, **options):
     """A ``BrowserHarness`` on MiniWoB task ``name`` (``click-button`` or ``miniwob.click-button``)
     at ``url`` (default ``base_url()``), validated live; ``options`` go to ``BrowserHarness``;
-    ``lean``: a ``harness.lean.LeanHarness`` (kept browser, AXTree-only observations: replays).
+    ``lean``: a ``harness.lean.LeanHarness`` (resets on one kept page, AXTree-only observations: replays).
     ``file://`` pages have no host, so every ``goto`` is refused; an http ``MINIWOB_URL`` allows
     its own host."""
     from harness.env import BrowserHarness, host_of

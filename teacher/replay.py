@@ -18,7 +18,7 @@ seed, history a_1 .. a_{t-1}, O_t and a⁺: ``steps``) are replayed together:
 3. for each a⁻: reset and replay again (the O_t check again), run a⁻, record its state and, unless
    it is a⁺'s state or the action failed, let the continuation finish.
 
-The browser is ``harness.lean``'s: one Chromium kept for all resets (a new context each), and
+The browser is ``harness.lean``'s: one Chromium page kept for all resets (a new document each), and
 observations reduced to the elements' marks and, where the judge reads it, the AXTree; actions run
 through BrowserGym's action execution. Every action (history, a⁺, a⁻, the continuation's) runs only
 as ``harness.lean.vet`` passes it: one call of the run's action set with literal arguments, ``goto``
@@ -39,7 +39,9 @@ confined to the task's hosts (none for ``file://`` pages), ``noop`` waits of at 
 ``policy``: the AXTree policy of ``search.miniwob`` (``harness.policy``) on the model of the
 ``--replay-policy-*`` flags (``llm.LLMConfig``: the embedded model, or an OpenAI-compatible
 endpoint), one sample per step, ``--replay-rollouts M`` rollouts a side, rollout r sampling with
-seed + r (temperature 0 makes them one greedy rollout repeated). Each side's ``successes`` (rollouts
+seed + r (temperature 0 makes them one greedy rollout repeated). Its prompt is search's (goal, URL,
+AXTree, actions so far); its feedback on the last action is shorter than ``search.agent``'s: the
+action's error line, else "done". Each side's ``successes`` (rollouts
 that end with the task's reward 1) decide, first match wins: ``not_executable`` and ``equivalent``
 (same state) as above; ``harmful`` when a⁻ ended the task failed; ``equivalent`` when a⁻'s successes
 are not fewer than a⁺'s; ``harmful`` when a⁻ has none (and a⁺ some); ``detour`` when a⁻ has some,
