@@ -11,14 +11,16 @@ BrowserGym actions on the AXTree, with feedback on its last action.
 The prompt shows the goal, the URL, the AXTree (cut to ``budget`` characters by
 ``judgment.axtree.budget_axtree``; the CLIs' ``--policy-axtree-chars``, default 12,000), the actions
 taken so far and textual feedback on the last action. Feedback follows OpenWebRL's idea: compare
-the browser state before and after an action and say what happened (``describe_outcome``: navigated or not, new tab, typed value differs
-from what was asked, scroll did not move, element not found), so the policy sees failed actions
+the browser state before and after an action and say what happened (``describe_outcome``:
+navigated or not, new tab, typed value differs from what was asked, scroll did not move, element
+not found), so the policy sees failed actions
 that BrowserGym reports as success; and, as OpenWebRL's App. A.2 does, which element lay under a
 click's point (an overlay that took the click) and which element has focus after typing
 (``element_notes``; on by default, ``--no-element-feedback`` leaves them out). N samples are one
-request with the endpoint's ``n`` at temperature 1.0 (``--prm none`` asks for one greedy sample). Building the prompt and reading the
-actions out of the answers are pure functions; only ``Policy.propose`` calls the model. Each
-answer's action is ``data.actions.extract_action``'s (``candidate_text``).
+request with the endpoint's ``n`` at temperature 1.0 (``--prm none`` asks for one greedy sample).
+Building the prompt and reading the actions out of the answers are pure functions; only
+``Policy.propose`` calls the model. Each answer's action is ``data.actions.extract_action``'s
+(``candidate_text``).
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from data.actions import ActionParseError, parse_action
+
 # The AXTree policy itself (prompt, sampling) is harness.policy's: teacher.replay runs it too.
 from harness.policy import AXTREE_BUDGET, SYSTEM, Policy, build_messages, candidate_text, sample_texts  # noqa: F401
 from harness.robust import element_text
 from llm import LLMConfig
 from search.loop import AgentKind, run_episode, sample
 from search.tournament import pick, read_actions, screen
+
 
 def _node_value(axtree: str, bid: str):
     from graph.axtree import AXTreeParseError, parse_axtree

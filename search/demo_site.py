@@ -86,7 +86,8 @@ class Shop(LocalServer):
                     body = _page("Results", f"<p>{len(hits)} results for {html.escape(term)}</p><ul>{items}</ul>")
                 elif u.path.startswith("/item/") and u.path[6:] in ITEMS:
                     k = u.path[6:]
-                    body = _page(ITEMS[k], f"<p>A fine {ITEMS[k].lower()}.</p><a href='/order?item={k}'>Order this item</a>")
+                    body = _page(ITEMS[k], f"<p>A fine {ITEMS[k].lower()}.</p>"
+                                           f"<a href='/order?item={k}'>Order this item</a>")
                 elif u.path == "/order" and q.get("item") in ITEMS:
                     k = q["item"]
                     body = _page(f"Order {ITEMS[k]}", "<form method='post' action='/order'>"

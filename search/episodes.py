@@ -71,10 +71,10 @@ def episode_runner(benchmark, config, run: RunFolder, stack: contextlib.ExitStac
 def run_task(benchmark, config, task: dict, make_harness, make_agent, log, keep=None, steps=None) -> dict:
     """One task: one episode of ``make_agent(seed)`` in ``make_harness(task)``, a JSONL line per
     step, an ``infra_diagnostic`` line per infrastructure failure the harness recorded
-    (``harness.robust``), the result row (``infra_diagnostics``: their count per phase); ``keep(decided, final_observation,
-    row)`` gets the steps with the observations they were decided on (``search.trajectories``); ``steps`` (a progress bar)
-    advances by one a step. A task config's own ``seed`` (MiniWoB) is its episode's, else the
-    run's ``--seed``."""
+    (``harness.robust``), the result row (``infra_diagnostics``: their count per phase);
+    ``keep(decided, final_observation, row)`` gets the steps with the observations they were
+    decided on (``search.trajectories``); ``steps`` (a progress bar) advances by one a step. A task
+    config's own ``seed`` (MiniWoB) is its episode's, else the run's ``--seed``."""
     decided = []
 
     def on_step(step, obs):
@@ -168,7 +168,8 @@ def prm_judge_mode(config, local: bool) -> str:
     if mode == "auto":
         return "score-both" if local else "generate"
     if not local and mode != "generate":
-        raise ValueError(f"--prm-judge-mode {mode} needs a local PRM (a folder or 'embedded'); an endpoint only generates")
+        raise ValueError(f"--prm-judge-mode {mode} needs a local PRM (a folder or 'embedded'); "
+                         "an endpoint only generates")
     return mode
 
 

@@ -20,9 +20,10 @@ the goal and BrowserGym's flattened AXTree as they are. ``--policy solver`` is n
 one candidate is the task's scripted solver's action (``harness.solvers``), so that the episodes
 are demonstrations with the task's own reward. Output in ``--out``:
 ``tasks/<task>.<seed>.jsonl`` (steps: candidates, bracket, chosen action, feedback, timings; then
-the result: reward, termination), ``trajectories.parquet`` (``search.trajectories``; ``meta`` holds ``task`` and ``seed``),
-``summary.json`` (``per_task``: success rate per MiniWoB task over its seeds; ``macro.success_rate``:
-their mean; ``tasks``: episodes run), ``versions.json``, ``run.json``.
+the result: reward, termination), ``trajectories.parquet`` (``search.trajectories``; ``meta``
+holds ``task`` and ``seed``), ``summary.json`` (``per_task``: success rate per MiniWoB task over its
+seeds; ``macro.success_rate``: their mean; ``tasks``: episodes run), ``versions.json``,
+``run.json``.
 """
 
 from __future__ import annotations
@@ -31,12 +32,30 @@ import sys
 from dataclasses import dataclass, field, replace
 
 from data.sites import miniwob_task
-from harness.miniwob import (PREFIX, SUBSETS, MiniWoBSetupError, base_url, check_pages, miniwob_harness,
-                             parse_seeds, select_tasks, task_classes)
+from harness.miniwob import (
+    PREFIX,
+    SUBSETS,
+    MiniWoBSetupError,
+    base_url,
+    check_pages,
+    miniwob_harness,
+    parse_seeds,
+    select_tasks,
+    task_classes,
+)
 from harness.solvers import SOLVERS, solve_step
 from search.agent import AXTREE, axtree_policy
-from search.runner import (RESUME_SETTINGS, AXTreeSearch, Benchmark, SetupError, base_row, baseline_difference,
-                           build_parser as search_parser, main as run_cli, run_summary)
+from search.runner import (
+    RESUME_SETTINGS,
+    AXTreeSearch,
+    Benchmark,
+    SetupError,
+    base_row,
+    baseline_difference,
+    run_summary,
+)
+from search.runner import build_parser as search_parser
+from search.runner import main as run_cli
 
 SOLVER = "solver"       # --policy solver: the scripted solvers as the policy
 
@@ -124,7 +143,8 @@ def report(config: MiniWoBSearch, summary: dict, baseline: dict | None) -> None:
           file=sys.stderr)
 
 
-MINIWOB = Benchmark("search.miniwob", MiniWoBSearch, tasks, site_harnesses, agent=replace(AXTREE, policy=miniwob_policy),
+MINIWOB = Benchmark("search.miniwob", MiniWoBSearch, tasks, site_harnesses,
+                    agent=replace(AXTREE, policy=miniwob_policy),
                     resume_settings=RESUME_SETTINGS + ("max_format_errors", "policy_axtree_chars"), row=row,
                     summarize=summarize, report=report, trajectory_site=trajectory_site)
 

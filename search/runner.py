@@ -80,13 +80,21 @@ from typing import Callable
 
 from cli.config import Configurable, make_parser
 from cli.errors import error_exit
-from judgment.format import DEFAULT_BUDGET
 from cli.progress import done_line, progress
+from judgment.format import DEFAULT_BUDGET
 from llm import LLMConfig
-from prm.judge import DEVICES, DTYPES, GENERATE_MAX_TOKENS    # prm.judge imports torch only when a model loads
+from prm.judge import DEVICES, DTYPES, GENERATE_MAX_TOKENS  # prm.judge imports torch only when a model loads
 from search.agent import AXTREE, AXTREE_BUDGET
-from search.episodes import (RunFolder, SetupError, episode_runner, model_settings, prm_judge_mode, prm_llm_config,
-                             read_summary, robustness)
+from search.episodes import (
+    RunFolder,
+    SetupError,
+    episode_runner,
+    model_settings,
+    prm_judge_mode,
+    prm_llm_config,
+    read_summary,
+    robustness,
+)
 from search.loop import AgentKind, sum_counts
 
 __all__ = ["AXTreeSearch", "Benchmark", "SearchConfig", "SetupError", "base_row", "build_parser", "main",
@@ -121,11 +129,13 @@ class SearchConfig(Configurable):
     demo: bool = field(default=False, metadata={
         "help": "run the built-in demo task (a small shop on 127.0.0.1) instead: no sites needed"})
     prm_prompt_template: str | None = field(default=None, metadata={
-        "metavar": "FILE", "help": "render the PRM's prompts with a YAML template (user, optional system; judgment.format)"})
+        "metavar": "FILE",
+        "help": "render the PRM's prompts with a YAML template (user, optional system; judgment.format)"})
     prm_llm: dict = field(default_factory=dict)       # ``llm.LLMConfig`` settings given for the PRM (--prm-* flags)
     policy_llm: dict = field(default_factory=dict)    # ... and for the policy (base_url, max_tokens, ...)
     workers: int = field(default=1, metadata={
-        "min": 1, "help": "episodes in parallel: N > 1 runs them as Prefect tasks on a local Dask cluster of N processes"})
+        "min": 1,
+        "help": "episodes in parallel: N > 1 runs them as Prefect tasks on a local Dask cluster of N processes"})
     dask_address: str | None = field(default=None, metadata={
         "help": "run the episodes on this Dask scheduler (tcp://host:8786) instead; --out must be shared"})
     prm_axtree_chars: int = field(default=DEFAULT_BUDGET, metadata={
@@ -181,8 +191,9 @@ class AXTreeSearch(SearchConfig):
     max_format_errors: int | None = field(default=3, metadata={
         "help": "steps in a row without a valid candidate that end an episode"})
     policy_axtree_chars: int = field(default=AXTREE_BUDGET, metadata={
-        "min": 1, "metavar": "CHARS", "help": "AXTree characters in each policy prompt (judgment.axtree.budget_axtree: "
-                                              "the root line first, then lines in page order until the budget is spent)"})
+        "min": 1, "metavar": "CHARS",
+        "help": "AXTree characters in each policy prompt (judgment.axtree.budget_axtree: "
+                "the root line first, then lines in page order until the budget is spent)"})
 
 
 @dataclass
@@ -273,7 +284,8 @@ def run_search(benchmark: Benchmark, config: SearchConfig) -> dict:
         benchmark.report(config, summary, baseline)
     if why := prm_never_called(config, rows):
         print(f"PRM never called: {why}", file=sys.stderr)
-    print(summary_line(benchmark.name, summary, len(rows) - resumed, resumed, sum(r.get("n_steps") or 0 for r in rows[resumed:]),
+    steps_run = sum(r.get("n_steps") or 0 for r in rows[resumed:])
+    print(summary_line(benchmark.name, summary, len(rows) - resumed, resumed, steps_run,
                        time.perf_counter() - clock, run.out / "summary.json"), file=sys.stderr)
     return summary
 
@@ -400,6 +412,7 @@ def llm_settings(args: argparse.Namespace, prefix: str) -> dict:
     """The ``LLMConfig`` settings a command line gives for ``prefix`` ('prm-'): those of its
     ``--<prefix>llm-config`` file, then its ``--<prefix>*`` flags."""
     import yaml
+
     from llm import LLMConfig
 
     dest = prefix.replace("-", "_")

@@ -15,9 +15,10 @@ ceil(log2 N) rounds (a property of the bracket, not a figure the paper states).
 Screening (``screen``, the one used by every agent): each proposal is read first (``Reading``:
 BrowserGym actions by ``read_actions``, MAG outputs by ``search.mag.agent``); unreadable ones
 (unparseable, targeting a bid absent from the current AXTree, ...) are dropped with a reason;
-duplicates (the same page action) are merged into one representative and counted. One survivor needs no judge call. Otherwise the survivors are shuffled by ``seed`` and
-paired in order; an odd count gives the last one a bye. The matches of one round go to the judge
-as one batch. N survivors take exactly N-1 matches in ceil(log2 N) rounds.
+duplicates (the same page action) are merged into one representative and counted. One survivor
+needs no judge call. Otherwise the survivors are shuffled by ``seed`` and paired in order; an odd
+count gives the last one a bye. The matches of one round go to the judge as one batch. N survivors
+take exactly N-1 matches in ceil(log2 N) rounds.
 
 The judge is any callable ``judge(pairs) -> verdicts`` where ``pairs`` is a list of
 ``(action_1, action_2)`` canonical strings and each verdict is an object with ``verdict``

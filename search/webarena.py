@@ -22,9 +22,10 @@ benchmark); this module plugs in WebArena-Lite's tasks, sites and harness, with 
 BrowserGym-action agent (``search.agent.AXTreeAgent``).
 
 Output in ``--out``: ``trajectories.parquet`` (the episodes as canonical trajectories, which
-``python -m data.ingest --source canonical`` reads back: ``search.trajectories``), ``tasks/<task_id>.jsonl`` (one line per step: candidates, bracket, chosen
-action, feedback, errors, timings, the candidates screened out before the bracket and the
-judgments without a verdict, unparsed or truncated; then one ``result`` line with their
+``python -m data.ingest --source canonical`` reads back: ``search.trajectories``),
+``tasks/<task_id>.jsonl`` (one line per step: candidates, bracket, chosen action, feedback,
+errors, timings, the candidates screened out before the bracket and the judgments without a
+verdict, unparsed or truncated; then one ``result`` line with their
 ``totals``), ``summary.json``, ``versions.json`` and ``run.json`` (the settings, the AXTree budgets
 ``--policy-axtree-chars`` and ``--prm-axtree-chars``, both 12,000 by default, the models' token
 limits and where a local PRM loaded). ``summary.json``: success per environment over every task
@@ -33,9 +34,9 @@ are the paper's five (Table 3: shopping, reddit, shopping_admin, gitlab, map), a
 counted under its first site other than Wikipedia (``environment_of``: 46, 21, 35, 32 and 31
 of the 165 tasks, the denominators of Table 3's unguided rows, which the paper reports from
 WebArbiter; its own guided rates fit 46 and 31 but not 21, 35 or 32, e.g. GitLab's 41.18% is
-7/17, and the paper does not say which tasks they were computed on); ``per_environment`` always holds them, and
-``--site-groups multi`` makes ``sites`` and the macro one row per site with the 10 multi-site
-tasks apart (``multi``) instead; an
+7/17, and the paper does not say which tasks they were computed on); ``per_environment`` always
+holds them, and ``--site-groups multi`` makes ``sites`` and the macro one row per site with the
+10 multi-site tasks apart (``multi``) instead; an
 episode that ended in an environment failure (``site_unreachable``, ``env_error``,
 ``policy_error``) counts as a task not solved, and the failures are listed beside the rates
 (``env_failures`` per site and overall, ``env_failed_tasks``), never dropped from the
@@ -62,8 +63,19 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from search.runner import (RESUME_SETTINGS, AXTreeSearch, Benchmark, SetupError, base_row, baseline_difference, build_parser as
-                           search_parser, main as run_cli, run_summary, site_key, site_success)
+from search.runner import (
+    RESUME_SETTINGS,
+    AXTreeSearch,
+    Benchmark,
+    SetupError,
+    base_row,
+    baseline_difference,
+    run_summary,
+    site_key,
+    site_success,
+)
+from search.runner import build_parser as search_parser
+from search.runner import main as run_cli
 
 __all__ = ["WA_VARS", "SITES", "ENVIRONMENTS", "SetupError", "WEBARENA_LITE", "WebArenaSearch", "environment_of",
            "load_task_configs", "preflight", "score_answer", "site_key", "summarize_run", "webarena_harness", "main"]
@@ -79,7 +91,8 @@ def webarena_lite_tasks_path() -> Path:
     package (its ``__init__`` downloads NLTK data and registers every task)."""
     spec = importlib.util.find_spec("browsergym.webarenalite")
     if spec is None or not spec.submodule_search_locations:
-        raise SetupError("browsergym-webarenalite is not installed (pip install --no-deps -r requirements/browsergym.txt)")
+        raise SetupError("browsergym-webarenalite is not installed "
+                         "(pip install --no-deps -r requirements/browsergym.txt)")
     return Path(list(spec.submodule_search_locations)[0]) / CONFIG_FILE
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from judgment.parse import parse_prompt
 from data.schema import RULES
+from judgment.parse import parse_prompt
 from llm.serve import OpenAIHandler, serve_in_thread
 
 BUNDLED = Path(__file__).resolve().parents[1] / "data" / "bundled" / "agentlab_workarena.parquet"

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT
 from cli.config import make_parser
+from conftest import ROOT
 from test_cli_config import PACKAGES, entry_points
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
+
 import pytest
 
-from conftest import ROOT
 from cli.config import dest_name, field_help, flag_fields, flag_name
+from conftest import ROOT
 
 PACKAGES = ("data", "dataset", "graph", "proposals", "teacher", "prm", "search", "flows", "llm")
 
@@ -94,7 +95,8 @@ def walk(module: str) -> list[str]:
 
 def test_the_walk_finds_every_command():
     mods = entry_points()
-    assert {"proposals.mine", "teacher.verify", "llm.serve", "flows.synthesize", "graph.build", "prm.train"} <= set(mods)
+    assert {"proposals.mine", "teacher.verify", "llm.serve", "flows.synthesize", "graph.build",
+            "prm.train"} <= set(mods)
     stale = (NOT_CONVERTED | set(SHIMS) | set(SHIMS.values())) - set(mods)
     assert not stale, f"NOT_CONVERTED or SHIMS list modules that are no entry point: {sorted(stale)}"
     for shim, target in SHIMS.items():

@@ -8,8 +8,19 @@ Set-of-Mark observation and executor (``search.mag.som``).
 """
 
 from search.mag.metrics import check_step
-from search.mag.run import (MAG, MagSearch, SetupError, build_parser, episode_row, gold_task_ids, load_task_configs,
-                            main, run_name, summarize_run, table)
+from search.mag.run import (
+                            MAG,
+                            MagSearch,
+                            SetupError,
+                            build_parser,
+                            episode_row,
+                            gold_task_ids,
+                            load_task_configs,
+                            main,
+                            run_name,
+                            summarize_run,
+                            table,
+)
 
 __all__ = ["MAG", "MagSearch", "SetupError", "build_parser", "check_step", "episode_row", "gold_task_ids",
            "load_task_configs", "main", "run_name", "summarize_run", "table"]

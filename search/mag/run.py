@@ -69,10 +69,12 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from search.mag.agent import MAG as MAG_AGENT, MAX_STEPS, PolicyTemplate
+from search.mag.agent import MAG as MAG_AGENT
+from search.mag.agent import MAX_STEPS, PolicyTemplate
 from search.mag.metrics import load_gold_guides, score_task, summarize
-from search.runner import (RESUME_SETTINGS, Benchmark, SearchConfig, SetupError, base_row, build_parser as search_parser,
-                           main as run_cli, run_summary, site_key)
+from search.runner import RESUME_SETTINGS, Benchmark, SearchConfig, SetupError, base_row, run_summary, site_key
+from search.runner import build_parser as search_parser
+from search.runner import main as run_cli
 from search.webarena import preflight, site_urls, webarena_harness
 
 TABLE_COLUMNS = ("SR", "OFCR", "bleu1", "bleu2", "rouge1", "rougeL", "G", "GGS", "tax")
@@ -84,7 +86,8 @@ def webarena_tasks_path() -> Path:
     importing it)."""
     spec = importlib.util.find_spec("webarena")
     if spec is None or not spec.submodule_search_locations:
-        raise SetupError("webarena (libwebarena) is not installed (pip install --no-deps -r requirements/browsergym.txt)")
+        raise SetupError("webarena (libwebarena) is not installed "
+                         "(pip install --no-deps -r requirements/browsergym.txt)")
     return Path(list(spec.submodule_search_locations)[0]) / "test.raw.json"
 
 

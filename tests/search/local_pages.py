@@ -42,7 +42,8 @@ def many_links_page(n: int) -> str:
 
 FRAME_PAGE = """<!doctype html><html><head><title>Frame</title><style>body { margin: 0; }</style></head><body>
 <div style="height: 100px">Top</div>
-<iframe src="/inner" style="border: 10px solid black; padding: 5px; margin-left: 30px" width="400" height="150"></iframe>
+<iframe src="/inner" style="border: 10px solid black; padding: 5px; margin-left: 30px"
+ width="400" height="150"></iframe>
 <a href="/echo?from=far" style="position: absolute; left: 1700px; top: 20px">Far right link</a>
 <button style="position: absolute; left: 1400px; top: 300px; width: 100px">Half visible</button>
 </body></html>"""

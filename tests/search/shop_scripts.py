@@ -46,7 +46,8 @@ def right_action(obs) -> str:
 
 # A policy prompt template (``--policy-prompt-template``) that also gives the URL, so that a
 # scripted policy can tell the shop's pages apart (the default prompt has no URL, as in MAG).
-URL_TEMPLATE = """system: You write one JSON step with the keys think, action_type, selected_candidate_id, content, guide_text.
+URL_TEMPLATE = """system: You write one JSON step with the keys think, action_type, selected_candidate_id, content,
+  guide_text.
 user: |
   {task}
   <<<BEGIN URL>>>

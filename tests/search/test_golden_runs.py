@@ -13,13 +13,12 @@ import re
 from pathlib import Path
 
 import pytest
-
-from judgment.parse import parse_prompt
-from golden_files import VARYING, check, stable
-
 from miniwob_scripts import actions, bid, quoted
 from scripted_llm import scripted_server
 from shop_scripts import URL_TEMPLATE, find, mag_output, menu_id, menu_of_prompt, right_action, right_output
+
+from golden_files import VARYING, check, stable
+from judgment.parse import parse_prompt
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from miniwob_scripts import actions, bid, policy, quoted
+from scripted_llm import scripted_server
 
 from judgment.parse import parse_prompt
 from search.miniwob import main
-
-from miniwob_scripts import actions, bid, policy, quoted
-from scripted_llm import scripted_server
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,

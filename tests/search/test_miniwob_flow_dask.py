@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from miniwob_scripts import policy
 from scripted_llm import scripted_server
 

@@ -1,14 +1,15 @@
 """The policy's prompt and action extraction, before/after feedback, and the real client path:
 a scripted OpenAI-protocol policy (``n`` samples) and PRM judging a knockout."""
 
-from prm.judge import EndpointJudge
 from scripted_llm import scripted_server
-from search.agent import Policy, build_messages, candidate_text, describe_outcome
-from harness.env import Observation
-from search.tournament import knockout, prm_pair_judge
-from llm import LLMConfig
+
 from data.state import State
+from harness.env import Observation
 from judgment.parse import parse_prompt
+from llm import LLMConfig
+from prm.judge import EndpointJudge
+from search.agent import Policy, build_messages, candidate_text, describe_outcome
+from search.tournament import knockout, prm_pair_judge
 
 TREE = "RootWebArea 'Shop'\n\t[9] searchbox 'Search' value='kettel'\n\t[10] button 'Search'\n\t[12] link 'Cart'"
 
@@ -55,7 +56,8 @@ def _cfg(server, tmp_path, **kw):
 
 def test_policy_asks_n_samples_and_prm_judges_the_knockout(tmp_path):
     seen = []
-    policy_srv = scripted_server(lambda p: seen.append(p) or [f"t\n```\nclick('{b}')\n```" for b in ("9", "10", "12", "10", "99")][:p["n"]])
+    answers = [f"t\n```\nclick('{b}')\n```" for b in ("9", "10", "12", "10", "99")]
+    policy_srv = scripted_server(lambda p: seen.append(p) or answers[:p["n"]])
 
     def prm(payload):
         first = parse_prompt(payload["messages"]).response_1

@@ -8,14 +8,14 @@ import argparse
 
 import pytest
 
+from harness.env import Observation, task_start_url
 from judgment.parse import parse_prompt
 from prm.judge import Judgment, judge_pairs
 from search import webarena as wa
-from search.episodes import prm_llm_config
-from search.runner import SearchConfig, llm_settings
-from harness.env import Observation, task_start_url
 from search.agent import run_axtree_episode
+from search.episodes import prm_llm_config
 from search.loop import STEP_COUNTS, sum_counts
+from search.runner import SearchConfig, llm_settings
 from search.tournament import knockout, prm_pair_judge, prm_state
 
 AXTREE = "[1] RootWebArea 'Shop'\n\t[12] button 'Order'\n\t[40] link 'Home'\n\t[41] link 'Help'"
@@ -109,7 +109,8 @@ def test_prm_state_falls_back_only_without_a_start_url():
     obs = Observation(goal="g", axtree=AXTREE, url="http://shop/now")
     state = prm_state(obs, ["click('40')"])
     assert state.start_url == "" and state.history == ["click('40')"]
-    prompt = judge_pairs(type("J", (), {"judge_prompts": lambda self, ps: ps})(), [(state, "click('12')", "click('40')")])
+    echo_judge = type("J", (), {"judge_prompts": lambda self, ps: ps})()
+    prompt = judge_pairs(echo_judge, [(state, "click('12')", "click('40')")])
     assert parse_prompt(prompt[0]).start_url == "http://shop/now"
 
 
@@ -138,7 +139,8 @@ def test_success_counts_every_task_and_lists_env_failures():
     assert s["sites"]["shopping"]["env_failures"] == 2 and s["sites"]["reddit"]["success_rate"] == 0.0
     assert s["macro"]["success_rate"] == pytest.approx((1 / 3 + 0) / 2)
     assert s["tasks"] == 4 and s["env_failures"] == 2
-    assert [(f["task_id"], f["termination"]) for f in s["env_failed_tasks"]] == [(2, "site_unreachable"), (3, "env_error")]
+    assert [(f["task_id"], f["termination"]) for f in s["env_failed_tasks"]] == [(2, "site_unreachable"),
+                                                                                (3, "env_error")]
     assert s["totals"] == dict.fromkeys(STEP_COUNTS, 3) == sum_counts([t, t, t, {}])
 
 
@@ -157,7 +159,8 @@ def prm_config(args):
 
 def test_endpoint_prm_gets_a_full_judgments_length(tmp_path):
     assert prm_config(_args("my-prm", "--prm-base-url", "http://gpu:8000/v1")).max_tokens == 1024
-    assert prm_config(_args("my-prm", "--prm-base-url", "http://gpu:8000/v1", "--prm-max-tokens", "48")).max_tokens == 48
+    args = _args("my-prm", "--prm-base-url", "http://gpu:8000/v1", "--prm-max-tokens", "48")
+    assert prm_config(args).max_tokens == 48
     cfg = tmp_path / "llm.yaml"
     cfg.write_text("max_tokens: 300\n")
     assert prm_config(_args("my-prm", "--prm-base-url", "http://x/v1", "--prm-llm-config", str(cfg))).max_tokens == 300

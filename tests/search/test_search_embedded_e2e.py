@@ -6,15 +6,15 @@ to the policy's own, so that the real PRM judges real matches and its picks are 
 from pathlib import Path
 
 import pytest
+from recorders import Recording, recording_judge_for
 
-from search.demo_site import Shop, make_task
+from harness.env import host_of
+from llm import LLMConfig
+from llm.embedded import default_model_dir
 from prm.judge import make_judge
 from search.agent import Policy, run_axtree_episode
-from recorders import Recording, recording_judge_for
-from harness.env import host_of
+from search.demo_site import Shop, make_task
 from search.loop import AGENT_ENDINGS
-from llm.embedded import default_model_dir
-from llm import LLMConfig
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,

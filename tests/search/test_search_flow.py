@@ -30,7 +30,8 @@ def test_setup_failure_fails_the_task(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     state = search_task.fn(WEBARENA_LITE, WebArenaSearch(prm="none", policy="embedded", out=str(tmp_path / "o")))
     assert state.is_failed() and state.data.code == 2
-    assert re.match(r"error: search.webarena setup failed: missing environment variable\(s\): WA_SHOPPING", state.message)
+    assert re.match(r"error: search.webarena setup failed: missing environment variable\(s\): WA_SHOPPING",
+                    state.message)
     assert not (tmp_path / "o").exists()
 
 

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
-from judgment.parse import parse_prompt
-
 from scripted_llm import scripted_server
 from shop_scripts import URL_TEMPLATE, find, menu_of_prompt, right_action, right_output
+
+from judgment.parse import parse_prompt
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,

@@ -5,13 +5,13 @@ prefers the right one, and the loop must execute exactly the judge's picks and s
 from pathlib import Path
 
 import pytest
-
-from search.demo_site import Shop, make_task
-from shop_scripts import find, right_action
 from recorders import Recording
+from shop_scripts import find, right_action
+
 from harness.env import BrowserHarness, host_of
 from harness.robust import Robustness
 from search.agent import run_axtree_episode
+from search.demo_site import Shop, make_task
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,

@@ -19,9 +19,9 @@ import search.episodes as episodes
 import search.runner as runner
 import search.webarena as wa
 from llm import LLMConfig
+from search.episodes import policy_llm_config, prm_llm_config
 from search.mag import MAG, MagSearch
 from search.miniwob import MINIWOB, MiniWoBSearch
-from search.episodes import policy_llm_config, prm_llm_config
 from search.runner import parse_config
 from search.webarena import WEBARENA_LITE, WebArenaSearch
 

@@ -5,16 +5,16 @@ URL, not the first page observed; step records count screened candidates and tru
 from pathlib import Path
 
 import pytest
-
-from judgment.parse import parse_prompt
 from local_pages import Pages
-from prm.judge import Judgment
+from shop_scripts import mag_output
+
 from harness.env import BrowserHarness, host_of
+from judgment.parse import parse_prompt
+from prm.judge import Judgment
 from search.agent import run_axtree_episode
 from search.mag.agent import run_mag_episode
 from search.mag.som import MAG_ACTION_SUBSETS, VIEWPORT
 from search.tournament import prm_pair_judge, prm_state
-from shop_scripts import mag_output
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,
@@ -77,7 +77,8 @@ def test_prm_prompts_hold_the_tasks_start_url():
         assert "/echo?from=login" in seen_urls[0] and seen_urls[0] != start
         assert {parse_prompt(p).start_url for p in judge.prompts} == {start}
         s = result.steps[0]
-        assert (s.proposed, s.screened_invalid, s.screened_duplicate, s.judge_calls, s.judge_truncated) == (4, 1, 1, 1, 1)
+        assert (s.proposed, s.screened_invalid, s.screened_duplicate,
+                s.judge_calls, s.judge_truncated) == (4, 1, 1, 1, 1)
         assert result.totals["judge_truncated"] == 2 and result.totals["screened_duplicate"] == 2
 
         mag_judge = RecordingJudge()

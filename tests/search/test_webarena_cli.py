@@ -2,9 +2,9 @@
 variables or sites: exit 2 with a clear message, before any model or browser), the summary."""
 
 import json
-from dataclasses import replace
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 

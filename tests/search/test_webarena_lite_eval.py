@@ -32,8 +32,8 @@ print(json.dumps(out))
 
 def test_string_match_tasks_score_right_and_wrong_answers_offline(tmp_path):
     p = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(URLS)], capture_output=True, text=True,
-                       timeout=120, cwd=Path(__file__).resolve().parents[2], env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1",
-                                         "PYTHONPATH": "."})
+                       timeout=120, cwd=Path(__file__).resolve().parents[2],
+                       env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": "."})
     assert p.returncode == 0, p.stderr[-2000:]
     got = json.loads(p.stdout.strip().splitlines()[-1])
     # right answer 1, wrong 0 (a missing item; '12' is not the token '2'; another zip), no answer 0

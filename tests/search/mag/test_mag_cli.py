@@ -145,7 +145,8 @@ def test_resume_rescoring_reruns_and_settings(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["SR"] == 1.0 and summary["prm"] == "my-prm" and "G" not in summary
     table = (out / "table.md").read_text().splitlines()
-    assert cells(table[2])[:3] == ["p + no PRM", "0.0", "50.0"] and cells(table[3])[:3] == ["p + my-prm", "100.0", "75.0"]
+    assert cells(table[2])[:3] == ["p + no PRM", "0.0", "50.0"]
+    assert cells(table[3])[:3] == ["p + my-prm", "100.0", "75.0"]
 
     gold = tmp_path / "gold.jsonl"      # a gold file given later fills the guide columns from the stored guides
     gold.write_text(json.dumps({"task_id": 1, "steps": [{"guide": g} for g in GOLD["1"]]}) + "\n")

@@ -6,18 +6,18 @@ the real code paths (the second episode makes sure the real PRM judges real matc
 from pathlib import Path
 
 import pytest
+from recorders import recording_judge_for
+from shop_scripts import mag_output
 
-from search.demo_site import Shop, make_task
-from prm.judge import make_judge
 from harness.env import BrowserHarness, host_of
+from llm import LLMConfig
+from llm.embedded import default_model_dir
+from prm.judge import make_judge
+from search.demo_site import Shop, make_task
 from search.loop import AGENT_ENDINGS
 from search.mag import episode_row, summarize_run, table
 from search.mag.agent import MagPolicy, run_mag_episode
 from search.mag.som import MAG_ACTION_SUBSETS, VIEWPORT
-from recorders import recording_judge_for
-from shop_scripts import mag_output
-from llm.embedded import default_model_dir
-from llm import LLMConfig
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,
@@ -66,4 +66,5 @@ def test_embedded_policy_and_prm_on_mag(tmp_path):
     summary = summarize_run(rows, gold)
     assert summary["n_tasks"] == 3 and 0.0 <= summary["OFCR"] <= 1.0 and summary["G"] is not None
     lines = table([("embedded", summary)]).splitlines()
-    assert len(lines) == 5 and lines[2].split("|")[1].strip() == "embedded" and lines[4].startswith("- embedded: SR: all 3 tasks")
+    assert len(lines) == 5 and lines[2].split("|")[1].strip() == "embedded"
+    assert lines[4].startswith("- embedded: SR: all 3 tasks")

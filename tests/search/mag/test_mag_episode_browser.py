@@ -12,8 +12,8 @@ import pytest
 import recorders
 from shop_scripts import GUIDES, mag_output, right_output_for
 
-from search.demo_site import Shop, make_task
 from harness.env import host_of
+from search.demo_site import Shop, make_task
 from search.mag.agent import run_mag_episode
 from search.mag.metrics import check_step, ofcr, score_task
 from search.mag.som import MAG_ACTION_SUBSETS, VIEWPORT, to_code

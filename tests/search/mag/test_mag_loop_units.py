@@ -53,7 +53,8 @@ def test_prompt_carries_the_contract_and_fences_page_controlled_text():
 
 def test_both_groundings_see_the_same_observation_and_differ_only_in_the_grounding():
     obs = obs_with(MARKS)
-    som, coord = build_messages(obs, ["Open the shop."], "som", True), build_messages(obs, ["Open the shop."], "coord", True)
+    som = build_messages(obs, ["Open the shop."], "som", True)
+    coord = build_messages(obs, ["Open the shop."], "coord", True)
     assert som[1]["content"][1] == coord[1]["content"][1]                 # the same marked screenshot
     som_text, coord_text = som[1]["content"][0]["text"], coord[1]["content"][0]["text"]
     assert som_text.replace("selected_candidate_id", "coordinates") == coord_text     # same menu, same inputs
@@ -147,7 +148,8 @@ def test_executor_code_per_verb(verb, target, content, code):
 def test_executor_coordinates():
     obs = obs_with(MARKS)
     step, _ = parse_step(out("type", [100, 20], "mug", key="coordinates"), (), "coord")
-    assert to_code(step, obs, "coord")[0] == "mouse_click(100, 20)\nkeyboard_press('ControlOrMeta+a')\nkeyboard_type('mug')"
+    assert to_code(step, obs, "coord")[0] == ("mouse_click(100, 20)\nkeyboard_press('ControlOrMeta+a')\n"
+                                              "keyboard_type('mug')")
     step, _ = parse_step(out("select", [50, 50], "Blue", key="coordinates"), (), "coord")
     code, shown = to_code(step, obs, "coord")
     assert code == "select_option('a9', 'Blue')" and "target: [3] SELECT Color" in shown

@@ -8,8 +8,18 @@ import math
 import pytest
 
 from search.mag import check_step
-from search.mag.metrics import (ggs, guide_leaks, guide_scores, load_gold_guides, ofcr, parse_step, raw_guide,
-                                score_episodes, score_task, summarize)
+from search.mag.metrics import (
+    ggs,
+    guide_leaks,
+    guide_scores,
+    load_gold_guides,
+    ofcr,
+    parse_step,
+    raw_guide,
+    score_episodes,
+    score_task,
+    summarize,
+)
 
 MENU = [3, 12, 17]
 TARGET = {"som": 12, "coord": [312, 174]}       # a valid grounding argument under each grounding
@@ -78,7 +88,8 @@ def test_exactly_the_five_keys(grounding):
 @BOTH
 @pytest.mark.parametrize("think", ["", "   ", None, ["a"]])
 def test_think_must_be_non_empty(grounding, think):
-    assert check_step(out(grounding, think=think), MENU, grounding) == (None, "empty_think: think must be a non-empty string")
+    assert check_step(out(grounding, think=think), MENU, grounding) == (
+        None, "empty_think: think must be a non-empty string")
 
 
 @BOTH
@@ -325,7 +336,8 @@ def test_summary_with_gold_has_table_columns():
 
 def test_load_gold_guides(tmp_path):
     p = tmp_path / "gold.jsonl"
-    p.write_text('{"task_id": 27, "steps": [{"guide": "Open Orders.", "action": "click"}, {"guide": " Pick the first. "}]}\n'
+    p.write_text('{"task_id": 27, "steps": [{"guide": "Open Orders.", "action": "click"}, '
+                 '{"guide": " Pick the first. "}]}\n'
                  '\n{"task_id": "wa_44", "steps": [{"guide": "Search for shoes."}]}\n')
     assert load_gold_guides(p) == {"27": ["Open Orders.", "Pick the first."], "wa_44": ["Search for shoes."]}
     assert load_gold_guides(None) is None

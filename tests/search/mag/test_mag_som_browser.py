@@ -9,12 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-
 from local_pages import LONG_LABEL, Pages, open_page_task
+
 from harness.env import BrowserHarness
 from search.mag.metrics import parse_step
-from search.mag.som import (MAG_ACTION_SUBSETS, MAX_LINES, VIEWPORT, UnexecutableStep, _PALETTE, observe,
-                        to_code)
+from search.mag.som import _PALETTE, MAG_ACTION_SUBSETS, MAX_LINES, VIEWPORT, UnexecutableStep, observe, to_code
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 pytestmark = [pytest.mark.slow,
@@ -97,7 +96,8 @@ def test_each_verb_on_the_live_page(site):
         search = by_text(obs, "Search", "INPUT")
         obs, code, shown = run(h, obs, {"action_type": "type", "selected_candidate_id": str(search.id),
                                         "content": "kettle"})
-        assert code.startswith("fill(") and shown == f'action_type: type; target: [{search.id}] INPUT Search; content: "kettle"'
+        assert code.startswith("fill(")
+        assert shown == f'action_type: type; target: [{search.id}] INPUT Search; content: "kettle"'
         assert by_text(obs, "Search =").text == 'Search = "kettle"'
         obs, code, _ = run(h, obs, {"action_type": "scroll", "content": "down"})
         # a wheel scroll settles asynchronously (the page ends in a tail, so 700 px can always be scrolled
@@ -117,7 +117,8 @@ def test_each_verb_on_the_live_page(site):
         assert obs.url.endswith("/echo?from=about")
         obs, code, _ = run(h, obs, {"action_type": "finish", "content": "The answer is 42"})
         assert code == "send_msg_to_user('The answer is 42')"
-        assert h.env.chat.messages[-1] == {**h.env.chat.messages[-1], "role": "assistant", "message": "The answer is 42"}
+        last = h.env.chat.messages[-1]
+        assert last == {**last, "role": "assistant", "message": "The answer is 42"}
 
 
 def test_coordinate_grounding_on_the_live_page(site):
