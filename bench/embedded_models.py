@@ -124,9 +124,9 @@ def debiased(row: dict) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from data.rundir import RunDir
     from judgment.format import JudgmentFormat
     from judgment.pairs import load_pairs
-    from data.rundir import RunDir
     from llm.embedded import MODELS, model_dir
     from prm.judge import LocalJudge
 

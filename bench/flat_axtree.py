@@ -50,13 +50,13 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from cli.config import make_parser  # noqa: E402
 from data.actions import ELEMENT_OPS, parse_action  # noqa: E402
-from graph.flatten import flatten_run  # noqa: E402
 from data.ingest import ingest  # noqa: E402
+from data.schema import RULES  # noqa: E402
 from graph.build import build_graphs  # noqa: E402
+from graph.flatten import flatten_run  # noqa: E402
 from graph.identity import DEFAULT_IDENTITY, IDENTITIES  # noqa: E402
 from graph.resolve import resolve_observation  # noqa: E402
 from proposals.rules import StepContext  # noqa: E402
-from data.schema import RULES  # noqa: E402
 
 
 def _pairs(n: int) -> int:
@@ -130,9 +130,9 @@ def compare(ind_run: Path, flat_run: Path, near_hops: int, identity: str = DEFAU
 
 def mine_run(run: Path, cache: Path) -> tuple[dict, list[dict]]:
     """proposals.mine on a run with scripted fill values; (stats, candidates)."""
-    from proposals.mine import MineConfig, mine
     from llm import LLMConfig
     from llm.serve import fixed_answer, serve_in_thread
+    from proposals.mine import MineConfig, mine
 
     server = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "scripted")
     try:

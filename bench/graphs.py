@@ -139,7 +139,8 @@ def timed_cli(run: Path, workers: int, cwd: Path) -> dict:
     thread beside it): wall seconds and CPU seconds (user + sys, its workers included)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "graph.build", "--run", str(run)] + (["--workers", str(workers)] if workers else []),
+    workers_flag = ["--workers", str(workers)] if workers else []
+    subprocess.run([sys.executable, "-m", "graph.build", "--run", str(run)] + workers_flag,
                    cwd=cwd, capture_output=True, text=True, check=True)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = sum(not r.ok for r in first + second)
     all_cached = all(r.cached for r in second)
     ok_rate, ok_cache = rps >= args.target * ideal, warm_s < 2.0 and sent_warm == 0 and all_cached
-    print(f"llm_client: {args.requests} requests, concurrency {args.concurrency}, server delay {args.delay_s * 1000:.0f} ms, "
-          f"load average {load:.2f}")
+    print(f"llm_client: {args.requests} requests, concurrency {args.concurrency}, "
+          f"server delay {args.delay_s * 1000:.0f} ms, load average {load:.2f}")
     print(f"  cold:   {cold_s:6.2f} s  {rps:6.1f} req/s = {100 * rps / ideal:5.1f}% of ideal {ideal:.0f} req/s "
           f"(target >= {args.target:.0%})  sent {sent_cold}  failed {failed}  CPU per request: client "
           f"{1000 * cold_cpu_s / args.requests:.2f} ms, server {1000 * server_s / args.requests:.2f} ms"

@@ -26,15 +26,16 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
 from local_pages import MARKS_PAGE, Pages, many_links_page, open_page_task  # noqa: E402
 from shop_scripts import mag_output  # noqa: E402
+
 from cli.config import make_parser  # noqa: E402
-from search.demo_site import Shop, make_task  # noqa: E402
-from prm.judge import LocalJudge  # noqa: E402
-from search.mag import som  # noqa: E402
 from harness.env import BrowserHarness, host_of  # noqa: E402
+from llm import LLMConfig  # noqa: E402
+from llm.embedded import default_model_dir  # noqa: E402
+from prm.judge import LocalJudge  # noqa: E402
+from search.demo_site import Shop, make_task  # noqa: E402
+from search.mag import som  # noqa: E402
 from search.mag.agent import MagPolicy, run_mag_episode  # noqa: E402
 from search.tournament import prm_pair_judge, prm_state  # noqa: E402
-from llm.embedded import default_model_dir  # noqa: E402
-from llm import LLMConfig  # noqa: E402
 
 
 def _ms(xs):
@@ -87,7 +88,8 @@ def episode(steps: int, n: int, max_tokens: int) -> None:
     real = [r for s in ep.steps for r in s.output_reasons[:n]]       # the model's own outputs
     print(f"episode: {len(ep.steps)} steps, termination {ep.termination}")
     print(f"  per step: policy {_ms([s.policy_s for s in ep.steps])}, judge {_ms([s.judge_s for s in ep.steps])}, "
-          f"browser {_ms([s.browser_s for s in ep.steps])}, observe {_ms([s.observe_s for s in ep.steps if s.observe_s])}")
+          f"browser {_ms([s.browser_s for s in ep.steps])}, "
+          f"observe {_ms([s.observe_s for s in ep.steps if s.observe_s])}")
     print(f"  embedded policy OFCR_outputs {sum(r is None for r in real)}/{len(real)}; reasons: "
           f"{sorted({(r or 'ok').split(':')[0] for r in real})}")
 

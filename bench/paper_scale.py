@@ -63,8 +63,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from graphs import measure  # noqa: E402
 
-from data.actions import parse_action  # noqa: E402
 from cli.config import make_parser  # noqa: E402
+from data.actions import parse_action  # noqa: E402
 from data.ingest import ingest  # noqa: E402
 from data.schema import TRAJECTORY_SCHEMA  # noqa: E402
 
@@ -200,8 +200,8 @@ def write_labels(run: Path, dst: Path) -> dict:
     renders it (``judgment.pairs.load_pairs`` with the teacher's default seed and format), the
     positive's position and the attempt of its first agreement. Exact, where the actions alone
     (``ScriptedTeacher.by_actions``) collide between steps that swap the same two actions."""
-    from judgment.pairs import load_pairs
     from data.rundir import RunDir
+    from judgment.pairs import load_pairs
     from teacher.verify import VerifyConfig
 
     cfg = VerifyConfig()
@@ -337,7 +337,8 @@ def machine() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.platform()}, Python {platform.python_version()}"
+    return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.platform()}, "
+            f"Python {platform.python_version()}")
 
 
 def run_job(args, out: Path) -> dict:
@@ -384,7 +385,8 @@ def run_job(args, out: Path) -> dict:
                 t = time.perf_counter()
                 n = len(write_labels(run, out / "labels.json"))
                 summary["labels_s"] = round(time.perf_counter() - t, 1)
-                print(f"  (the scripted teacher's labels of {n:,} pairs: {summary['labels_s']} s, not timed as a stage)")
+                print(f"  (the scripted teacher's labels of {n:,} pairs: {summary['labels_s']} s, "
+                      "not timed as a stage)")
             before = ep.calls()
             r = run_stage(name, cmd, logs)
             fills, judgments = (a - b for a, b in zip(ep.calls(), before))
@@ -431,8 +433,9 @@ def report(summary: dict) -> None:
         e = r.get("endpoint")
         if e:
             span = f"; over the server's span {e['span_s']:.1f} s: {e['span_ratio']:.1%}" if "span_s" in e else ""
-            print(f"{r['name']}: {e['fill_calls']:,} fill + {e['judgment_calls']:,} judgment calls; endpoint-bound floor "
-                  f"{e['floor_s']:.1f} s (calls x latency / concurrency) = {e['ratio']:.1%} of the stage's wall time{span}")
+            print(f"{r['name']}: {e['fill_calls']:,} fill + {e['judgment_calls']:,} judgment calls; "
+                  f"endpoint-bound floor {e['floor_s']:.1f} s (calls x latency / concurrency) = "
+                  f"{e['ratio']:.1%} of the stage's wall time{span}")
     by = {r["name"]: r for r in stages}
     job = [r for r in stages if r["name"] != "proposals.mine (cached fills)"]
     wall = sum(r["seconds"] for r in job)

@@ -64,8 +64,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cli.config import CLIParser, Configurable, build, given, make_parser
-from prm.split import fill_to, sample_states, split_by_template, task_template
 from dataset.stats import wilson  # noqa: E402
+from prm.split import fill_to, sample_states, split_by_template, task_template
 from prm.stats import RULES, bootstrap, state_table
 
 SHARED = ROOT.parent / "shared" / "data" / "agentlab_workarena"
@@ -87,7 +87,8 @@ def _ints(text: str) -> tuple[int, ...]:
 def _variants(text: str) -> tuple[str, ...]:
     v = tuple(x for x in text.split(",") if x)
     if set(v) - set(VARIANTS) or "graph" not in v:
-        raise argparse.ArgumentTypeError(f"a subset of {','.join(VARIANTS)} with graph (the main variant), not {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"a subset of {','.join(VARIANTS)} with graph (the main variant), not {text!r}")
     return v
 
 
@@ -102,8 +103,10 @@ class BenchConfig(Configurable):
         "choices": ("agentlab", "canonical"), "help": "agentlab: the shared traces; canonical: the bundled sample"})
     input: str = field(default=str(SHARED), metadata={"help": "the traces data.ingest reads"})
     test_fraction: float = field(default=0.25, metadata={"gt": 0, "max": 1, "help": "share of task templates held out"})
-    split_seed: int = field(default=42, metadata={"help": "seed of the split, the evaluation sample and the training sets"})
-    verify_pairs: int = field(default=64, metadata={"min": 1, "help": "candidates the teacher verifies in the graph run"})
+    split_seed: int = field(default=42, metadata={
+        "help": "seed of the split, the evaluation sample and the training sets"})
+    verify_pairs: int = field(default=64, metadata={
+        "min": 1, "help": "candidates the teacher verifies in the graph run"})
     nograph_verify_pairs: int | None = field(default=24, metadata={
         "min": 1, "help": "... in the No-Graph run (unset: --verify-pairs); it only needs --train-pairs kept, the "
                           "graph run also feeds each axis"})
@@ -114,7 +117,8 @@ class BenchConfig(Configurable):
     ablation_seeds: tuple[int, ...] = field(default=(0,), metadata={
         "type": _ints, "metavar": "0", "help": "comma-separated training seeds of the other variants ('' for none)"})
     variants: tuple[str, ...] = field(default=VARIANTS, metadata={
-        "type": _variants, "metavar": "graph,...", "help": f"comma-separated subset of {','.join(VARIANTS)} with graph"})
+        "type": _variants, "metavar": "graph,...",
+        "help": f"comma-separated subset of {','.join(VARIANTS)} with graph"})
     axtree_chars: int = field(default=400, metadata={
         "min": 1, "deprecated": ("prompt_budget",),
         "help": "AXTree characters of every prompt (teacher, training rows, evaluation; old name --prompt-budget)"})
@@ -178,7 +182,8 @@ def mine_run(run: Path, budget: int, no_graph: bool = False) -> None:
         server.shutdown()
 
 
-def prepare(cfg: BenchConfig, out: Path, timings: dict, runs: tuple[str, ...] = ("heldout", "graph", "nograph")) -> dict:
+def prepare(cfg: BenchConfig, out: Path, timings: dict,
+            runs: tuple[str, ...] = ("heldout", "graph", "nograph")) -> dict:
     """Steps 1-3 for ``runs``: split, held-out evaluation pairs, mined and verified training pools."""
     if not (out / "all" / "trajectories.parquet").exists():
         sh(cfg, "-m", "data.ingest", "--source", cfg.source, "--input", cfg.input, "--out", str(out / "all"),
@@ -338,7 +343,8 @@ def summarize(cfg: BenchConfig, out: Path, split: dict, train_info: dict, timing
                "split": {k: split[k] for k in ("by", "templates")} | {"train_tasks": len(split["train"]),
                                                                       "heldout_tasks": len(split["heldout"])},
                "eval_pairs": base_json["overall"]["pairs"], "eval_states": base_json["overall"]["states"],
-               "teacher": {n: kept_share(out / n) for n in ("graph", "nograph") if (out / n / "preferences.parquet").exists()},
+               "teacher": {n: kept_share(out / n) for n in ("graph", "nograph")
+                           if (out / n / "preferences.parquet").exists()},
                "training_sets": train_info, "models": rows, "timings_s": timings,
                "interval": "95% percentile bootstrap over held-out states (pairs of a state resampled together), "
                            f"{cfg.bootstrap} resamples; per-seed pairwise also with a Wilson interval"}

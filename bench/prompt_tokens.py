@@ -36,10 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cli.config import make_parser  # noqa: E402
-from judgment.format import JudgmentFormat, render_pair
-from judgment.parse import parse_prompt, response_blocks  # noqa: E402
-from judgment.pairs import load_pairs  # noqa: E402
 from data.rundir import RunDir  # noqa: E402
+from judgment.format import JudgmentFormat, render_pair
+from judgment.pairs import load_pairs  # noqa: E402
+from judgment.parse import parse_prompt, response_blocks  # noqa: E402
 from llm.embedded import smallest_model_dir  # noqa: E402
 
 PARTS = ("instructions", "goal", "axtree", "history", "urls", "candidates", "format")

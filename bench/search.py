@@ -31,16 +31,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "search")]
 
 from cli.config import make_parser  # noqa: E402
-from search.demo_site import Shop, make_task  # noqa: E402
-from prm.judge import JUDGE_MODES, LocalJudge, judge_pairs  # noqa: E402
-from search.agent import Policy, run_axtree_episode  # noqa: E402
-from harness.env import BrowserHarness, host_of  # noqa: E402
-from search.tournament import prm_pair_judge, prm_state  # noqa: E402
-from llm.embedded import default_model_dir  # noqa: E402
-from llm import LLMConfig  # noqa: E402
 from data.state import State
+from harness.env import BrowserHarness, host_of  # noqa: E402
 from judgment.format import render_pair
 from judgment.parse import swap_responses  # noqa: E402
+from llm import LLMConfig  # noqa: E402
+from llm.embedded import default_model_dir  # noqa: E402
+from prm.judge import JUDGE_MODES, LocalJudge, judge_pairs  # noqa: E402
+from search.agent import Policy, run_axtree_episode  # noqa: E402
+from search.demo_site import Shop, make_task  # noqa: E402
+from search.tournament import prm_pair_judge, prm_state  # noqa: E402
 
 
 def episode(args, judge, policy, shop) -> dict:
@@ -95,8 +95,9 @@ def rounds(args, judge, state) -> dict:
         judge_pairs(judge, items[:1], budget=args.axtree_chars)          # warm-up
         batched, single = [], []
         for _ in range(args.repeat):
-            batched.append(timed(lambda: judge_pairs(judge, items, budget=args.axtree_chars)))
-            single.append(timed(lambda: [judge_pairs(judge, [it], budget=args.axtree_chars) for it in items]))
+            batched.append(timed(lambda items=items: judge_pairs(judge, items, budget=args.axtree_chars)))
+            single.append(timed(lambda items=items: [judge_pairs(judge, [it], budget=args.axtree_chars)
+                                                  for it in items]))
         (b, b_cpu), (s, s_cpu) = min(batched), min(single)
         out[label] = {"pairs": len(items), "batched_s": round(b, 2), "one_at_a_time_s": round(s, 2),
                       "batched_s_per_match": round(b / len(items), 3), "speedup": round(s / b, 2),
