@@ -15,7 +15,6 @@ Medians over ``--steps`` repetitions; one JSON line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from cli.config import make_parser  # noqa: E402
 from flaky_site import FlakySite, open_task  # noqa: E402
 from harness.env import BrowserHarness, host_of  # noqa: E402
 from harness.robust import SCREENSHOT_MS, Robustness  # noqa: E402
@@ -70,7 +70,7 @@ def resets(n: int, fail: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = make_parser("bench/harness_robust.py", __doc__)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--fail", type=int, default=2)
     ap.add_argument("--resets", type=int, default=3)

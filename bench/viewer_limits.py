@@ -10,7 +10,6 @@ did before its deadline, limits and quiet log (``dataset.viewer.server``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -21,6 +20,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from cli.config import make_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = """
@@ -67,7 +68,7 @@ def stream_body(port: int, mib: int) -> bytes:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[1])
+    ap = make_parser("bench/viewer_limits.py", __doc__.split("\n\n", 1)[1])
     ap.add_argument("--run", required=True)
     ap.add_argument("--baseline", action="store_true")
     ap.add_argument("--connections", type=int, default=300)
