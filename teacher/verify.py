@@ -87,7 +87,8 @@ class VerifyConfig(Configurable):
     # attempt i samples with seed + i: with k <= 1000 that stays a uint32 seed (llm.config.MAX_SEED)
     seed: int = field(default=0, metadata={"min": 0, "max": 2**31 - 1,
                                            "help": "seeds the order coin per pair; attempt i samples with seed + i"})
-    temperature: float = field(default=0.2, metadata={"min": 0, "help": "the teacher's sampling temperature (paper: 0.2)"})
+    temperature: float = field(default=0.2, metadata={"min": 0,
+                                                      "help": "the teacher's sampling temperature (paper: 0.2)"})
     max_tokens: int = field(default=1024, metadata={"min": 1,
         "help": "completion tokens per attempt: room for a full judgment with its four sections (paper: ~472 out)"})
     axtree_chars: int = field(default=DEFAULT_BUDGET, metadata={"min": 1, "deprecated": ("budget", "prompt_budget"),
@@ -528,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.k < 1:
         ap.error("--k must be >= 1")
     try:
-        config.format
+        _ = config.format                      # a format the config cannot render: one line, before any call
     except ValueError as e:
         ap.error(str(e))
     replay = ReplayConfig.from_args(args, prefix="replay-")

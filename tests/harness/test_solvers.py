@@ -80,7 +80,8 @@ def test_lists_text_and_clicks():
     goal = "Select Norfolk Island from the list and click Submit."
     assert solve_step("choose-list", goal, LIST.format(value="Kazakhstan")) == "select_option('13', 'Norfolk Island')"
     assert solve_step("choose-list", goal, LIST.format(value="Norfolk Island")) == "click('21')"
-    assert solve_step("choose-list", "Select Peru from the list and click Submit.", LIST.format(value="Kazakhstan")) is None
+    peru = "Select Peru from the list and click Submit."
+    assert solve_step("choose-list", peru, LIST.format(value="Kazakhstan")) is None
     text = "RootWebArea ''\n\t[14] textbox ''{v}\n\t[15] button 'Submit'"
     goal = 'Enter "Myron" into the text field and press Submit.'
     assert solve_step("enter-text", goal, text.format(v="")) == "fill('14', 'Myron')"
@@ -90,7 +91,8 @@ def test_lists_text_and_clicks():
     buttons = "RootWebArea ''\n\t[13] button 'no'\n\t[15] button 'Ok'"
     assert solve_step("click-button", 'Click on the "Ok" button.', buttons) == "click('15')"
     assert solve_step("click-button", 'Click on the "yes" button.', buttons) is None
-    radios = "RootWebArea ''\n\t[18] radio '11LO', checked='{a}'\n\t[21] radio 'Nb', checked='false'\n\t[27] button 'Submit'"
+    radios = ("RootWebArea ''\n\t[18] radio '11LO', checked='{a}'\n\t[21] radio 'Nb', checked='false'"
+              "\n\t[27] button 'Submit'")
     assert solve_step("click-option", "Select 11LO and click Submit.", radios.format(a="false")) == "click('18')"
     assert solve_step("click-option", "Select 11LO and click Submit.", radios.format(a="true")) == "click('27')"
     assert solve_step("click-option", "Click the button.", radios.format(a="true")) is None    # not its goal

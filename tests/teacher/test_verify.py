@@ -15,10 +15,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from scripted_teacher import ScriptedTeacher, judgment, llm_config, make_run, start
-from judgment.parse import parse_prompt
-from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
 from judgment.pairs import coin_label
+from judgment.parse import parse_prompt
+from scripted_teacher import ScriptedTeacher, judgment, llm_config, make_run, start
+from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
 from teacher.verify import VerifyConfig, verify
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +90,8 @@ def test_attempt_outcomes(run, teacher, tmp_path):
     assert third["verdicts"][1]["verdict"] is None and third["verdicts"][2]["verdict"] == third["label"]
     # a bare answer tag is a valid answer (the other sections are requested, not required);
     # a cut-off generation is its own outcome and uses an attempt
-    assert kept[ids[4]]["attempts"] == 2 and kept[ids[4]]["judgment"] == f"<Answer>Response {kept[ids[4]]['label']}</Answer>"
+    assert kept[ids[4]]["attempts"] == 2
+    assert kept[ids[4]]["judgment"] == f"<Answer>Response {kept[ids[4]]['label']}</Answer>"
     assert [v["outcome"] for v in kept[ids[4]]["verdicts"]] == ["truncated", "agree"]
 
     assert disc[ids[2]]["reason"] == "all_attempts_disagree" and disc[ids[2]]["attempts"] == 5
@@ -155,7 +156,8 @@ def test_sigkill_mid_run_then_rerun(run, teacher, tmp_path):
     is sent again and the outputs are byte-identical to an uninterrupted run's."""
     root, pairs = run
     ids = [p["pair_id"] for p in pairs]
-    teacher.script = {ids[0]: ["disagree", "disagree", "agree"], ids[1]: ["disagree"] * 5, ids[2]: ["unparsed", "agree"]}
+    teacher.script = {ids[0]: ["disagree", "disagree", "agree"], ids[1]: ["disagree"] * 5,
+                      ids[2]: ["unparsed", "agree"]}
 
     # The reference: an uninterrupted run on a copy, with its own cache.
     ref = tmp_path / "ref"

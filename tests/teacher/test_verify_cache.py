@@ -9,8 +9,8 @@ import json
 import pytest
 
 from scripted_teacher import make_run
-from tiny_lm import save_tiny_lm
 from teacher.verify import VerifyConfig, verify
+from tiny_lm import save_tiny_lm
 
 
 @pytest.fixture(scope="module")

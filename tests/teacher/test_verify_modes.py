@@ -6,11 +6,11 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from scripted_teacher import make_run
-from tiny_lm import save_tiny_lm
 from judgment.parse import answer_text, parse_verdict
+from scripted_teacher import make_run
 from teacher.schema import PREFERENCE_SCHEMA
 from teacher.verify import VerifyConfig, verify
+from tiny_lm import save_tiny_lm
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +33,9 @@ def _copy(src, dst):
 def test_each_verdict_is_written_with_the_mode_that_produced_it(tiny_run, tmp_path):
     """A written verdict keeps its own attempt's mode: decisions of two modes go through
     ``write_outputs`` and come back from the Parquet files with those modes, not a default."""
+    from data.rundir import RunDir
     from judgment.format import JudgmentFormat
     from judgment.pairs import load_pairs
-    from data.rundir import RunDir
     from teacher.verify import Attempt, Decision, write_outputs
 
     src, _, _ = tiny_run
@@ -68,17 +68,18 @@ def test_score_modes_record_an_effective_k_of_one(tiny_run, tmp_path):
         cfg = stats.extra["config"]
         assert cfg["k"] == k and cfg["effective_k"] == 1 and "deterministic" in cfg["effective_k_note"]
         assert stats.extra["calls_decided"] == stats.n_in == len(pairs)       # one verdict per pair, not k
-        rows = pq.read_table(run / "preferences.parquet").to_pylist() + pq.read_table(run / "discarded.parquet").to_pylist()
+        rows = [*pq.read_table(run / "preferences.parquet").to_pylist(),
+                *pq.read_table(run / "discarded.parquet").to_pylist()]
         assert {r["attempts"] for r in rows} == {1}
 
 
 def test_local_teacher_scores(tiny_run, tmp_path):
+    from data.rundir import RunDir
+    from judgment.format import JudgmentFormat
+    from judgment.pairs import load_pairs
     from llm import LLMConfig
     from llm.local import load_local_model
     from llm.scoring import score
-    from judgment.format import JudgmentFormat
-    from judgment.pairs import load_pairs
-    from data.rundir import RunDir
 
     src, pairs, model = tiny_run
     run = _copy(src, tmp_path / "run")
