@@ -99,7 +99,9 @@ def test_mining_per_site_on_dask_matches_the_cli(scheduler, sites_run):
     cands = pq.read_table(fl / "candidates.parquet").to_pylist()
     assert len({c["site"] for c in cands}) == SITES and sum(c["sampled"] for c in cands) == 200
     # The sites share their fill prompts (copies of the same pages): each is asked once for the run.
-    assert stats["fill"]["fields"] > stats["llm"]["calls"] == len(cli_prompts) > 0
+    # (The fill probe's prompts are asked again by the first attempt, which the cache answers.)
+    sent = stats["llm"]["calls"] - stats["llm"]["cached"]
+    assert stats["fill"]["fields"] > sent == len(cli_prompts) > 0
     assert sorted(flow_prompts) == sorted(cli_prompts) and len(set(flow_prompts)) == len(flow_prompts)
     assert rerun_prompts == []
 
