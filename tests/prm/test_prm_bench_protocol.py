@@ -153,7 +153,7 @@ def test_truncated_judgments_are_their_own_counted_outcome(rows):
     table = markdown({"name": "x", **m})
     assert "| WorkArena | 66.67 | 50.00 | 3 | 2 | 0 | 1 |" in squeezed(table)
     sep = next(line for line in table.splitlines() if line.startswith("|:"))     # group left, figures right
-    assert [c[0] + c[-1] for c in sep.strip("|").split("|")] == [":-"] + ["-:"] * 6
+    assert [c[0] + c[-1] for c in sep.strip("|").split("|")] == [":-"] + ["-:"] * 8    # the intervals too
 
 
 def test_gmcp_partition_of_benchmark_pairs(rows):
