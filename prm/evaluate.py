@@ -67,9 +67,17 @@ from cli.errors import error_exit
 from data.actions import ELEMENT_OPS, Action, extract_action
 from judgment.format import JudgmentFormat
 from judgment.parse import parse_prompt, rerender_prompt
-from prm.judge import (DEVICES, DTYPES, GENERATE_MAX_TOKENS, JUDGE_MODES, generate_max_tokens, judge_expected,
-                       make_judge, position_stats)
 from llm import LLMConfig
+from prm.judge import (
+    DEVICES,
+    DTYPES,
+    GENERATE_MAX_TOKENS,
+    JUDGE_MODES,
+    generate_max_tokens,
+    judge_expected,
+    make_judge,
+    position_stats,
+)
 
 BENCH_COLUMNS = ("state_idx", "pair_idx", "expected", "prompt", "source_name")
 EXCLUDED_BY_DEFAULT = "mind2web"        # left out of the macro unless --include-sources (paper §5.1)
@@ -133,7 +141,8 @@ def load_bench(path: str | Path, candidates: str | Path | None = None, limit_sta
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"benchmark {path} not found (a WebPRMBench or TRL split Parquet: "
-                                f"`python -m dataset.export --run RUN --format webprmbench` writes RUN/export/webprmbench.parquet)")
+                                "`python -m dataset.export --run RUN --format webprmbench` writes "
+                                "RUN/export/webprmbench.parquet)")
     rows = pq.read_table(path).to_pylist()
     cand = {}
     cpath = Path(candidates) if candidates else find_candidates(path)
@@ -442,7 +451,8 @@ class EvaluateOptions(Configurable):
     batch_size: int = field(default=8, metadata={"min": 1, "help": "prompts per local generation batch"})
     candidates: str | None = field(default=None, metadata={
         "help": "candidates.parquet to join by pair_id (default: found above --bench)"})
-    limit_states: int | None = field(default=None, metadata={"min": 1, "help": "only the first N states (quick checks)"})
+    limit_states: int | None = field(default=None, metadata={"min": 1,
+                                                             "help": "only the first N states (quick checks)"})
     name: str | None = field(default=None, metadata={"help": "label in tables (default: the model folder's name)"})
     compare: list[str] | None = field(default=None, metadata={
         "metavar": "RESULT_JSON", "help": "print several results in one table"})

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from data.state import State
-from judgment.format import render_pair
 from dataset.export import MESSAGE
+from judgment.format import render_pair
 from prm.evaluate import main
 
 STATE = State(intent="Buy the cheapest blue mug", url="http://shop.test/mugs",

@@ -13,9 +13,9 @@ import pytest
 
 from data.state import State
 from judgment.format import render_pair
+from llm.serve import serve_in_thread
 from prm.evaluate import compare, evaluate, load_bench, main, markdown, pair_structure, split_sources
 from prm.judge import Judgment
-from llm.serve import serve_in_thread
 
 AXTREE = ("[1] RootWebArea 'Shop'\n\t[12] button 'Order'\n\t[40] link 'Home'\n\t[41] textbox 'Search'\n"
           "\t[7] link 'Deal'\n\t[7] link 'Deal'")
@@ -117,7 +117,8 @@ def test_mind2web_left_out_of_the_macro_by_default(rows):
 
 
 def test_sources_are_matched_case_insensitively():
-    assert split_sources(["mind2web", "Mind2Web_cross_site", "webarena"]) == (["webarena"], ["mind2web", "Mind2Web_cross_site"])
+    assert split_sources(["mind2web", "Mind2Web_cross_site", "webarena"]) == (["webarena"],
+                                                                              ["mind2web", "Mind2Web_cross_site"])
     assert split_sources(["mind2web", "Mind2Web_cross_site"], ["cross"]) == (["Mind2Web_cross_site"], ["mind2web"])
 
 

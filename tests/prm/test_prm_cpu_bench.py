@@ -14,7 +14,8 @@ def test_trainings_run_the_main_comparison_and_no_graph_first():
     assert runs[:4] == [("graph", 0), ("nograph", 0), ("graph", 1), ("graph", 2)]
     assert set(runs[4:]) == {(a, 0) for a in ("spatial", "temporal", "spatiotemporal")}
     assert len(runs) == len(set(runs)) == 3 + len(VARIANTS) - 1
-    assert ("graph", 3) in BenchConfig(seeds=(0,), ablation_seeds=(3,)).trainings()   # the mixture at every ablation seed
+    # the mixture at every ablation seed
+    assert ("graph", 3) in BenchConfig(seeds=(0,), ablation_seeds=(3,)).trainings()
     small = BenchConfig(**SMALL)
     assert small.trainings() == [("graph", 0)] and small.source == "canonical"
 

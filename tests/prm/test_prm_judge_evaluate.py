@@ -10,14 +10,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dataset.export import MESSAGE
-from prm.evaluate import compare, load_bench, main, score
-from prm.judge import EndpointJudge, Judgment, LocalJudge, PairOutcome, judge, judge_expected, swap_responses
-from llm import LLMConfig
 from data.state import State
+from dataset.export import MESSAGE
 from judgment.format import render_pair
 from judgment.parse import parse_prompt
+from llm import LLMConfig
 from llm.serve import serve_in_thread
+from prm.evaluate import compare, load_bench, main, score
+from prm.judge import EndpointJudge, Judgment, LocalJudge, PairOutcome, judge, judge_expected, swap_responses
 
 
 def squeezed(table: str) -> str:
@@ -214,7 +214,8 @@ def test_trl_split_is_grouped_by_state_and_joined_to_candidates(tmp_path):
     rows = load_bench(paths["train"]) + load_bench(paths["test"])
     assert len(rows) == 6 and all(r["gmcp"] == "gmcp" and r["rule"] and r["expected"] in (1, 2) for r in rows)
     assert {r["source_name"] for r in rows} == {"surfprm/servicenow"}
-    assert squeezed(compare([{"name": "x", "by_source": {}, "macro": {"pairwise": None, "bon": None}}])).count("| - |") == 0
+    empty = {"name": "x", "by_source": {}, "macro": {"pairwise": None, "bon": None}}
+    assert squeezed(compare([empty])).count("| - |") == 0
 
 
 def test_placement_auto_is_bfloat16_on_a_gpu_and_float32_on_the_cpu(monkeypatch):
@@ -261,8 +262,9 @@ def test_evaluate_loads_a_local_judge_where_and_as_told(tmp_path):
     assert main([*common, "--out", str(tmp_path / "gen.json"), "--max-tokens", "3"]) == 0
     gen = json.loads((tmp_path / "gen.json").read_text())["protocol"]
     assert (gen["device"], gen["dtype"], gen["max_tokens"]) == ("cpu", "float32", 3)     # auto on a CPU machine
-    from prm.evaluate import EvaluateOptions, judge_config
     import argparse
+
+    from prm.evaluate import EvaluateOptions, judge_config
 
     ap = argparse.ArgumentParser()
     EvaluateOptions.add_args(ap)

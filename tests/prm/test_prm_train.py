@@ -59,7 +59,7 @@ def test_full_finetune_loss_falls_on_a_repeated_batch(label_run, tmp_path):
                   max_train_samples=2)                   # one batch, seen 8 times
     record = train(cfg, model, tok)
     assert record["global_step"] == 8 and record["rows_dropped_too_long"] == 0
-    from prm.train import done_summary            # the command's closing line
+    from prm.train import done_summary  # the command's closing line
     assert done_summary(record).startswith(f"prm.train: done: 8 steps on {record['train_rows']} rows, loss ")
     assert done_summary(record).endswith(f"; merged model in {tmp_path / 'full'}")
     assert record["losses"][-1] < 0.5 * record["losses"][0]

@@ -95,12 +95,11 @@ def test_bootstrap_paired_difference():
 
 def test_evaluate_scores_both_orders_on_a_tiny_model():
     pytest.importorskip("transformers")
-    from tiny_lm import tiny_lm
-
     from data.state import State
     from judgment.format import render_pair
     from prm.evaluate import evaluate
     from prm.judge import LocalJudge
+    from tiny_lm import tiny_lm
 
     state = State(intent="Order an iPad", axtree="[1] RootWebArea 'Shop'\n\t[12] button 'Order'\n\t[40] link 'Home'",
                   url="http://shop/ipad")
