@@ -6,7 +6,7 @@
         obs = h.step("click('12')")         # obs.last_action_error: what the browser refused
         reward, info = h.evaluate()
 
-Why the wrapping (see ``../shared/docs/ENVIRONMENT.md``):
+Why the wrapping (a machine that cannot download Playwright's browser builds, as in CI):
 - BrowserGym launches Playwright's own chromium build, which cannot be downloaded here: the page
   browser gets ``executable_path`` (Debian's chromium) and the "chat" window, a second browser
   used only to show messages, is replaced by an in-memory stub (~170 MB and ~1 s per reset).
