@@ -9,12 +9,11 @@ import json
 import re
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from dataset.prmbench import NEGATIVES_PER_STATE, select_states, task_of
 from harness.env import CHROMIUM
+from mined_run import write_mined_run
 
 
 def _pairs(traj: str, step: int, outcomes: list[str]) -> list[dict]:
@@ -59,9 +58,7 @@ EPISODES = (("click-tab", 1), ("click-button", 3))
 def _record_run(root: Path) -> None:
     """A run of the first solver step of each of ``EPISODES`` (recorded on the lean harness) and a pair
     per other printed element, clicked."""
-    from data.ingest import ingest
-    from data.rundir import RunDir, StageStats
-    from data.schema import AXIS_OF, CANDIDATE_SCHEMA, RULES, STORAGE_ORDER, TRAJECTORY_SCHEMA
+    from data.schema import AXIS_OF, RULES
     from teacher.replay import MiniWoBBackend
 
     backend, rows, cands = MiniWoBBackend(), [], []
@@ -88,13 +85,7 @@ def _record_run(root: Path) -> None:
                    "pos_bid": pos_bid, "pos_node": "p", "neg_bid": b, "neg_node": "n", "op_pos": "click",
                    "op_neg": "click", "value_source": None, "evidence": "{}", "mode": "graph"}
                   for k, b in enumerate(others[:5])]
-    src = root.parent / f"{root.name}_src.parquet"
-    pq.write_table(pa.Table.from_pylist(rows, schema=TRAJECTORY_SCHEMA).sort_by(STORAGE_ORDER), src)
-    ingest("canonical", [src], root, quiet=True)
-    run = RunDir(root)
-    run.check_inputs("proposals.mine", run.trajectories)
-    pq.write_table(pa.Table.from_pylist(cands, schema=CANDIDATE_SCHEMA), root / "candidates.parquet")
-    run.write_stage(StageStats("proposals.mine", n_in=len(cands), n_out=len(cands)), [])
+    write_mined_run(root, rows, cands)
 
 
 @pytest.mark.slow

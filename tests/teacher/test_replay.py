@@ -12,11 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from harness.env import CHROMIUM
+from mined_run import write_mined_run
 from teacher.replay import KEPT, MiniWoBBackend, ReplayConfig, Target, replay_target
 from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
 from teacher.verify import VerifyConfig, verify
@@ -119,9 +119,7 @@ def test_a_corrupted_recorded_observation_is_a_mismatch(backend, click_button):
 # -- the stage: columns, verdicts, resume --------------------------------------------------------------
 def _make_run(root: Path, axtree: str, bid: dict) -> list[str]:
     """A run of one recorded click-button episode (seed 3) and four sampled pairs on its step 0."""
-    from data.ingest import ingest
-    from data.rundir import RunDir, StageStats
-    from data.schema import AXIS_OF, CANDIDATE_SCHEMA, RULES, STORAGE_ORDER, TRAJECTORY_SCHEMA
+    from data.schema import AXIS_OF, RULES
 
     meta = json.dumps({"task": "click-button", "seed": SEED})
     base = {"source": "search", "site": "miniwob", "task_id": f"click-button.{SEED}", "traj_id": "r/click-button.3",
@@ -131,9 +129,6 @@ def _make_run(root: Path, axtree: str, bid: dict) -> list[str]:
     pos = f"click('{bid['submit']}')"
     rows = [{**base, "step_idx": 0, "observation": axtree, "action": pos},
             {**base, "step_idx": 1, "observation": axtree, "action": None}]
-    src = root.parent / f"{root.name}_src.parquet"
-    pq.write_table(pa.Table.from_pylist(rows, schema=TRAJECTORY_SCHEMA).sort_by(STORAGE_ORDER), src)
-    ingest("canonical", [src], root, quiet=True)
     negs = [f'click("{bid["submit"]}")', f"click('{bid['cancel']}')", f"click('{bid['']}')", "click('9999')"]
     rules = RULES[:4]
     cands = [{"pair_id": f"{i:016x}", "site": "miniwob", "traj_id": base["traj_id"], "task_id": base["task_id"],
@@ -142,10 +137,7 @@ def _make_run(root: Path, axtree: str, bid: dict) -> list[str]:
               "neg_bid": re.search(r"'(\w+)'|\"(\w+)\"", neg).group(0).strip("'\""), "neg_node": "n",
               "op_pos": "click", "op_neg": "click", "value_source": None, "evidence": "{}", "mode": "graph"}
              for i, (rule, neg) in enumerate(zip(rules, negs))]
-    run = RunDir(root)
-    run.check_inputs("proposals.mine", run.trajectories)
-    pq.write_table(pa.Table.from_pylist(cands, schema=CANDIDATE_SCHEMA), root / "candidates.parquet")
-    run.write_stage(StageStats("proposals.mine", n_in=len(cands), n_out=len(cands)), [])
+    write_mined_run(root, rows, cands)
     return [c["pair_id"] for c in cands]
 
 
@@ -261,9 +253,7 @@ def _solver_run(root: Path, backend) -> list[str]:
     """A run of the solver's episodes ``EPISODES`` (recorded on the module's harness) and, at every
     step, four sampled pairs: the positive in another spelling, two other elements clicked, a
     made-up bid."""
-    from data.ingest import ingest
-    from data.rundir import RunDir, StageStats
-    from data.schema import AXIS_OF, CANDIDATE_SCHEMA, RULES, STORAGE_ORDER, TRAJECTORY_SCHEMA
+    from data.schema import AXIS_OF, RULES
 
     rows, cands = [], []
     for task, seed in EPISODES:
@@ -292,13 +282,7 @@ def _solver_run(root: Path, backend) -> list[str]:
                        "neg_bid": re.search(r"""['"](\w+)['"]""", neg).group(1), "neg_node": "n",
                        "op_pos": pos.split("(")[0], "op_neg": "click", "value_source": None, "evidence": "{}",
                        "mode": "graph"} for k, neg in enumerate(negs)]
-    src = root.parent / f"{root.name}_src.parquet"
-    pq.write_table(pa.Table.from_pylist(rows, schema=TRAJECTORY_SCHEMA).sort_by(STORAGE_ORDER), src)
-    ingest("canonical", [src], root, quiet=True)
-    run = RunDir(root)
-    run.check_inputs("proposals.mine", run.trajectories)
-    pq.write_table(pa.Table.from_pylist(cands, schema=CANDIDATE_SCHEMA), root / "candidates.parquet")
-    run.write_stage(StageStats("proposals.mine", n_in=len(cands), n_out=len(cands)), [])
+    write_mined_run(root, rows, cands)
     return [c["pair_id"] for c in cands]
 
 
