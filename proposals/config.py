@@ -49,6 +49,12 @@ class MineConfig(Configurable):
     max_per_rule: int = field(default=3, metadata={
         "min": 0, "metavar": "N", "help": "grounded negatives kept per rule and step, in draw (or rank) order; "
                                           "counted after grounding (our choice: the paper states no cap); 0 = no cap"})
+    sample_per_step: int = field(default=0, metadata={
+        "min": 0, "metavar": "N", "help": "at most N of each step's candidates in the teacher's sample (a seeded "
+                                          "draw per step, before --sample-size); 0 = no bound"})
+    sample_min_per_step: int = field(default=0, metadata={
+        "min": 0, "metavar": "M", "help": "a step with fewer than M candidates has none in the sample (they stay "
+                                          "in the pool); for a benchmark of M negatives per state"})
     params: Params = field(default_factory=Params)
 
     def __post_init__(self):

@@ -96,7 +96,7 @@ LOSS_WHY = {"virtual_positive": "the demonstrated action targets no element, so 
 def done_summary(stats: StageStats, run_dir: str | Path) -> str:
     """The command's last line: the pool, the sample, the time, the file written."""
     e = stats.extra
-    sampled = min(e["config"]["sample_size"], stats.n_out)
+    sampled = e["audit"]["sample"]["pairs"]
     return done_line(STAGE, f"{stats.n_out} candidates ({sampled} sampled for the teacher) from "
                             f"{e['steps']['out']} steps", e["seconds"], f"wrote {RunDir(run_dir).candidates}")
 

@@ -151,7 +151,8 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
     cands.sort(key=lambda c: c["pair_id"])
     cands, ratio_entry = to_gmcp_ratio(miner, cands, config)
     rng = random.Random(config.seed)
-    for i in rng.sample(range(len(cands)), min(config.sample_size, len(cands))):
+    eligible = per_step_sample(cands, config)
+    for i in rng.sample(eligible, min(config.sample_size, len(eligible))):
         cands[i]["sampled"] = True
     atomic_write_parquet(run.candidates, pinned_table(cands, CANDIDATE_SCHEMA))
 
@@ -161,6 +162,8 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
                    "axes": list(config.axes),
                    "no_graph": config.no_graph, "no_fill": config.no_fill, "max_per_rule": config.max_per_rule,
                    "pool_gmcp_ratio": config.pool_gmcp_ratio,
+                   **({"sample_per_step": config.sample_per_step, "sample_min_per_step": config.sample_min_per_step}
+                      if config.sample_per_step or config.sample_min_per_step else {}),
                    "params": {k: getattr(config.params, k) for k in config.params.__slots__}},
         # Per rule: candidates looked at (in), candidates written (out), and what grounding and
         # the later value checks removed, by reason (in = out + rejected for every rule).
@@ -186,6 +189,23 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
     assert miner.steps_in == miner.steps_mined + sum(miner.step_rejected.values())
     run.write_stage(stats, miner.step_rejects + miner.tally.rejects)
     return stats
+
+
+def per_step_sample(cands: list[dict], config: MineConfig) -> range | list[int]:
+    """The indices of ``cands`` the teacher's sample draws from: all of them, or with
+    ``sample_per_step``/``sample_min_per_step`` a seeded draw of at most N per step from the steps
+    with at least M candidates (seeded by the step, so that it does not move when others change)."""
+    if not (config.sample_per_step or config.sample_min_per_step):
+        return range(len(cands))
+    by_step: dict[tuple, list[int]] = defaultdict(list)
+    for i, c in enumerate(cands):
+        by_step[(c["traj_id"], c["step_idx"])].append(i)
+    out = []
+    for (traj, step), idx in by_step.items():
+        if len(idx) >= config.sample_min_per_step:
+            n = min(config.sample_per_step or len(idx), len(idx))
+            out += random.Random(f"{config.seed}/{traj}/{step}").sample(idx, n)
+    return sorted(out)
 
 
 def spares_for(miner: Miner, pending: list[Pending], kept: list[Pending]):

@@ -316,3 +316,28 @@ def test_worker_processes_mine_what_one_process_mines(tmp_path, scripted_llm):
                         stats.n_out)
     assert len({r["site"] for r in pq.read_table(two / "candidates.parquet", columns=["site"]).to_pylist()}) == 2
     assert got[1][3] > 0 and got[1] == got[2]
+
+
+def test_sample_per_step_bounds_each_steps_sample(mined, bundled_run, scripted_llm, tmp_path):
+    """--sample-per-step N --sample-min-per-step M (the replay benchmark's sample): at most N
+    sampled per step, none at a step with fewer than M candidates, every candidate still in the
+    pool; the same draw at a step whatever the other steps hold."""
+    import shutil
+
+    _, _, rows, _, _ = mined
+    run = tmp_path / "run"
+    shutil.copytree(bundled_run, run)
+    stats = mine(run, MineConfig(sample_size=10000, seed=42, sample_per_step=2, sample_min_per_step=4),
+                 scripted_llm, workers=1)
+    out = pq.read_table(run / "candidates.parquet").to_pylist()
+    assert [c["pair_id"] for c in out] == [c["pair_id"] for c in rows]      # the pool does not change
+    per_step = Counter((c["traj_id"], c["step_idx"]) for c in out)
+    sampled = Counter((c["traj_id"], c["step_idx"]) for c in out if c["sampled"])
+    assert sampled and all(sampled[s] == (2 if n >= 4 else 0) for s, n in per_step.items())
+    assert any(0 < n < 4 for n in per_step.values())             # some step was left out of the sample
+    assert stats.extra["audit"]["sample"]["pairs"] == sum(sampled.values())
+    assert stats.extra["config"]["sample_per_step"] == 2
+    # A step's draw is seeded by the step: with --sample-size too, a sampled pair was in that draw.
+    mine(run, MineConfig(sample_size=5, seed=42, sample_per_step=2, sample_min_per_step=4), scripted_llm, workers=1)
+    small = {c["pair_id"] for c in pq.read_table(run / "candidates.parquet").to_pylist() if c["sampled"]}
+    assert len(small) == 5 and small <= {c["pair_id"] for c in out if c["sampled"]}
