@@ -1,25 +1,35 @@
-"""Ground truth for mined negatives (issue 27): replay every sampled pair in MiniWoB++ and measure the
-false negatives of graph, No-Graph and uniformly random negatives, and the embedded teacher against
-that truth.
+"""Ground truth for mined negatives (issues 27, 38): replay every sampled pair in MiniWoB++ and measure
+the false negatives and the hardness of six candidate sets, and the embedded teacher against that truth.
 
-    .venv/bin/python bench/replay.py [--tasks axtree10] [--seeds 0-9] [--sample-size 60] [--workers 2]
+    .venv/bin/python bench/replay.py [--tasks axtree10] [--seeds 0-9] [--max-steps N] [--sample-size 60]
+                                     [--sets graph graph_rank ...] [--no-fill] [--workers 2] [--figures DIR]
                                      [--out runs/bench-replay] [--teacher-base-url URL --teacher-model M]
     .venv/bin/python bench/replay.py --small        # 3 tasks x 2 seeds, 12 pairs per set: minutes
 
 1. Demonstrations: ``search.miniwob --policy solver`` on ``--tasks`` x ``--seeds`` (the solvers of
-   ``harness.solvers``; each episode's reward is the task's own validator's).
-2. Three candidate sets from them: ``graph`` (``proposals.mine``, the six rules), ``no_graph``
-   (``--no-graph``) and ``random``: for every pair of the graph sample, the negative replaced by
-   a uniformly random grounded element of O_t (not the positive's), its op by the same affordance
-   rules (``proposals.affordance.role_op``; a fill types a fixed word, a select the first option).
-3. ``teacher.verify --verifier replay --replay-workers N`` on each set (one shared replay cache).
-4. The embedded teacher (score-both) on the graph and No-Graph sets: precision and recall of its
-   discard decision against ``equivalent``, and the share of ``harmful`` pairs it keeps. With
+   ``harness.solvers``; each episode's reward is the task's own validator's); skipped once
+   ``OUT/demos/summary.json`` exists.
+2. The candidate sets (``--sets``, ``SETS``): ``graph`` (``proposals.mine`` with every default),
+   ``graph_rank`` (``--selection rank``), ``graph_cap5`` (``--max-per-rule 5``), ``graph_nocap``
+   (``--max-per-rule 0``), all four mined from one ingest and graph (``OUT/graph``'s, copied);
+   ``no_graph`` (``--no-graph``); ``random``: for every pair of the graph sample, the negative
+   replaced by a uniformly random grounded element of O_t (not the positive's), its op by the same
+   affordance rules (``proposals.affordance.role_op``; a fill types a fixed word, a select the first
+   option). ``--no-fill`` mines every set without LLM fill values.
+3. ``teacher.verify --verifier replay --replay-workers N`` on each set (one shared replay cache,
+   ``OUT/replay_cache``: a pair two sets share is replayed once).
+4. The summary of every set replayed in OUT (``bench/replay_verdict.py``): false negatives and the
+   outcomes' shares, per rule, axis, task and containment-distance bucket, the hardness descriptors
+   computed from O_t for every set alike, the differences to ``graph`` (Newcombe intervals) and
+   each set's false-negative rate at the graph's distance mix; one PNG per set (``--figures``).
+5. The embedded teacher (score-both) on the graph set (``TEACHER_SETS``): precision and recall of
+   its discard decision against ``equivalent``, and the share of ``harmful`` pairs it keeps. With
    ``--teacher-base-url``/``--teacher-model`` (``llm.LLMConfig``'s flags, prefixed) an endpoint
    teacher is measured the same way on the same pairs.
 
-Prints the tables (Markdown) and writes them with the raw counts to ``OUT/summary.json``. Figures
-go to bench/RESULTS.md by hand, with the command and the machine.
+Prints the tables (Markdown) and writes them with the raw counts to ``OUT/summary.json``
+(``sets``, ``comparisons``). Figures go to bench/RESULTS.md by hand, with the command and the
+machine.
 
 Throughput (issue 37 Build 3), against the replay of an older commit in one sitting:
 
@@ -56,10 +66,15 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from cli.config import Configurable, make_parser  # noqa: E402
 from dataset.report import FN_PAPER, FN_WEBARBITER  # noqa: E402
-from dataset.report import REPLAY_OUTCOMES as OUTCOMES
 from dataset.stats import wilson  # noqa: E402
 
-SETS = ("graph", "no_graph", "random")
+SETS = ("graph", "graph_rank", "graph_cap5", "graph_nocap", "no_graph", "random")
+NAMES = {"graph": "graph", "graph_rank": "graph rank", "graph_cap5": "graph cap 5", "graph_nocap": "graph no cap",
+         "no_graph": "No-Graph", "random": "random"}
+# What each mined set adds to proposals.mine's flags; the graph sets share one ingest and graph.
+MINE_FLAGS = {"graph": [], "graph_rank": ["--selection", "rank"], "graph_cap5": ["--max-per-rule", "5"],
+              "graph_nocap": ["--max-per-rule", "0"], "no_graph": ["--no-graph"]}
+TEACHER_SETS = ("graph",)
 SMALL = {"tasks": ["click-button", "enter-text", "login-user"], "seeds": "0-1", "sample_size": 12}
 
 
@@ -71,6 +86,15 @@ class ReplayBench(Configurable):
     tasks: list[str] = field(default_factory=lambda: ["axtree10"], metadata={
         "nargs": "*", "help": "MiniWoB tasks or a subset name"})
     seeds: str = field(default="0-9", metadata={"help": "demonstration seeds per task"})
+    max_steps: int | None = field(default=None, metadata={
+        "min": 1, "help": "search.miniwob's --max-steps for the demonstrations (default: its own)"})
+    sets: list[str] = field(default_factory=lambda: list(SETS), metadata={
+        "nargs": "*", "choices": SETS, "help": "candidate sets to build and replay (the summary reads every set "
+                                              "already replayed in OUT)"})
+    no_fill: bool = field(default=False, metadata={
+        "help": "mine with --no-fill (no fill values from the embedded model: such negatives give their slot "
+                "to the rule's next draw)"})
+    figures: str | None = field(default=None, metadata={"help": "folder for the per-set PNGs (default OUT/figures)"})
     sample_size: int = field(default=60, metadata={"min": 1, "help": "pairs sampled per candidate set"})
     seed: int = field(default=42, metadata={"help": "seeds the samples and the random floor"})
     teacher: bool = field(default=True, metadata={"help": "also run the embedded teacher (score-both)"})
@@ -184,19 +208,6 @@ def endpoint_flags(llm) -> list[str]:
     return flags
 
 
-def table(rows: list[dict], key: str | None) -> list[str]:
-    groups: dict[str, Counter] = {}
-    for r in rows:
-        groups.setdefault(r[key] if key else "all", Counter())[r["replay_outcome"]] += 1
-    lines = [f"| {key or 'set'} | " + " | ".join(OUTCOMES) + " | false negatives |", "|---" * (len(OUTCOMES) + 2) + "|"]
-    for g, c in sorted(groups.items()):
-        n = sum(c.values()) - c["replay_mismatch"]
-        lines.append(f"| {g} | " + " | ".join(share(c[o], sum(c.values())) if o != "replay_mismatch"
-                                               else str(c[o]) for o in OUTCOMES)
-                     + f" | {share(c['equivalent'], n)} |")
-    return lines
-
-
 def base_tree(cfg: ReplayBench) -> Path:
     """The base tree (``git archive`` of ``cfg.base_commit``), made when missing, sharing this
     checkout's virtual environment and model cache."""
@@ -302,6 +313,60 @@ def write_fixed_set(run: Path, outcome: dict, path: Path, n_steps: int) -> None:
     path.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
 
 
+def build_sets(cfg: ReplayBench, out: Path, demos: Path, sets) -> None:
+    """The candidate sets: one ingest and graph (in ``OUT/graph``) copied into every graph set,
+    each mined with its flags (``MINE_FLAGS``); No-Graph ingested and mined alone; the random floor
+    on the graph sample's steps."""
+    base = out / "graph"
+    fill = ["--no-fill"] if cfg.no_fill else []
+    if any(s.startswith("graph") or s == "random" for s in sets) and not (base / "graphs" / "manifest.json").exists():
+        _cli("data.ingest", "--source", "canonical", "--input", str(demos / "trajectories.parquet"), "--out", str(base))
+        _cli("graph.build", "--run", str(base))
+    for name in sets:
+        run = out / name
+        if name == "random" or (run / "candidates.parquet").exists():
+            continue
+        if name == "no_graph":
+            shutil.rmtree(run, ignore_errors=True)
+            _cli("data.ingest", "--source", "canonical", "--input", str(demos / "trajectories.parquet"),
+                 "--out", str(run))
+        elif name != "graph":
+            shutil.rmtree(run, ignore_errors=True)
+            run.mkdir(parents=True)
+            for f in ("trajectories.parquet", "stats.json", "rejects.jsonl"):
+                if (base / f).exists():
+                    shutil.copy(base / f, run / f)
+            shutil.copytree(base / "graphs", run / "graphs")
+        _cli("proposals.mine", "--run", str(run), "--sample-size", str(cfg.sample_size), "--seed", str(cfg.seed),
+             "--quiet", *fill, *MINE_FLAGS[name])
+    if "random" in sets:
+        if not (base / "candidates.parquet").exists():
+            _cli("proposals.mine", "--run", str(base), "--sample-size", str(cfg.sample_size), "--seed",
+                 str(cfg.seed), "--quiet", *fill)
+        random_floor(base, out / "random", cfg.seed)
+
+
+def comparisons(rows: dict[str, list[dict]], res: dict[str, dict]) -> dict:
+    """The pre-stated comparisons (bench/RESULTS.md, "Replay verdict at size"): every set's false
+    negatives and hardness shares against the graph set's (difference, Newcombe interval), and
+    each set's false-negative rate at the graph's hardness (``replay_verdict.standardized``)."""
+    from bench.replay_verdict import difference, standardized
+
+    if "graph" not in res:
+        return {}
+    g = res["graph"]
+    out = {}
+    for name, s in res.items():
+        if name == "graph":
+            continue
+        out[name] = {"fn_minus_graph": difference(s["false_negatives"], g["false_negatives"]),
+                     **{f"{h}_minus_graph": difference(s["hardness"][h], g["hardness"][h])
+                        for h in ("gmcp", "same_op", "same_container")},
+                     "fn_at_graph_hardness": standardized(rows[name], rows["graph"]),
+                     "graph_fn_at_its_hardness": standardized(rows["graph"], rows[name])}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = make_parser("bench/replay.py", __doc__)
     ReplayBench.add_args(ap)
@@ -315,64 +380,75 @@ def main(argv: list[str] | None = None) -> int:
     out = (ROOT / cfg.out).resolve()
     t0 = time.perf_counter()
     demos = out / "demos"
-    _cli("search.miniwob", "--policy", "solver", "--prm", "none", "--resume", "--tasks", *cfg.tasks,
-         "--seeds", cfg.seeds, "--out", str(demos))
+    if not (demos / "summary.json").exists():     # written when every episode is done
+        _cli("search.miniwob", "--policy", "solver", "--prm", "none", "--resume", "--tasks", *cfg.tasks,
+             "--seeds", cfg.seeds, "--out", str(demos),
+             *(["--max-steps", str(cfg.max_steps)] if cfg.max_steps else []))
     summary = json.loads((demos / "summary.json").read_text())
-    runs = {s: out / s for s in SETS}
-    for name in ("graph",) if cfg.throughput else ("graph", "no_graph"):
-        run = runs[name]
-        if not (run / "candidates.parquet").exists():
-            _cli("data.ingest", "--source", "canonical", "--input", str(demos / "trajectories.parquet"),
-                 "--out", str(run))
-            if name == "graph":
-                _cli("graph.build", "--run", str(run))
-            _cli("proposals.mine", "--run", str(run), "--sample-size", str(cfg.sample_size), "--seed", str(cfg.seed),
-                 *(["--no-graph"] if name == "no_graph" else []))
     if cfg.throughput:
+        build_sets(cfg, out, demos, ["graph"])
         result = throughput(cfg, out)
         (out / "throughput.json").write_text(json.dumps(result, indent=1, sort_keys=True))
         print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))
         return 0
-    random_floor(runs["graph"], runs["random"], cfg.seed)
+    build_sets(cfg, out, demos, cfg.sets)
     cache = out / "replay_cache"
-    for name in SETS:
-        if not (runs[name] / "preferences.parquet").exists():
-            _cli("teacher.verify", "--run", str(runs[name]), "--verifier", "replay", "--replay-cache-dir", str(cache),
+    for name in cfg.sets:
+        if not (out / name / "preferences.parquet").exists():
+            _cli("teacher.verify", "--run", str(out / name), "--verifier", "replay", "--replay-cache-dir", str(cache),
                  "--replay-workers", str(cfg.workers), "--quiet")
+    return report(cfg, endpoint, out, summary, t0)
+
+
+def report(cfg: ReplayBench, endpoint, out: Path, summary: dict, t0: float) -> int:
+    """The summary of every set replayed in ``out`` (the tables, figures, comparisons, teachers)."""
+    from bench.replay_verdict import by, figure, group_table, markdown, stats, verdict_rows
+
     result = {"demonstrations": {"per_task": {k: v["success_rate"] for k, v in summary["per_task"].items()},
                                  "episodes": summary["tasks"]},
               "config": {"tasks": cfg.tasks, "seeds": cfg.seeds, "sample_size": cfg.sample_size, "seed": cfg.seed,
-                         "workers": cfg.workers}}
+                         "workers": cfg.workers, "no_fill": cfg.no_fill, "max_steps": cfg.max_steps}}
     lines = [f"Demonstrations: {summary['tasks']} solver episodes, success per task "
              f"{result['demonstrations']['per_task']}", "",
              f"False negatives = `equivalent` among pairs replayed to a verdict; paper's audit: "
              f"{FN_PAPER:.0%} (surfPRM-data), {FN_WEBARBITER:.0%} (WebArbiter's data). Wilson 95% intervals.", ""]
-    all_rows = {}
-    for name in SETS:
-        rows = all_rows[name] = outcomes(runs[name])
-        kept = [r for r in rows if r["replay_outcome"] in ("harmful", "detour", "not_executable")]
-        gmcp = sum(r["gmcp"] for r in kept)
-        result[name] = {"outcomes": dict(Counter(r["replay_outcome"] for r in rows)), "pairs": len(rows),
-                        "gmcp_kept": [gmcp, len(kept)]}
-        lines += [f"### {name} ({len(rows)} pairs)", "", *table(rows, None)]
-        if name != "random":
-            lines += ["", *table(rows, "rule"), "", *table(rows, "axis"), "",
-                      f"GMCP among kept: {share(gmcp, len(kept))}"]
-        lines.append("")
+    done = [s for s in SETS if (out / s / "preferences.parquet").exists()]
+    rows = {s: verdict_rows(out / s) for s in done}
+    res = {s: stats(rows[s]) for s in done}
+    figures = Path(cfg.figures).resolve() if cfg.figures else out / "figures"
+    for s in done:
+        res[s]["by"] = {k: by(rows[s], k) for k in ("rule", "axis", "task", "bucket", "same_container")}
+        res[s]["stored_gmcp_agrees"] = sum(r["stored_gmcp"] == r["gmcp"] for r in rows[s])
+        figure(NAMES[s], rows[s], figures / f"replay_verdict_{s}.png")
+    result["sets"] = res
+    result["comparisons"] = comparisons(rows, res)
+    lines += markdown(res, NAMES)
+    for s in done:
+        lines += ["", f"### {NAMES[s]}", ""]
+        for k in ("rule", "axis", "task", "bucket"):
+            if s == "random" and k in ("rule", "axis"):
+                continue
+            lines += group_table(res[s]["by"][k], k) + [""]
+    for s, c in result["comparisons"].items():
+        d, st = c["fn_minus_graph"], c["fn_at_graph_hardness"]
+        if d["diff"] is not None:
+            at = "n/a" if st["rate"] is None else f"{st['rate']:.1%}"
+            lines.append(f"{NAMES[s]} - graph, false negatives: {d['diff']:+.1%} [{d['lo']:+.1%}, {d['hi']:+.1%}]; "
+                         f"at the graph's distance mix {at} (uncovered {st['uncovered']:.0%})")
     teachers = {"teacher": ("embedded teacher (score-both)", ["--backend", "local"])} if cfg.teacher else {}
     if endpoint.base_url:
         teachers["teacher_endpoint"] = (f"endpoint teacher {endpoint.model} at {endpoint.base_url}",
                                         endpoint_flags(endpoint))
     for key, (label, llm) in teachers.items():
-        for name in ("graph", "no_graph"):
-            t = result[name][key] = teacher_accuracy(all_rows[name],
-                                                     teacher_decisions(runs[name], out / f"{name}_{key}", llm))
-            lines += [f"{label.capitalize()} on {name}: discard precision vs `equivalent` "
-                      f"{share(t['true_discards'], t['discarded'])}, "
+        for name in (s for s in TEACHER_SETS if s in done):
+            t = res[name][key] = teacher_accuracy(outcomes(out / name),
+                                                  teacher_decisions(out / name, out / f"{name}_{key}", llm))
+            lines += ["", f"{label.capitalize()} on {NAMES[name]} ({t['pairs']} pairs): discard precision vs "
+                      f"`equivalent` {share(t['true_discards'], t['discarded'])}, "
                       f"recall {share(t['true_discards'], t['equivalent'])}; "
-                      f"keeps {share(t['harmful_kept'], t['harmful'])} of the `harmful` pairs.", ""]
+                      f"keeps {share(t['harmful_kept'], t['harmful'])} of the `harmful` pairs."]
     result["seconds"] = round(time.perf_counter() - t0, 1)
-    lines.append(f"Wall time {result['seconds']} s.")
+    lines.append(f"\nWall time {result['seconds']} s.")
     (out / "summary.json").write_text(json.dumps(result, indent=1, sort_keys=True))
     print("\n".join(lines))
     return 0
