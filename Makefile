@@ -116,28 +116,36 @@ replay-demo: setup
 # WebPRMBench's shape (a state's demonstrated action against 4 negatives that the replay proved
 # harmful or detour; dataset.prmbench). Seeds 1000 and up are reserved for it: no training or
 # development run uses them (the solvers were developed on 0-19 and validated on 100-119).
-# Every grounded negative is mined (--max-per-rule 0; full: 5 per rule, rich pages have dozens)
-# so that a state has the most chances of 4 proven ones; the export samples 4 per state.
+# Every grounded negative is mined (--max-per-rule 0) so that a state has the most chances of 4
+# proven ones; the export samples 4 per state.
 # Small (default): 3 axtree10 tasks x 4 seeds, whose states most often have 4 proven negatives
 # (click-checkboxes is left out: at load 20 its solver's clicks sometimes repeat, changing the
 # episode); ~15 states, ~15 min at load 20 on 2 cores.
-# SIZE=full: axtree10 + rich (26 tasks) x 10 seeds, 300+ states: a bench run of hours.
+# SIZE=full: the 15 axtree10 + rich tasks whose steps have 4+ graph negatives (the other 11 have
+# almost none: one control, or targets the AXTree prints without a bid), 12 of them x 14 seeds and
+# the three long ones (10-11 steps, each replay redoes them) x 4; a seeded 5 negatives of each step
+# with 4+ are replayed (--sample-per-step 5 --sample-min-per-step 4). A bench run of hours
+# (bench/RESULTS.md, "At full size").
 # Judge it: python -m prm.evaluate --bench OUT/export/webprmbench.parquet --base-url URL --model M --out R.json
 ifeq ($(SIZE),full)
-PRMBENCH_TASKS ?= axtree10 rich
-PRMBENCH_SEEDS ?= 1000-1009
-PRMBENCH_CAP ?= 5
+PRMBENCH_TASKS ?= click-tab click-option click-checkboxes click-checkboxes-transfer click-scroll-list form-sequence-2 \
+	search-engine choose-date-easy choose-date-medium login-user login-user-popup use-autocomplete
+PRMBENCH_SEEDS ?= 1000-1013
+PRMBENCH_LONG_TASKS ?= book-flight choose-date click-checkboxes-large
+PRMBENCH_LONG_SEEDS ?= 1000-1003
+PRMBENCH_MINE ?= --max-per-rule 0 --sample-per-step 5 --sample-min-per-step 4
 else
 PRMBENCH_TASKS ?= click-tab click-option login-user
 PRMBENCH_SEEDS ?= 1000-1003
-PRMBENCH_CAP ?= 0
+PRMBENCH_MINE ?= --max-per-rule 0
 endif
 prmbench-miniwob: setup
 	@test -n "$(OUT)" || { echo "usage: make prmbench-miniwob OUT=DIR [SIZE=full]"; exit 2; }
 	$(PY) -m search.miniwob --policy solver --prm none --tasks $(PRMBENCH_TASKS) --seeds $(PRMBENCH_SEEDS) --max-steps 25 --out $(OUT)/demos
-	$(PY) -m data.ingest --source canonical --input $(OUT)/demos/trajectories.parquet --out $(OUT)
+	$(if $(PRMBENCH_LONG_TASKS),$(PY) -m search.miniwob --policy solver --prm none --tasks $(PRMBENCH_LONG_TASKS) --seeds $(PRMBENCH_LONG_SEEDS) --max-steps 25 --out $(OUT)/demos-long)
+	$(PY) -m data.ingest --source canonical --input $(OUT)/demos/trajectories.parquet $(if $(PRMBENCH_LONG_TASKS),$(OUT)/demos-long/trajectories.parquet) --out $(OUT)
 	$(PY) -m graph.build --run $(OUT)
-	$(PY) -m proposals.mine --run $(OUT) --no-fill --max-per-rule $(PRMBENCH_CAP)
+	$(PY) -m proposals.mine --run $(OUT) --no-fill $(PRMBENCH_MINE)
 	$(PY) -m teacher.verify --run $(OUT) --verifier replay
 	$(PY) -m dataset.export --run $(OUT) --format webprmbench --split all
 	$(PY) -c 'import sys, datasets; print(datasets.load_dataset("parquet", data_files=sys.argv[1])["train"])' $(OUT)/export/webprmbench.parquet

@@ -208,6 +208,9 @@ def _bench_note(stats: dict) -> str:
     if b.get("verifier") != "replay":
         return ""
     outcomes = ", ".join(f"`{k}` {n}" for k, n in sorted(b.get("outcomes", {}).items())) or "none"
+    mined = stats.get("proposals.mine", {}).get("config", {})
+    sample = (f" (of which a seeded {mined['sample_per_step']} per step were replayed)"
+              if mined.get("sample_per_step") else "")
     return f"""
 
 **The `webprmbench` config is an offline PRM benchmark with replay-verified labels**: {b.get('states', 0)}
@@ -221,7 +224,11 @@ finish it (`harmful`), or finished it in more steps than after a⁺ (`detour`); 
 decides. What it does not mean: that a⁻ is wrong on any other site or page, that a⁻ is worse by any
 measure other than this continuation's reward (a stronger agent might recover from it), or that a⁺
 is the only good action (negatives proven `equivalent` were discarded, the others were not tried).
-MiniWoB++ pages are small synthetic tasks, not real websites."""
+Which states are in: only steps where the miner found at least {b.get('negatives_per_state', 4)} grounded
+negatives{sample} and the replay proved {b.get('negatives_per_state', 4)} of them worse, so the benchmark is no
+random sample of the tasks' steps: pages with few controls the accessibility tree names (a single
+button, rows or icons without an id) give none. MiniWoB++ pages are small synthetic tasks, not
+real websites, and the continuation is a scripted solver, not an agent."""
 
 
 def body(run_dir: str | Path) -> str:
@@ -271,8 +278,9 @@ sample: {gmcp} (paper: 74.60% for surfPRM-data, 24.19% for WebArbiter's data). T
   `DPOTrainer`: `prompt` = [system, user] asking for the next action in the state (the teacher's
   sections without the two responses), `chosen` = [assistant: a⁺], `rejected` = [assistant: a⁻];
   the same task split as `trl`.
-- `webprmbench`: the held-out tasks in WebPRMBench format (`state_idx, pair_idx, expected,
-  prompt, source_name`), `expected` the position (1 or 2) of the better response.
+- `webprmbench`: WebPRMBench format (`state_idx, pair_idx, expected, prompt, source_name`),
+  `expected` the position (1 or 2) of the better response: the held-out tasks, or every task
+  with `dataset.export --split all` (the replay-verified benchmark above).
 - `discarded`: the pairs no attempt agreed on, with every verdict and answer (replay-verified: the
   `equivalent` and `replay_mismatch` pairs, their outcome as `reason`).
 

@@ -49,6 +49,21 @@ def test_task_of_episode_ids():
     assert task_of("choose-date-easy") == "choose-date-easy"
 
 
+def test_the_cards_note_says_what_the_labels_mean_and_which_states_are_in():
+    from dataset.card import _bench_note
+
+    stats = {"data.export.webprmbench": {"verifier": "replay", "states": 3, "tasks": 2, "negatives_per_state": 4,
+                                         "outcomes": {"harmful": 7, "detour": 5}, "states_short": 1},
+             "teacher.verify": {"replay": {"backend": "solver"}}}
+    note = _bench_note(stats)
+    assert "3\nstates over 2 MiniWoB++ tasks" in note and "`detour` 5, `harmful` 7" in note
+    assert "What it does not mean" in note and "no\nrandom sample" in note and "scripted solver" in note
+    assert "per step were replayed" not in note
+    stats["proposals.mine"] = {"config": {"sample_per_step": 5, "sample_min_per_step": 4}}
+    assert "a seeded 5 per step were replayed" in _bench_note(stats)
+    assert _bench_note({"data.export.webprmbench": {"states": 3}}) == ""          # teacher-verified: no note
+
+
 # -- a real build: two recorded MiniWoB++ states, replayed --------------------------------------------
 # click-tab seed 1: every other tab or link clicked fails the task (4+ harmful: a benchmark state);
 # click-button seed 3: two other elements only (a state left out).
