@@ -195,19 +195,31 @@ def parse_axtree(text: str, obs_format: str | None = None, lines: dict | None = 
         obs_format = "indented" if any(l.startswith("\t") for l in texts) else "flat"
     indented = obs_format == "indented"
     memo = {} if lines is None else lines.setdefault(obs_format, {})
-    nodes: list[AXNode] = []
-    tree = AXTree(nodes=nodes, obs_format=obs_format)
-    by_bid: dict[str, AXNode] = {}
-    dups: list[str] = []
-    stack: list[AXNode] = []   # ancestors of the current line, for indented trees
-    depths: list[int] = []     # their depths (kept apart: attribute access costs on this path)
     get = memo.get
+    fields = []
     for raw in texts:
         f = get(raw, False)
         if f is False:
             f = _read_line(raw, indented)
             if f is None or type(f[4]) in _SCALARS:   # a decoded list or dict is not shared
                 memo[raw] = f
+        fields.append(f)
+    return assemble(texts, fields, obs_format)
+
+
+def assemble(texts: list[str], fields: list[tuple | None], obs_format: str) -> AXTree:
+    """The tree of an observation's lines, each already read (``fields[i]``: ``_read_line``'s
+    (depth, bid, role, name, value, rest) of ``texts[i]``, None for a line that is no node):
+    what :func:`parse_axtree` does after reading, and what ``graph.parsed`` does with the lines
+    the graph build stored."""
+    indented = obs_format == "indented"
+    nodes: list[AXNode] = []
+    tree = AXTree(nodes=nodes, obs_format=obs_format)
+    by_bid: dict[str, AXNode] = {}
+    dups: list[str] = []
+    stack: list[AXNode] = []   # ancestors of the current line, for indented trees
+    depths: list[int] = []     # their depths (kept apart: attribute access costs on this path)
+    for raw, f in zip(texts, fields):
         if f is None:
             if raw.startswith("Tab ") and (tab := _TAB.match(raw.rstrip())):
                 tree.tabs.append({"index": int(tab.group("index")), "current": bool(tab.group("current")),

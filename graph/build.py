@@ -46,6 +46,7 @@ from graph.identity import (
     check_containment,
     check_identity,
 )
+from graph.parsed import LINES_FILE, OBS_FILE, parsed_tables
 from graph.passes import MAX_DEPTH, MAX_NODES, STAGE, next_urls
 from graph.schema import EDGE_SCHEMA, NODE_SCHEMA, STEP_SCHEMA, check_outputs, pinned_table, reading, require_columns
 
@@ -125,6 +126,7 @@ class InteractionElementGraph:
     steps: pa.Table
     stats: dict
     rejects: list[Reject]
+    parsed: tuple[pa.Table, pa.Table] | None = None    # graph.parsed's lines and observations
 
 
 def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int, str]]],
@@ -176,6 +178,7 @@ def _build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[in
         "steps_in": steps.n_in, "steps_out": len(mapped), "steps_rejected": dict(steps.rejected),
     }
     node_rows.sort(key=lambda r: r["node_id"])
+    parsed = parsed_tables(obs.accepted, obs.memo.get("lines", {}), {r["node_id"]: i for i, r in enumerate(node_rows)})
     edges = contain + interact
     edges.sort(key=lambda r: (r["type"], r["src"], r["dst"], r["op"] or ""))
     step_rows = [{"traj_id": t, "step_idx": i, "site": site, "node_id": s.node_id, "kind": s.kind,
@@ -184,7 +187,7 @@ def _build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[in
     order = {_key(r): n for n, r in enumerate(rows)}
     rejects = sorted(obs.rejects + steps.rejects, key=lambda r: order[(r.key["traj_id"], r.key["step_idx"])])
     return InteractionElementGraph(site, pinned_table(node_rows, NODE_SCHEMA), pinned_table(edges, EDGE_SCHEMA),
-                                   pinned_table(step_rows, STEP_SCHEMA), stats, rejects)
+                                   pinned_table(step_rows, STEP_SCHEMA), stats, rejects, parsed)
 
 
 def _key(row: dict) -> tuple[str, int]:
@@ -275,6 +278,9 @@ def write_site(run: RunDir, graph: InteractionElementGraph) -> Path:
     atomic_write_parquet(out / "nodes.parquet", graph.nodes)
     atomic_write_parquet(out / "edges.parquet", graph.edges)
     atomic_write_parquet(out / "steps.parquet", graph.steps)
+    if graph.parsed is not None:
+        atomic_write_parquet(out / LINES_FILE, graph.parsed[0])
+        atomic_write_parquet(out / OBS_FILE, graph.parsed[1])
     return out
 
 

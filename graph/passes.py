@@ -98,11 +98,14 @@ class Observation:
 
 
 def observe(row: dict, site: str, next_url: str | None = None, identity: str = DEFAULT_IDENTITY,
-            max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES, memo: dict | None = None) -> Observation:
+            max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES, memo: dict | None = None,
+            parsed=None) -> Observation:
     """Parse and resolve one observation row (``traj_id, step_idx, observation, obs_format,
     url, html, action``) under ``identity``; raises :class:`ObservationRejected`
     (``unparseable_observation``, ``too_large``, ``too_deep``, ``duplicate_bids``). ``memo``: a
-    dict shared by the observations of one site (see :func:`graph.resolve.resolve_observation`)."""
+    dict shared by the observations of one site (see :func:`graph.resolve.resolve_observation`).
+    ``parsed`` (a ``graph.parsed.ParsedSite`` of a graph built under ``identity``): the observation
+    as the build parsed and resolved it, when it is there (its text is parsed otherwise)."""
     action = None
     if row["action"]:
         try:
@@ -110,6 +113,9 @@ def observe(row: dict, site: str, next_url: str | None = None, identity: str = D
         except ActionParseError as e:     # canonical data should never get here
             action = e
     extra = (action.bid,) if isinstance(action, Action) and action.bid else ()
+    res = None if parsed is None else parsed.resolution(_key(row), row["url"], row.get("html"), identity, memo)
+    if res is not None:
+        return Observation(row, action, res, next_url)     # the build accepted it
     try:
         res = resolve_observation(row["observation"], row["obs_format"], site, row["url"], row.get("html"), extra,
                                   identity, max_depth, max_nodes, memo)
@@ -132,6 +138,7 @@ class Observations:
     rejected: dict[Key, str] = field(default_factory=dict)     # key -> reason: the chain breaks there
     rejects: list[Reject] = field(default_factory=list)
     n_in: int = 0
+    memo: dict = field(default_factory=dict)     # what the parse and resolution shared (see resolve_observation)
 
     @property
     def counts(self) -> Counter:
@@ -143,10 +150,9 @@ def parse_and_resolve(site: str, rows: list[dict], identity: str = DEFAULT_IDENT
     """Pass 1: every row (``next_url`` attached, see :func:`next_urls`) parsed and resolved, or
     rejected with its reason."""
     out = Observations(site, [], n_in=len(rows))
-    memo: dict = {}     # what the site's observations share (see resolve_observation)
     for row in rows:
         try:
-            out.accepted.append(observe(row, site, row.get("next_url"), identity, max_depth, max_nodes, memo))
+            out.accepted.append(observe(row, site, row.get("next_url"), identity, max_depth, max_nodes, out.memo))
         except ObservationRejected as e:
             out.rejected[_key(row)] = e.reason
             out.rejects.append(_reject(e.reason, row, e.detail))

@@ -55,6 +55,7 @@ from data.rundir import RunDir, RunDirError, atomic_write_text
 from graph.axtree import AXTree, AXTreeParseError, parse_axtree
 from graph.build import graph_identity
 from graph.identity import DEFAULT_IDENTITY
+from graph.parsed import Parsed
 from graph.resolve import resolve_observation
 from proposals.graphindex import read_columns
 
@@ -205,19 +206,50 @@ def _observations(run_root: Path, targets: dict[tuple[str, int], set[str]], work
     in forked processes."""
     identity = mined_identity(run_root)
     path = run_root / "trajectories.parquet"
+    got = _parsed_observations(run_root, targets, identity)
+    targets = {k: v for k, v in targets.items() if k not in got}
+    if not targets:
+        return got
     f = pq.ParquetFile(path)
     cols = [c for c in ("traj_id", "step_idx", "site", "url", "observation", "obs_format", "html")
             if c in f.schema_arrow.names]
     groups = list(range(f.num_row_groups))
     n = max(1, min(workers, len(groups)))
     if n == 1:
-        return _observe_groups(path, cols, groups, targets, identity)
+        return {**got, **_observe_groups(path, cols, groups, targets, identity)}
     spans = [groups[i * len(groups) // n:(i + 1) * len(groups) // n] for i in range(n)]
-    got: dict[tuple[str, int], tuple[Counter, dict[str, int]] | None] = {}
     with ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork")) as pool:
         for part in pool.map(_observe_groups, [path] * n, [cols] * n, spans, [targets] * n, [identity] * n):
             for key, value in part.items():
                 got.setdefault(key, value)
+    return got
+
+
+def _parsed_observations(run_root: Path, targets: dict[tuple[str, int], set[str]], identity: str
+                         ) -> dict[tuple[str, int], tuple[Counter, dict[str, int]]]:
+    """:func:`_observations`' facts of the steps whose O_t ``graph.build`` parsed and resolved under
+    ``identity`` (``graph.parsed``: the observation's bids, and its elements' nodes, which the
+    build's identity function derived from O_t), where that resolution is the one the audit's own
+    would give (see ``ParsedSite.node_bid_counts``); the other steps are left to the text."""
+    parsed = Parsed(run_root)
+    if not parsed.sites() or graph_identity(RunDir(run_root)) != identity:
+        return {}
+    light = read_columns(run_root / "trajectories.parquet", ["traj_id", "step_idx", "site"]).to_pydict()
+    site_of: dict[tuple[str, int], str] = {}
+    for key, site in zip(zip(light["traj_id"], light["step_idx"]), light["site"]):
+        if key in targets:
+            site_of.setdefault(key, site)
+    got = {}
+    for key in sorted(site_of, key=lambda k: (site_of[k], k)):
+        s = parsed.site(site_of[key])
+        if s is None or key not in s:
+            continue
+        wanted = targets[key]
+        node_bids = s.node_bid_counts(key, wanted)
+        if node_bids is None:
+            continue
+        counts = Counter(b for b in s.bids(key) if b in wanted)
+        got[key] = (counts, node_bids)
     return got
 
 

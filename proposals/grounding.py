@@ -17,6 +17,7 @@ from data.actions import VALUE_OPS, Action
 from data.rundir import Reject, RunDir
 from graph.build import graph_settings
 from graph.identity import NodeKind
+from graph.parsed import Parsed
 from graph.passes import Observation, ObservationRejected, Observations, demonstrated_steps, next_urls, observe
 from graph.schema import reading, require_columns
 from proposals.affordance import current_values, fill_prompt, is_disabled, page_context, pick_option, pick_value
@@ -80,6 +81,8 @@ class Miner:
         # O_t is resolved as the graphs resolved it (their identity, hence their node ids, and
         # their guards); the No-Graph ablation uses graph.build's defaults.
         self.resolve_settings = {} if config.no_graph else graph_settings(run)
+        # O_t as graph.build parsed and resolved it (graph.parsed); the No-Graph ablation parses the text.
+        self.parsed = None if config.no_graph else Parsed(run.root)
 
     def graph(self, site: str) -> GraphIndex | None:
         if self.config.no_graph:
@@ -153,7 +156,8 @@ class Miner:
                 row = by_step[step_idx]
                 try:
                     memo[step_idx] = observe(row, row["site"], next_url[step_idx], **self.resolve_settings,
-                                             memo=self._site_memos[row["site"]])
+                                             memo=self._site_memos[row["site"]],
+                                             parsed=self.parsed and self.parsed.site(row["site"]))
                 except ObservationRejected as e:
                     memo[step_idx] = e
             return memo[step_idx]

@@ -28,6 +28,7 @@ from data.state import State
 from dataset.readable import mark_icons, readable, target, why_worse
 from dataset.tables import read_pinned
 from graph.axtree import AXTree, AXTreeParseError, parse_axtree
+from graph.parsed import Parsed
 from judgment.format import JudgmentFormat, recorded_axtree_chars, render_pair
 from judgment.parse import parse_prompt
 from proposals.audit import bid_counts, classify, element_targets, mined_identity, node_bid_counts
@@ -207,11 +208,22 @@ class PairSource:
         f = self.path / "trajectories.parquet"
         if not keys or not f.exists():
             return {}
-        cols = [c for c in ("traj_id", "step_idx", "observation", "obs_format") if c in pq.read_schema(f).names]
-        rows = pq.read_table(f, columns=cols, filters=[("traj_id", "in", sorted({t for t, _ in keys}))]).to_pylist()
+        names = pq.read_schema(f).names
+        trajs = [("traj_id", "in", sorted({t for t, _ in keys}))]
         out, lines = {}, {}
+        if "site" in names:      # the trees graph.build parsed (graph.parsed), where it did
+            parsed = Parsed(self.path)
+            for r in pq.read_table(f, columns=["traj_id", "step_idx", "site"], filters=trajs).to_pylist():
+                key = (r["traj_id"], r["step_idx"])
+                site = parsed.site(r["site"]) if key in keys and key not in out else None
+                if site is not None and key in site:
+                    out[key] = site.tree(key)
+        if not keys - out.keys():
+            return out
+        cols = [c for c in ("traj_id", "step_idx", "observation", "obs_format") if c in names]
+        rows = pq.read_table(f, columns=cols, filters=trajs).to_pylist()
         for r in rows:
-            if (r["traj_id"], r["step_idx"]) in keys:
+            if (r["traj_id"], r["step_idx"]) in keys and (r["traj_id"], r["step_idx"]) not in out:
                 try:
                     out[(r["traj_id"], r["step_idx"])] = parse_axtree(r["observation"], r.get("obs_format"), lines)
                 except AXTreeParseError:

@@ -1,0 +1,265 @@
+"""Observations parsed once: the tables ``graph.build`` writes beside each site's graph, and their reader.
+
+An observation's AXTree text is parsed once per run, by the graph build (issue 42). The build
+writes, per site, what it parsed and resolved:
+
+* ``graphs/<site>/parsed_lines.parquet``: the site's distinct AXTree lines, each read once
+  (``line``: its position, ``depth``, ``bid``, ``role``, ``name``, ``value`` (the decoded value's
+  ``repr``), ``rest`` (the undecoded properties); ``raw``: the text of a line that is no node, a
+  ``Tab`` header or noise). The observations of a site show the same pages again and again, so
+  the lines are stored once (the shared traces: 62k lines, 4.3k distinct);
+* ``graphs/<site>/parsed.parquet``: one row per observation the build accepted (``traj_id``,
+  ``step_idx``, ``obs_format``), its ``lines`` in document order (ids into the lines table: the
+  nodes with their depths, hence their parents), where its elements resolved (``elem_pos``: a
+  node's index in the tree, ``elem_node``: the row of its node in ``nodes.parquet``) and its
+  ``content_page``.
+
+:class:`ParsedSite` reads them back: :meth:`ParsedSite.tree` is the tree ``parse_axtree`` gives
+(:func:`graph.axtree.assemble`, no regular expression run), :meth:`ParsedSite.resolution` what
+``graph.resolve.resolve_observation`` gives under the graph's identity, without hashing an identity.
+Mining, the audit and the pair viewer read these; an observation that is not there (a run built
+before issue 42, an observation the build rejected or did not read) is parsed from its text, and
+counted (``ParsedSite.misses``, ``Parsed.misses``).
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from graph.axtree import _SCALARS, AXTree, _literal, _read_line, assemble, infer_structure
+from graph.identity import INTERACTIVE_ROLES, PageContext, html_bid_parents, page_path
+from graph.resolve import Resolution
+from graph.schema import pinned_table, reading
+
+LINES_FILE = "parsed_lines.parquet"
+OBS_FILE = "parsed.parquet"
+GRAPH_BUILD = "python -m graph.build"
+
+LINE_SCHEMA = pa.schema([
+    pa.field("line", pa.int32(), nullable=False),
+    pa.field("depth", pa.int32()),
+    pa.field("bid", pa.string()),
+    pa.field("role", pa.string()),           # null: the line is no node (see ``raw``)
+    pa.field("name", pa.string()),
+    pa.field("value", pa.string()),          # repr of the decoded value (null: none)
+    pa.field("rest", pa.string()),
+    pa.field("raw", pa.string()),            # the text of a line that is no node
+])
+_IDS = pa.list_(pa.int32())
+OBS_SCHEMA = pa.schema([
+    pa.field("traj_id", pa.string(), nullable=False),
+    pa.field("step_idx", pa.int32(), nullable=False),
+    pa.field("obs_format", pa.string(), nullable=False),
+    pa.field("content_page", pa.string(), nullable=False),
+    pa.field("lines", _IDS, nullable=False),
+    pa.field("elem_pos", _IDS, nullable=False),
+    pa.field("elem_node", _IDS, nullable=False),
+])
+_OBS_TEXT = ["traj_id", "step_idx", "obs_format", "content_page"]
+
+
+# -- writing (graph.build) ---------------------------------------------------------------------------
+def _encode_value(value) -> str | None:
+    """A decoded value as text that ``_literal`` decodes back to it (None when none does)."""
+    text = repr(value)
+    back = _literal(text)
+    return text if type(back) is type(value) and back == value else None
+
+
+def _int_list_array(lists: list[list[int]]) -> pa.Array:
+    """list<int32> from Python lists through buffers (``pa.array`` imports pandas: ~0.35 s a process)."""
+    offsets, values = array("i", [0]), array("i")
+    for ids in lists:
+        values.extend(ids)
+        offsets.append(len(values))
+    flat = pa.Array.from_buffers(pa.int32(), len(values), [None, pa.py_buffer(values)])
+    return pa.ListArray.from_arrays(pa.Array.from_buffers(pa.int32(), len(offsets), [None, pa.py_buffer(offsets)]),
+                                    flat)
+
+
+def parsed_tables(observations, line_memo: dict, node_rows: dict[str, int]) -> tuple[pa.Table, pa.Table]:
+    """The two tables of a site (see the module doc) from its accepted observations (``Observation``:
+    ``row``, ``res``), the lines memo their parse filled (``parse_axtree``'s ``lines``) and
+    node id -> row of ``nodes.parquet``. An observation with a value that would not read back as
+    it was is left out (its readers parse its text)."""
+    ids: dict[tuple[str, str], int] = {}
+    line_rows: list[dict] = []
+    obs_text: list[dict] = []
+    obs_lines: list[list[int]] = []
+    elem_pos: list[list[int]] = []
+    elem_node: list[list[int]] = []
+    for o in observations:
+        tree = o.res.tree
+        fmt = tree.obs_format
+        memo = line_memo.get(fmt, {})
+        seq = []
+        for raw in (o.row["observation"] or "").splitlines():
+            i = ids.get((fmt, raw))
+            if i is None:
+                f = memo.get(raw, False)
+                if f is False:
+                    f = _read_line(raw, fmt == "indented")
+                row = {"line": len(line_rows), "raw": raw} if f is None else {
+                    "line": len(line_rows), "depth": f[0], "bid": f[1], "role": f[2], "name": f[3],
+                    "value": None if f[4] is None else _encode_value(f[4]), "rest": f[5]}
+                if f is not None and f[4] is not None and row["value"] is None:
+                    seq = None
+                    break
+                i = ids[(fmt, raw)] = len(line_rows)
+                line_rows.append(row)
+            seq.append(i)
+        if seq is None:
+            continue
+        b2n = o.res.bid_to_node
+        pos = [n.index for n in tree.nodes if n.bid in b2n]
+        obs_text.append({"traj_id": o.row["traj_id"], "step_idx": o.row["step_idx"], "obs_format": fmt,
+                         "content_page": o.res.content_page})
+        obs_lines.append(seq)
+        elem_pos.append(pos)
+        elem_node.append([node_rows[b2n[tree.nodes[p].bid]] for p in pos])
+    text = pinned_table(obs_text, pa.schema([OBS_SCHEMA.field(c) for c in _OBS_TEXT]))
+    obs = pa.Table.from_arrays([*text.columns, _int_list_array(obs_lines), _int_list_array(elem_pos),
+                                _int_list_array(elem_node)], schema=OBS_SCHEMA)
+    return pinned_table(line_rows, LINE_SCHEMA), obs
+
+
+# -- reading -------------------------------------------------------------------------------------------
+class ParsedSite:
+    """One site's parsed observations (``graphs/<site>/parsed*.parquet``), read whole."""
+
+    def __init__(self, site_dir: Path):
+        self.site_dir = site_dir
+        with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / LINES_FILE) as f:
+            lines = f.read().to_pydict()
+        with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / OBS_FILE) as f:
+            obs = f.read().to_pydict()
+        self._raw = [r if r is not None else "" for r in lines["raw"]]
+        self._fields: list[tuple | None] = []
+        self._fresh: dict[int, str] = {}      # lines whose value is a list or dict: decoded for each tree
+        for i, (depth, bid, role, name, value, rest) in enumerate(zip(
+                lines["depth"], lines["bid"], lines["role"], lines["name"], lines["value"], lines["rest"])):
+            if role is None:
+                self._fields.append(None)
+                continue
+            v = None if value is None else _literal(value)
+            if type(v) not in _SCALARS:
+                self._fresh[i] = value
+            self._fields.append((depth, bid, role, name, v, rest))
+        self._index = {k: n for n, k in enumerate(zip(obs["traj_id"], obs["step_idx"]))}
+        self._obs = obs
+        self._node_ids: list[str] | None = None
+
+    def __contains__(self, key: tuple[str, int]) -> bool:
+        return key in self._index
+
+    def tree(self, key: tuple[str, int]) -> AXTree | None:
+        """The parsed observation (a fresh tree: callers may infer its structure), None when absent."""
+        n = self._index.get(key)
+        if n is None:
+            return None
+        seq = self._obs["lines"][n]
+        raws, fields = self._raw, self._fields
+        fs = [fields[i] for i in seq]
+        for j, i in enumerate(seq):
+            if i in self._fresh:
+                f = fs[j]
+                fs[j] = (f[0], f[1], f[2], f[3], _literal(self._fresh[i]), f[5])
+        return assemble([raws[i] for i in seq], fs, self._obs["obs_format"][n])
+
+    def bids(self, key: tuple[str, int]) -> list[str] | None:
+        """The bids of the observation's nodes in document order (repeats kept), None when absent."""
+        n = self._index.get(key)
+        if n is None:
+            return None
+        fields = self._fields
+        return [f[1] for f in (fields[i] for i in self._obs["lines"][n]) if f is not None and f[1] is not None]
+
+    def node_ids(self) -> list[str]:
+        if self._node_ids is None:
+            with reading(self.site_dir / "nodes.parquet", GRAPH_BUILD), \
+                    pq.ParquetFile(self.site_dir / "nodes.parquet") as f:
+                self._node_ids = f.read(columns=["node_id"]).column("node_id").to_pylist()
+        return self._node_ids
+
+    def elements(self, key: tuple[str, int]) -> list[tuple[int, str]]:
+        """(node index, node id) of the elements the build resolved, in document order."""
+        n = self._index[key]
+        ids = self.node_ids()
+        return [(p, ids[r]) for p, r in zip(self._obs["elem_pos"][n], self._obs["elem_node"][n])]
+
+    def resolution(self, key: tuple[str, int], url: str, html: str | None, identity: str,
+                   memo: dict | None = None) -> Resolution | None:
+        """What ``resolve_observation`` gives for this observation under the graph's ``identity``
+        with the step's acted-on bid as the build resolved it (the build accepted it, so it is
+        within the limits); None when absent."""
+        tree = self.tree(key)
+        if tree is None:
+            return None
+        html_parents = html_bid_parents(html) if (html and tree.obs_format == "flat") else None
+        if tree.obs_format == "flat" and not html_parents:
+            infer_structure(tree)
+        page = PageContext(tree, html_parents, identity, memo)
+        nodes = tree.nodes
+        bid_to_node: dict[str, str] = {}
+        node_to_bids: dict[str, list[str]] = {}
+        for p, nid in self.elements(key):
+            bid = nodes[p].bid
+            bid_to_node[bid] = nid
+            node_to_bids.setdefault(nid, []).append(bid)
+        res = Resolution(self.site_dir.name, page_path(url), tree, page, bid_to_node, node_to_bids,
+                         ambiguous={nid for nid, bids in node_to_bids.items() if len(bids) > 1})
+        res._content_page = self._obs["content_page"][self._index[key]]
+        return res
+
+    def node_bid_counts(self, key: tuple[str, int], targets) -> dict[str, int] | None:
+        """bid -> bids of its node in O_t for the ``targets`` the build resolved, as
+        ``proposals.audit.node_bid_counts`` re-derives them with ``targets`` resolved too; None
+        when that would resolve another set of elements than the build did (a target present in
+        O_t that the build did not resolve, or a non-interactive element that is no target)."""
+        n = self._index[key]
+        fields = self._fields
+        nodes = [f for f in (fields[i] for i in self._obs["lines"][n]) if f is not None]
+        ids = self.node_ids()
+        got = {nodes[p][1]: ids[r] for p, r in zip(self._obs["elem_pos"][n], self._obs["elem_node"][n])}
+        roles = {f[1]: f[2] for f in nodes if f[1] is not None}
+        targets = set(targets)
+        if any(t in roles and t not in got for t in targets) or \
+                any(roles[b] not in INTERACTIVE_ROLES and b not in targets for b in got):
+            return None
+        count: dict[str, int] = {}
+        for nid in got.values():
+            count[nid] = count.get(nid, 0) + 1
+        return {b: count[got[b]] for b in targets if b in got}
+
+
+class Parsed:
+    """The parsed tables of a run's sites, each read when first asked for (``graphs/<site>/``)."""
+
+    def __init__(self, run_root: str | Path):
+        self.root = Path(run_root)
+        self._sites: dict[str, ParsedSite | None] = {}
+        self.hits = self.misses = 0      # observations read from the tables / parsed from their text
+
+    def site(self, site: str) -> ParsedSite | None:
+        if site not in self._sites:
+            d = self.root / "graphs" / site
+            self._sites[site] = ParsedSite(d) if (d / OBS_FILE).exists() and (d / LINES_FILE).exists() else None
+        return self._sites[site]
+
+    def sites(self) -> list[str]:
+        """The sites whose graphs the manifest lists (none without a manifest)."""
+        try:
+            return sorted(json.loads((self.root / "graphs" / "manifest.json").read_text())["sites"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+
+    def counted(self, found: bool) -> None:
+        if found:
+            self.hits += 1
+        else:
+            self.misses += 1
