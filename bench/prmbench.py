@@ -11,6 +11,10 @@ position-biased judge and the embedded PRM, each through ``prm.evaluate``'s metr
 - ``embedded``: the embedded model (``llm.embedded``) as ``prm.evaluate`` runs it with ``--judge-mode
   score`` (the likelier answer tag, one forward pass; ``--embedded-mode generate`` writes judgments).
 
+``--states-per-task N`` (the embedded judge costs seconds a row on a CPU): the embedded judge on a
+seeded sample of N states of each task (``OUT/subset.parquet``, all of a task's states where it has
+fewer), the two scripted judges on the whole benchmark and on that subset (``<judge>-subset.json``).
+
 Each judge's result is ``OUT/<judge>.json`` (and its ``.md`` and ``.pairs.jsonl``), as
 ``prm.evaluate --out`` writes it; the comparison table is ``OUT/compare.md``. Any endpoint is judged
 on the same file with ``python -m prm.evaluate --bench FILE --base-url URL --model M --out R.json``.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -28,9 +33,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import pyarrow as pa  # noqa: E402
+import pyarrow.compute as pc  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
 from cli.config import Configurable, make_parser  # noqa: E402
 from judgment.parse import answer_text  # noqa: E402
-from prm.evaluate import compare, evaluate, load_bench, markdown  # noqa: E402
+from prm.evaluate import compare, evaluate, find_candidates, load_bench, markdown  # noqa: E402
 from prm.judge import Judgment  # noqa: E402
 
 
@@ -67,6 +76,23 @@ class BenchConfig(Configurable):
     embedded_mode: str = field(default="score", metadata={
         "choices": ("score", "score-both", "generate"), "help": "prm.evaluate --judge-mode for the embedded PRM"})
     no_embedded: bool = field(default=False, metadata={"help": "only the two scripted judges"})
+    states_per_task: int | None = field(default=None, metadata={
+        "min": 1, "metavar": "N", "help": "the embedded judge on a seeded sample of N states per task only"})
+    seed: int = field(default=0, metadata={"help": "seeds the random judge and the states' sample"})
+
+
+def stratified_subset(bench: str, per_task: int, seed: int, out: Path) -> Path:
+    """``out``: the rows of a seeded sample of ``per_task`` states of each ``source_name`` (every
+    state of a task that has fewer), in the benchmark's order."""
+    table = pq.read_table(bench)
+    states: dict[str, list[int]] = {}
+    for src, idx in zip(table["source_name"].to_pylist(), table["state_idx"].to_pylist()):
+        if idx not in states.setdefault(src, []):
+            states[src].append(idx)
+    keep = sorted(i for src, idx in sorted(states.items())
+                  for i in random.Random(f"{seed}/{src}").sample(idx, min(per_task, len(idx))))
+    pq.write_table(table.filter(pc.is_in(table["state_idx"], value_set=pa.array(keep, table["state_idx"].type))), out)
+    return out
 
 
 def write(result: dict, records: list[dict], out: Path) -> None:
@@ -82,17 +108,24 @@ def main(argv: list[str] | None = None) -> int:
     cfg = BenchConfig.from_args(ap.parse_args(argv))
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = load_bench(cfg.bench)
+    benches = {"": cfg.bench}
+    if cfg.states_per_task:
+        benches["-subset"] = str(stratified_subset(cfg.bench, cfg.states_per_task, cfg.seed, out / "subset.parquet"))
     files = []
-    for judge in (CoinJudge(), FirstJudge()):
-        metrics, records = evaluate(judge, rows)
-        files.append(out / f"{judge.name}.json")
-        write({"name": judge.name, "model": judge.name, "bench": cfg.bench, **metrics}, records, files[-1])
+    for suffix, bench in benches.items():
+        rows = load_bench(bench, find_candidates(Path(cfg.bench)))
+        for judge in (CoinJudge(cfg.seed), FirstJudge()):
+            metrics, records = evaluate(judge, rows)
+            files.append(out / f"{judge.name}{suffix}.json")
+            write({"name": judge.name + suffix, "model": judge.name, "bench": bench, **metrics}, records, files[-1])
     if not cfg.no_embedded:
-        files.append(out / "embedded.json")
-        subprocess.run([sys.executable, "-m", "prm.evaluate", "--bench", cfg.bench, "--out", str(files[-1]),
-                        "--judge-mode", cfg.embedded_mode, "--name", f"embedded ({cfg.embedded_mode})",
-                        "--cache-dir", str(out / ".llm")], check=True, cwd=ROOT)
+        suffix = "-subset" if cfg.states_per_task else ""
+        files.append(out / f"embedded{suffix}.json")
+        candidates = find_candidates(Path(cfg.bench))
+        subprocess.run([sys.executable, "-m", "prm.evaluate", "--bench", benches[suffix], "--out", str(files[-1]),
+                        "--judge-mode", cfg.embedded_mode, "--name", f"embedded ({cfg.embedded_mode}){suffix}",
+                        "--cache-dir", str(out / ".llm"), *(["--candidates", str(candidates)] if candidates else [])],
+                       check=True, cwd=ROOT)
     table = compare([json.loads(f.read_text()) for f in files])
     (out / "compare.md").write_text(table)
     print(table)
