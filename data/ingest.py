@@ -15,11 +15,15 @@ Exits non-zero only when nothing could be ingested.
 from __future__ import annotations
 
 import argparse
+import heapq
+import itertools
 import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pyarrow as pa
 
 from cli.config import Configurable, make_parser
 from cli.errors import error_exit
@@ -28,11 +32,23 @@ from data.readers.agentlab import read_agentlab
 from data.readers.canonical import read_canonical
 from data.readers.safe_pickle import DEFAULT_MAX_DECOMPRESSED_MB
 from data.readers.webprm import read_webprm
-from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_write_parquet
-from data.schema import ROW_GROUP_SIZE, StepRecord, check_record, for_storage, steps_to_table
+from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_parquet_writer, temp_beside
+from data.schema import (
+    ROW_GROUP_SIZE,
+    STORAGE_ORDER,
+    TRAJECTORY_SCHEMA,
+    StepRecord,
+    check_record,
+    for_storage,
+    steps_to_table,
+)
 
 READERS = {"agentlab": read_agentlab, "webprm": read_webprm, "canonical": read_canonical}
 STAGE = "ingest"
+# Text the ingest holds before it sorts and spills it to a temp file (the pool itself is never held);
+# the merge reads the spills MERGE_BATCH rows at a time.
+SPOOL_BYTES = 256 * 2**20
+MERGE_BATCH = 64
 
 
 def ingest(source: str, inputs: Iterable[str | Path], out: str | Path,
@@ -57,43 +73,124 @@ def ingest(source: str, inputs: Iterable[str | Path], out: str | Path,
     reader = READERS[source]
     items = reader(paths, max_decompressed_mb) if source == "agentlab" else reader(paths)
     stats = StageStats(STAGE)
-    records: list[StepRecord] = []
     rejects: list[Reject] = []
     seen: set[tuple[str, int]] = set()
-    for item in items:
-        stats.n_in += 1
-        if not isinstance(item, Reject):
-            problem = check_record(item)
-            key = {"traj_id": str(item.traj_id), "step_idx": str(item.step_idx)}
-            if problem:
-                item = Reject(STAGE, problem[0], str(item.source_path), problem[1], key)
-            elif (item.traj_id, item.step_idx) in seen:
-                # Overlapping inputs (a folder and a run inside it) must not double a step.
-                item = Reject(STAGE, "duplicate_step", item.source_path,
-                              f"{item.traj_id} step {item.step_idx} already read", key)
+    trajs: set[str] = set()
+    successful: set[str] = set()
+    sites: set[str] = set()
+    with _SortedSpool(run.trajectories) as spool:
+        for item in items:
+            stats.n_in += 1
+            if not isinstance(item, Reject):
+                problem = check_record(item)
+                key = {"traj_id": str(item.traj_id), "step_idx": str(item.step_idx)}
+                if problem:
+                    item = Reject(STAGE, problem[0], str(item.source_path), problem[1], key)
+                elif (item.traj_id, item.step_idx) in seen:
+                    # Overlapping inputs (a folder and a run inside it) must not double a step.
+                    item = Reject(STAGE, "duplicate_step", item.source_path,
+                                  f"{item.traj_id} step {item.step_idx} already read", key)
+                else:
+                    seen.add((item.traj_id, item.step_idx))
+            if isinstance(item, Reject):
+                rejects.append(item)
+                stats.rejected[item.reason] += 1
             else:
-                seen.add((item.traj_id, item.step_idx))
-        if isinstance(item, Reject):
-            rejects.append(item)
-            stats.rejected[item.reason] += 1
-        else:
-            records.append(item)
-    stats.n_out = len(records)
-    trajs = {r.traj_id for r in records}
-    table = for_storage(steps_to_table(records))
-    # The new trajectories make every later output stale: remove them before they are replaced.
-    cleared = run.clear_downstream()
-    if cleared and not quiet:
-        print(f"re-ingesting over a used run directory: removed {', '.join(cleared)} "
-              f"(rerun the later stages; the LLM cache still serves their requests)", file=sys.stderr)
-    stats.extra = {"source": source, "inputs": [str(p) for p in paths], "trajectories": len(trajs),
-                   "successful_trajectories": len({r.traj_id for r in records if r.success}),
-                   "sites": sorted({r.site for r in records}),
-                   **({"max_decompressed_mb": max_decompressed_mb} if source == "agentlab" else {}),
-                   **({"cleared": cleared} if cleared else {})}
-    atomic_write_parquet(run.trajectories, table, ROW_GROUP_SIZE)
+                stats.n_out += 1
+                trajs.add(item.traj_id)
+                sites.add(item.site)
+                if item.success:
+                    successful.add(item.traj_id)
+                spool.add(item)
+        # The new trajectories make every later output stale: remove them before they are replaced.
+        cleared = run.clear_downstream()
+        if cleared and not quiet:
+            print(f"re-ingesting over a used run directory: removed {', '.join(cleared)} "
+                  f"(rerun the later stages; the LLM cache still serves their requests)", file=sys.stderr)
+        stats.extra = {"source": source, "inputs": [str(p) for p in paths], "trajectories": len(trajs),
+                       "successful_trajectories": len(successful), "sites": sorted(sites),
+                       **({"max_decompressed_mb": max_decompressed_mb} if source == "agentlab" else {}),
+                       **({"cleared": cleared} if cleared else {})}
+        spool.write()
     run.write_stage(stats, rejects)
     return stats
+
+
+class _SortedSpool:
+    """The accepted records, written to ``target`` in storage order (``STORAGE_ORDER``) without
+    holding the pool: records are buffered up to ``SPOOL_BYTES`` of text, each full buffer sorted
+    and spilled as a temp Arrow file beside ``target`` (``.<name>.<random>.tmp``: a killed
+    ingest's are removed by the next one), and :meth:`write` merges the spills row group by row
+    group into ``target`` (atomically, as ``atomic_write_parquet`` writes it: byte-identical to
+    sorting the whole table at once, since (traj_id, step_idx) is unique, so the order has no ties)."""
+
+    def __init__(self, target: Path):
+        self.target = target
+        self.buffer: list[StepRecord] = []
+        self.buffered = 0
+        self.spills: list[Path] = []
+        self.n_rows = 0
+
+    def __enter__(self) -> _SortedSpool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for path in self.spills:
+            path.unlink(missing_ok=True)
+
+    def add(self, rec: StepRecord) -> None:
+        self.buffer.append(rec)
+        self.n_rows += 1
+        self.buffered += len(rec.observation) + len(rec.html or "") + 512
+        if self.buffered >= SPOOL_BYTES:
+            self._spill()
+
+    def _spill(self) -> None:
+        table = for_storage(steps_to_table(self.buffer))
+        self.buffer, self.buffered = [], 0
+        path = temp_beside(self.target)
+        self.spills.append(path)
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, TRAJECTORY_SCHEMA) as writer:
+            writer.write_table(table, max_chunksize=MERGE_BATCH)
+
+    def _sorted_groups(self) -> Iterator[pa.Table]:
+        """The records in storage order, ``ROW_GROUP_SIZE`` rows at a time."""
+        if not self.spills:          # everything fits in one buffer: sort it here
+            table = for_storage(steps_to_table(self.buffer))
+            self.buffer = []
+            for start in range(0, table.num_rows, ROW_GROUP_SIZE):
+                yield table.slice(start, ROW_GROUP_SIZE)
+            return
+        if self.buffer:
+            self._spill()
+        readers = [pa.ipc.open_file(pa.memory_map(str(p))) for p in self.spills]
+        merged = heapq.merge(*(_keyed_rows(r, i) for i, r in enumerate(readers)))
+        while group := list(itertools.islice(merged, ROW_GROUP_SIZE)):
+            parts, (*_, batch, start) = [], group[0]
+            end = start
+            for *_, b, row in group:          # runs of consecutive rows of one batch: one slice each
+                if b is batch and row == end:
+                    end += 1
+                    continue
+                parts.append(batch.slice(start, end - start))
+                batch, start, end = b, row, row + 1
+            parts.append(batch.slice(start, end - start))
+            yield pa.Table.from_batches(parts, TRAJECTORY_SCHEMA).combine_chunks()
+
+    def write(self) -> None:
+        """Write ``target`` (replaced atomically, zstd, ``ROW_GROUP_SIZE`` rows per row group)."""
+        with atomic_parquet_writer(self.target, TRAJECTORY_SCHEMA) as writer:
+            for group in self._sorted_groups():
+                writer.write_table(group, row_group_size=ROW_GROUP_SIZE)
+
+
+def _keyed_rows(reader, run: int) -> Iterator[tuple]:
+    """(site, traj_id, step_idx, run, batch, row) per row of one sorted spill, in its order."""
+    for b in range(reader.num_record_batches):
+        batch = reader.get_batch(b)
+        keys = zip(*(batch.column(name).to_pylist() for name, _ in STORAGE_ORDER))
+        for row, (site, traj, step) in enumerate(keys):
+            yield site, traj, step, run, batch, row
 
 
 # The largest cap --max-decompressed-mb takes (1 TiB): a step pickle is a few MB at most.

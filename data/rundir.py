@@ -36,6 +36,7 @@ import re
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -233,16 +234,33 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
+def temp_beside(path: Path) -> Path:
+    """A new empty temp file beside ``path`` (``.<name>.<random>.tmp``): the stage that writes
+    ``path`` removes it as an orphan if a killed run left it behind (``RunDir.clean_orphans``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{_TMP_PREFIX}{path.name}.", suffix=_TMP_SUFFIX)
     os.close(fd)
+    return Path(tmp)
+
+
+def atomic_write_parquet(path: Path, table: pa.Table, row_group_size: int | None = None) -> None:
+    with atomic_parquet_writer(path, table.schema) as writer:
+        writer.write_table(table, row_group_size=row_group_size)
+
+
+@contextlib.contextmanager
+def atomic_parquet_writer(path: Path, schema: pa.Schema) -> Iterator[pq.ParquetWriter]:
+    """A ``ParquetWriter`` (zstd) to a temp file that replaces ``path`` when the block ends
+    without an error: written a table or row group at a time, the same bytes as one
+    ``pq.write_table`` of them all."""
+    tmp = temp_beside(path)
     try:
-        pq.write_table(table, tmp, compression="zstd", row_group_size=row_group_size)
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            yield writer
         os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

@@ -151,8 +151,9 @@ def _convert(src: str, row) -> StepRecord | Reject:
 
 
 def read_webprm(inputs: list[Path]) -> Iterator[StepRecord | Reject]:
-    """Chosen actions of the WebPRM Collection are expert demonstrations: ``success`` is True."""
-    records: list[StepRecord] = []
+    """Chosen actions of the WebPRM Collection are expert demonstrations: ``success`` is True.
+    Records come in file order, one at a time (``data.ingest`` sorts what it keeps; a repeated
+    (task, step) is rejected there, the first one read kept)."""
     for root in inputs:
         for path in find_files(root):
             rows = _rows(path)
@@ -164,10 +165,4 @@ def read_webprm(inputs: list[Path]) -> Iterator[StepRecord | Reject]:
                 except Exception as e:  # noqa: BLE001  (the file itself: unreadable, not JSON, not Parquet)
                     yield Reject(STAGE, "corrupt_file", str(path), f"{type(e).__name__}: {_text(e)}")
                     break
-                rec = _record(src, row)
-                if isinstance(rec, Reject):
-                    yield rec
-                else:
-                    records.append(rec)
-    # Trajectory order; a repeated (task, step) is rejected by data.ingest.
-    yield from sorted(records, key=lambda r: (r.traj_id, r.step_idx))
+                yield _record(src, row)

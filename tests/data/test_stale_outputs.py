@@ -171,11 +171,11 @@ _KILLED_INGEST = """
 import os, signal, sys
 import pyarrow.parquet as pq
 import data.rundir as rundir
-real = pq.write_table
-def write_then_die(table, where, **kw):
-    real(table, where, **kw)          # the temp file is complete, the rename never happens
-    os.kill(os.getpid(), signal.SIGKILL)
-rundir.pq.write_table = write_then_die
+class WriteThenDie(pq.ParquetWriter):
+    def close(self):
+        super().close()               # the temp file is complete, the rename never happens
+        os.kill(os.getpid(), signal.SIGKILL)
+rundir.pq.ParquetWriter = WriteThenDie
 from data.ingest import main
 main(sys.argv[1:])
 """
