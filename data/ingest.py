@@ -158,7 +158,7 @@ class _SortedSpool:
         if not self.spills:          # everything fits in one buffer: sort it here
             table = for_storage(steps_to_table(self.buffer))
             self.buffer = []
-            for start in range(0, table.num_rows, ROW_GROUP_SIZE):
+            for start in range(0, max(table.num_rows, 1), ROW_GROUP_SIZE):   # no rows: one empty group
                 yield table.slice(start, ROW_GROUP_SIZE)
             return
         if self.buffer:

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 
 import data.ingest as di
 from conftest import BUNDLED
-from data.schema import ROW_GROUP_SIZE, STORAGE_ORDER
+from data.schema import ROW_GROUP_SIZE, STORAGE_ORDER, TRAJECTORY_SCHEMA
 
 SAMPLE = BUNDLED / "agentlab_workarena.parquet"
 
@@ -49,4 +49,6 @@ def test_nothing_ingested_writes_an_empty_table(tmp_path):
     bad.write_bytes(b"not parquet")
     stats = di.ingest("canonical", [bad], tmp_path / "run", quiet=True)
     assert stats.n_out == 0 and stats.rejected == {"corrupt_file": 1}
-    assert pq.read_table(tmp_path / "run" / "trajectories.parquet").num_rows == 0
+    pq.write_table(TRAJECTORY_SCHEMA.empty_table(), tmp_path / "one_write.parquet", compression="zstd",
+                   row_group_size=ROW_GROUP_SIZE)           # what one write of the sorted table gives
+    assert (tmp_path / "run" / "trajectories.parquet").read_bytes() == (tmp_path / "one_write.parquet").read_bytes()
