@@ -9,12 +9,17 @@ the candidates and of the preferences, the export rows, and ``prm.evaluate``'s r
 per-pair records. Durations, digests of Parquet bytes (they carry pyarrow's version), the run
 folder and the servers' ports are normalised (``golden_files.stable``).
 
+The same run counts ``graph.axtree.parse_axtree``'s calls from graph.build to the exports and the
+pair viewer's listing: at most one per observation (issue 42).
+
 Regenerate after an intended change: ``make golden`` (``SURFPRM_UPDATE_GOLDEN=1 pytest
 tests/golden``), then review ``git diff tests/golden``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -44,17 +49,37 @@ def _judge_answer(payload: dict) -> dict:
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory) -> Path:
     from data.ingest import ingest
+    from llm.serve import serve_in_thread
+    from prm.evaluate import main as evaluate_main
+
+    run = tmp_path_factory.mktemp("golden_run")
+    ingest("canonical", [BUNDLED], run)
+    with counting_parses() as parses:
+        _through_export(run)
+    (run / "parses.json").write_text(json.dumps(parses))
+
+    judge = serve_in_thread(_judge_answer, "scripted-judge")
+    try:
+        assert evaluate_main(["--bench", str(run / "export" / "webprmbench.parquet"), "--out",
+                              str(run / "eval" / "result.json"), "--base-url", judge.base_url, "--model",
+                              "scripted-judge", "--cache-dir", str(run / ".llm"), "--max-retries", "0",
+                              "--api-key-env", "SURFPRM_TEST_KEY_UNSET", "--name", "scripted"]) == 0
+    finally:
+        judge.shutdown()
+    return run
+
+
+def _through_export(run: Path) -> None:
+    """graph.build, mining, the teacher, the preferences' audit, the exports and the viewer's listing."""
     from dataset.export import main as export_main
+    from dataset.viewer.source import PairSource
     from graph.build import build_graphs
     from llm import LLMConfig
     from llm.serve import fixed_answer, serve_in_thread
-    from prm.evaluate import main as evaluate_main
     from proposals.audit import write_audit
     from proposals.mine import MineConfig, mine
     from teacher.verify import VerifyConfig, verify
 
-    run = tmp_path_factory.mktemp("golden_run")
-    ingest("canonical", [BUNDLED], run)
     build_graphs(run, workers=1)
     fill = serve_in_thread(fixed_answer('{"value": "Zoom"}'), "scripted-fill")
     try:
@@ -78,15 +103,28 @@ def pipeline(tmp_path_factory) -> Path:
     assert export_main(["--run", str(run), "--format", "trl", "--format", "webprmbench", "--split", "all",
                        "--no-card"]) == 0
 
-    judge = serve_in_thread(_judge_answer, "scripted-judge")
-    try:
-        assert evaluate_main(["--bench", str(run / "export" / "webprmbench.parquet"), "--out",
-                              str(run / "eval" / "result.json"), "--base-url", judge.base_url, "--model",
-                              "scripted-judge", "--cache-dir", str(run / ".llm"), "--max-retries", "0",
-                              "--api-key-env", "SURFPRM_TEST_KEY_UNSET", "--name", "scripted"]) == 0
-    finally:
-        judge.shutdown()
-    return run
+    assert PairSource.open(run=run).pairs
+
+
+@contextlib.contextmanager
+def counting_parses():
+    """Every binding of ``graph.axtree.parse_axtree`` counts its calls (a dict: ``calls``)."""
+    import dataset.viewer.source  # noqa: F401  (the modules that parse, imported so that their bindings count)
+    import graph.axtree
+    import graph.resolve  # noqa: F401
+    import proposals.audit  # noqa: F401
+
+    real, got = graph.axtree.parse_axtree, {"calls": 0}
+
+    def counting(*args, **kwargs):
+        got["calls"] += 1
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        for module in list(sys.modules.values()):
+            if getattr(module, "parse_axtree", None) is real:
+                mp.setattr(module, "parse_axtree", counting)
+        yield got
 
 
 def _rows(path: Path) -> list[dict]:
@@ -132,3 +170,10 @@ def test_golden_run_is_a_real_sample(pipeline):
     # the golden candidates are the file's rows as they are (nothing in them is normalised away)
     rows = OUTPUTS["pipeline/candidates.json"](pipeline)
     assert stable(rows, {str(pipeline): "RUN"}) == rows
+
+
+def test_the_run_parses_each_observation_once(pipeline):
+    """Issue 42: from graph.build to the exports and the viewer, each observation's AXTree text is
+    parsed at most once (231 parses of the 84 observations before graph.parsed)."""
+    observations = pq.read_metadata(pipeline / "trajectories.parquet").num_rows
+    assert 0 < json.loads((pipeline / "parses.json").read_text())["calls"] <= observations
