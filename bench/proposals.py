@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/proposals.py [--shared ../shared/data] [--scale 32] [--workers N]
     .venv/bin/python bench/proposals.py --gmcp [--shared ../shared/data]
-    .venv/bin/python bench/proposals.py --paper [--repeat 3]
+    .venv/bin/python bench/proposals.py --paper [--repeat 3] [--code DIR ...]
     .venv/bin/python bench/proposals.py --selection [--shared ../shared/data]
 
 
@@ -16,7 +16,8 @@ trajectories, ~9.5k observations, 50 sites, bids shifted per copy), its graphs, 
 from a scripted OpenAI-protocol server (warm-up run), then ``python -m proposals.mine
 --sample-size 10000 --seed 42`` as a command (``--repeat`` times, every fill from the LLM cache):
 wall and CPU time of the whole command (process start and imports included), candidates/s
-against the goal of 5,000, and the load average.
+against the goal of 5,000, and the load average. ``--code DIR...`` runs each checkout's command in
+turn on the same graphs (built by this checkout), interleaved, with a digest of each run's outputs.
 
 ``--gmcp`` runs the pipeline's own commands on the shared traces as they are (ingest, graph
 build, mining with and without ``--prefer-same-op``, fills by the embedded model) and prints
@@ -32,6 +33,7 @@ the difficulty of the negatives. Plus the pool's GMCP share.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -141,8 +143,22 @@ def selection_both_ways(shared: Path) -> None:
             f"{n}, {g:.2%}, {k}" for _, n, g, k in cols.values()) + " |")
 
 
-def paper_scale(shared: Path, repeat: int) -> None:
-    """The mining goal of issue 29: the whole command on the paper-scale pool, fills cached."""
+def _outputs(run: Path) -> str:
+    """A digest of what a mining run wrote (candidates, rejects, the audit; stats.json less its times)."""
+    h = hashlib.sha256()
+    for name in ("candidates.parquet", "rejects.jsonl", "audit/candidates.json"):
+        h.update((run / name).read_bytes())
+    st = json.loads((run / "stats.json").read_text())["proposals.mine"]
+    h.update(json.dumps({k: v for k, v in st.items() if k not in ("seconds", "started_at", "finished_at", "inputs")},
+                        sort_keys=True, default=str).encode())
+    return h.hexdigest()[:12]
+
+
+def paper_scale(shared: Path, repeat: int, codes: list[Path] | None = None) -> None:
+    """The mining goal of issue 29: the whole command on the paper-scale pool, fills cached.
+    ``codes``: checkouts whose ``proposals.mine`` runs in turn, interleaved, on the same graphs
+    (built by this checkout); each run's outputs digested, so that they can be compared."""
+    codes = codes or [ROOT]
     from paper_scale import FILL_ANSWER, PAPER, build_pool
 
     from llm.serve import fixed_answer, serve_in_thread
@@ -160,17 +176,19 @@ def paper_scale(shared: Path, repeat: int) -> None:
                "--fill-cache-dir", str(cache)]
         try:
             for i in range(repeat + 1):
-                load = os.getloadavg()[0]
-                t0, t = os.times(), time.perf_counter()
-                subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
-                wall, t1 = time.perf_counter() - t, os.times()
-                cpu = t1.children_user - t0.children_user + t1.children_system - t0.children_system
-                st = json.loads((run / "stats.json").read_text())["proposals.mine"]
-                what = "warm-up (fills from the scripted server)" if i == 0 else f"run {i} (fills cached)"
-                print(f"{what}: {pool['observations']} observations, {pool['sites']} sites, {st['out']} candidates, "
-                      f"wall {wall:.2f} s, CPU {cpu:.2f} s, {st['out'] / wall:.0f} candidates/s (goal >= 5000), "
-                      f"fill calls {st['llm'].get('calls', 0)}, cached {st['llm'].get('cached', 0)}, load {load:.2f}",
-                      flush=True)
+                for code in (codes[:1] if i == 0 else codes):
+                    load = os.getloadavg()[0]
+                    t0, t = os.times(), time.perf_counter()
+                    subprocess.run(cmd, cwd=code, check=True, capture_output=True)
+                    wall, t1 = time.perf_counter() - t, os.times()
+                    cpu = t1.children_user - t0.children_user + t1.children_system - t0.children_system
+                    st = json.loads((run / "stats.json").read_text())["proposals.mine"]
+                    what = "warm-up (fills from the scripted server)" if i == 0 else f"run {i} (fills cached)"
+                    print(f"{what}: {pool['observations']} observations, {pool['sites']} sites, {st['out']} "
+                          f"candidates, wall {wall:.2f} s, CPU {cpu:.2f} s, {st['out'] / wall:.0f} candidates/s "
+                          f"(goal >= 5000), fill calls {st['llm'].get('calls', 0)}, cached "
+                          f"{st['llm'].get('cached', 0)}, load {load:.2f}, outputs {_outputs(run)}, code {code}",
+                          flush=True)
         finally:
             server.shutdown()
 
@@ -183,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gmcp", action="store_true", help="GMCP with and without --prefer-same-op on the shared traces")
     ap.add_argument("--paper", action="store_true", help="the whole command on the paper-scale pool (issue 29's goal)")
     ap.add_argument("--repeat", type=int, default=3, help="--paper: timed runs after the warm-up")
+    ap.add_argument("--code", type=Path, nargs="+", default=[ROOT],
+                    help="--paper: checkouts whose proposals.mine runs in turn, interleaved (e.g. a `git archive` "
+                         "of the base beside this one)")
     ap.add_argument("--selection", action="store_true", help="rank vs sample: rule mix and scores (issue 36)")
     args = ap.parse_args(argv)
     if not (args.shared / "agentlab_workarena").is_dir():
@@ -192,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         gmcp_both_ways(args.shared)
         return 0
     if args.paper:
-        paper_scale(args.shared, args.repeat)
+        paper_scale(args.shared, args.repeat, [c.resolve() for c in args.code])
         return 0
     if args.selection:
         selection_both_ways(args.shared)

@@ -67,8 +67,10 @@ def _pair_id(row: dict, rule: str, action_neg: str) -> str:
 class Miner:
     """Runs the rules over a run's successful trajectories and grounds what they propose."""
 
-    def __init__(self, run: RunDir, config: MineConfig, graphs: dict[str, GraphIndex | None] | None = None):
-        """``graphs``: a site -> graph cache to share (the chunks a worker process mines share one)."""
+    def __init__(self, run: RunDir, config: MineConfig, graphs: dict[str, GraphIndex | None] | None = None,
+                 parsed: Parsed | None = None):
+        """``graphs``: a site -> graph cache to share (the chunks a worker process mines share one);
+        ``parsed``: the same for the observations graph.build parsed (``graph.parsed``)."""
         self.run, self.config = run, config
         self.tally = Tally()
         self.steps_in = self.steps_mined = 0           # demonstrated steps, and those mined
@@ -82,7 +84,7 @@ class Miner:
         # their guards); the No-Graph ablation uses graph.build's defaults.
         self.resolve_settings = {} if config.no_graph else graph_settings(run)
         # O_t as graph.build parsed and resolved it (graph.parsed); the No-Graph ablation parses the text.
-        self.parsed = None if config.no_graph else Parsed(run.root)
+        self.parsed = None if config.no_graph else parsed or Parsed(run.root)
 
     def graph(self, site: str) -> GraphIndex | None:
         if self.config.no_graph:

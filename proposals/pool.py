@@ -21,6 +21,7 @@ from cli.progress import progress
 from data.rundir import RunDir, StageStats, atomic_write_parquet
 from data.schema import AXIS_OF, CANDIDATE_SCHEMA
 from graph.identity import NodeKind
+from graph.parsed import Parsed
 from graph.schema import check_outputs, pinned_table, reading
 from proposals.affordance import FILL_ATTEMPTS
 from proposals.audit import audit_webprm_rejected, write_audit
@@ -32,11 +33,13 @@ from proposals.grounding import INGEST, Miner, Pending, _make, _pair_id, load_ro
 
 _ROWS_BY_TRAJ: dict[str, list[dict]] | None = None   # set in the parent, inherited by forked workers
 _WORKER_GRAPHS: dict[str, dict] = {}     # in a worker: run directory -> the site graphs its chunks loaded
+_WORKER_PARSED: dict[str, Parsed] = {}   # in a worker: run directory -> the parsed observations its chunks read
 
 
 def _mine_chunk(args):
     run_root, config, trajs = args
-    miner = Miner(RunDir(run_root), config, graphs=_WORKER_GRAPHS.setdefault(run_root, {}))
+    miner = Miner(RunDir(run_root), config, graphs=_WORKER_GRAPHS.setdefault(run_root, {}),
+                  parsed=None if config.no_graph else _WORKER_PARSED.setdefault(run_root, Parsed(run_root)))
     pending = []
     # The cycle collector paused for the chunk: parsing allocates millions of short-lived objects
     # (freed by reference counting) and each collection walked the inherited rows too (~14% of
