@@ -177,6 +177,21 @@ def post_markdown(key: str, markdown: str, description: str | None = None) -> No
 
 
 # -- Dask (the flows' --dask-* flags) ----------------------------------------------------------------
+def _memory_limit(text: str) -> str:
+    """--dask-memory-limit, checked where it is parsed (a size Dask reads, above zero)."""
+    import argparse
+
+    from dask.utils import parse_bytes
+
+    try:
+        size = parse_bytes(text)
+    except (ValueError, TypeError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (2GB, 512MiB)") from None
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"must be above zero, not {text!r}")
+    return text
+
+
 @dataclass
 class DaskConfig(Configurable):
     """Where a flow's tasks run when they leave the calling process: an existing Dask cluster
@@ -191,6 +206,10 @@ class DaskConfig(Configurable):
     dask_local: bool = field(default=False, metadata={"help": "start a local Dask cluster for the command"})
     dask_workers: int = field(default=2, metadata={
         "min": 1, "metavar": "N", "help": "--dask-local: worker processes of the local cluster (one thread each)"})
+    dask_memory_limit: str | None = field(default=None, metadata={
+        "type": _memory_limit, "metavar": "BYTES",
+        "help": "--dask-local: memory limit of each worker (2GB, 512MiB; Dask spills, pauses and restarts a "
+                "worker by it); default: Dask's (the machine's memory over the workers)"})
 
 
 @contextlib.contextmanager
@@ -208,8 +227,9 @@ def dask_scheduler(dask: DaskConfig | None) -> Iterator[str | None]:
 
         from search.workers import prefect_api_url
 
+        limit = {"memory_limit": dask.dask_memory_limit} if dask.dask_memory_limit else {}
         with LocalCluster(n_workers=dask.dask_workers, threads_per_worker=1, processes=True,
-                          env={"PREFECT_API_URL": prefect_api_url()}) as cluster:
+                          env={"PREFECT_API_URL": prefect_api_url()}, **limit) as cluster:
             yield cluster.scheduler_address
 
 

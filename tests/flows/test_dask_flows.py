@@ -55,8 +55,27 @@ def scheduler(prefect_harness):
     seconds, and ``--dask-local`` itself is test_build_graphs_flow's."""
     from flows.common import DaskConfig, dask_scheduler
 
-    with dask_scheduler(DaskConfig(dask_local=True, dask_workers=2)) as address:
+    with dask_scheduler(DaskConfig(dask_local=True, dask_workers=2, dask_memory_limit="1GB")) as address:
         yield address
+
+
+def test_workers_have_the_memory_limit(scheduler):
+    from distributed import Client
+
+    with Client(scheduler, timeout=60) as client:
+        limits = [w["memory_limit"] for w in client.scheduler_info()["workers"].values()]
+    assert limits == [10**9, 10**9]
+
+
+def test_memory_limit_flag_is_checked_where_it_is_parsed(capsys):
+    from flows.propose_negatives import build_parser
+
+    args = build_parser().parse_args(["--run", "r", "--dask-local", "--dask-memory-limit", "512MiB"])
+    assert args.dask_memory_limit == "512MiB"
+    for bad in ("lots", "0GB"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["--run", "r", "--dask-memory-limit", bad])
+        assert "--dask-memory-limit" in capsys.readouterr().err
 
 
 def test_mining_per_site_on_dask_matches_the_cli(scheduler, sites_run):
