@@ -198,7 +198,7 @@ def figure(name: str, rows: list[dict], path: Path) -> None:
     ax2.bar(x, [groups[b]["verdicts"] for b in labels], color="grey")
     ax2.set_ylabel("pairs")
     ax2.set_xticks(list(x), labels)
-    ax2.set_xlabel("hops between the two targets through their lowest common ancestor in O_t's AXTree")
+    ax2.set_xlabel("containment distance: hops via the lowest common ancestor in O_t")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
