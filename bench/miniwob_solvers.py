@@ -2,14 +2,14 @@
 
     .venv/bin/python bench/miniwob_solvers.py [--seeds 0-19] [--workers 1] [--out runs/bench-miniwob-solvers]
     .venv/bin/python bench/miniwob_solvers.py --tasks rich --seeds 100-119 --max-steps 25 --out runs/bench-rich
-    .venv/bin/python bench/miniwob_solvers.py --direct --tasks "multi-orderings email-inbox" --max-steps 25
+    .venv/bin/python bench/miniwob_solvers.py --direct --tasks "multi-orderings email-inbox" --max-steps 25 [--lean]
 
 Runs ``python -m search.miniwob --prm none --policy solver --tasks TASKS --seeds SEEDS --max-steps N``
 (with ``--resume``: a rerun reuses finished episodes) and prints, per task, the episodes the
 validator gave reward 1, the rate with its Wilson 95% interval, the mean steps, and whether the
 solver counts (rate >= ``--counts``: 90% for axtree10, issue 27; 95% for rich, issue 37), as a
 Markdown table for ``bench/RESULTS.md``. ``--direct`` runs the solvers in the browser without
-``search.miniwob`` (see ``direct_rows``).
+``search.miniwob`` (see ``direct_rows``); ``--lean`` there in ``harness.lean``'s browser, the replay's.
 """
 
 from __future__ import annotations
@@ -47,8 +47,11 @@ class SolverBench(Configurable):
     workers: int = field(default=1, metadata={"min": 1, "help": "episodes in parallel (search.miniwob --workers)"})
     out: str = field(default="runs/bench-miniwob-solvers", metadata={"help": "the run folder"})
     direct: bool = field(default=False, metadata={
-        "help": "run the solvers in harness.miniwob's browser directly, as teacher.replay does (no search.miniwob "
-                "screen of bids the AXTree does not print; one worker, no run folder)"})
+        "help": "run the solvers in harness.miniwob's browser directly, without search.miniwob (one worker, no run "
+                "folder)"})
+    lean: bool = field(default=False, metadata={
+        "help": "with --direct: in harness.lean's browser (resets on one kept page, AXTree-only observations), "
+                "as teacher.replay runs the solvers"})
 
 
 def run_rows(out: Path) -> list[tuple[str, int, int, float]]:
@@ -62,17 +65,16 @@ def run_rows(out: Path) -> list[tuple[str, int, int, float]]:
     return rows
 
 
-def direct_rows(tasks: list[str], seeds: str, max_steps: int) -> list[tuple[str, int, int, float]]:
-    """The same rows with the solvers acting in ``harness.miniwob``'s browser directly, as
-    ``teacher.replay`` runs them: no search.miniwob screen (which drops a bid the AXTree does
-    not print), so the tasks whose controls are plain divs count too."""
+def direct_rows(tasks: list[str], seeds: str, max_steps: int, lean: bool = False) -> list[tuple[str, int, int, float]]:
+    """The same rows with the solvers acting in ``harness.miniwob``'s browser directly (``lean``:
+    ``harness.lean``'s, as ``teacher.replay`` runs them), without search.miniwob."""
     from harness.miniwob import miniwob_harness, parse_seeds, select_tasks, task_classes
     from harness.solvers import solve_step
 
     rows = []
     for task in select_tasks(tasks, task_classes()):
         wins, steps = 0, []
-        with miniwob_harness(task) as h:
+        with miniwob_harness(task, lean=lean) as h:
             for seed in parse_seeds(seeds):
                 obs, n = h.reset(seed=seed), 0
                 while not h.task_done and n < max_steps and (action := solve_step(task, obs.goal, obs.axtree)):
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     a = SolverBench.from_args(ap.parse_args(argv))
     clock = time.perf_counter()
     if a.direct:
-        rows = direct_rows(a.tasks.split(), a.seeds, a.max_steps)
+        rows = direct_rows(a.tasks.split(), a.seeds, a.max_steps, a.lean)
     else:
         p = subprocess.run([sys.executable, "-m", "search.miniwob", "--prm", "none", "--policy", "solver", "--tasks",
                             *a.tasks.split(), "--seeds", a.seeds, "--max-steps", str(a.max_steps),

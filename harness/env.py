@@ -31,6 +31,14 @@ Why the wrapping (a machine that cannot download Playwright's browser builds, as
   blocklist beside the allow-list; one record per infrastructure failure in ``diagnostics``. The
   element probes of its feedback (A.2): ``element_under`` and ``focused_element``
   (``element_probes``: on by default).
+- A plain ``div`` or ``span`` with a click handler (a ``generic`` AXTree node without properties,
+  which BrowserGym's ``flatten_axtree_to_str`` skips, bid and all) is printed with its bid and
+  ``clickable=True`` (``flatten_axtree``; Chromium's ``isClickable``, BrowserGym's "clickable"
+  element property), so that a policy can name the control (multi-orderings' "Submit" div, an
+  inbox's email line, a link word among words). Every other line prints as BrowserGym prints it;
+  the lines under such a node move one tab right. ``teacher.replay.normalize_axtree`` takes these
+  lines out again (observations recorded before them replay as equal). ``clickable_generics=False``:
+  BrowserGym's text as it is.
 - ``start_url`` is the task's own start URL (``task_start_url``: a WebArena config's
   ``start_url`` as BrowserGym resolved it, or the task's ``start_url`` attribute), which the PRM's
   prompt shows; only a task that declares none falls back to the first page observed.
@@ -237,6 +245,43 @@ def _deferred(task_entrypoint, slow_mo: int, timeout: int | None, live_validatio
     return DeferredTask
 
 
+CLICKABLE = "clickable"      # the property a clickable generic node is printed with (``flatten_axtree``)
+ALWAYS_SHOWN = ("required", "focused", "atomic")       # BrowserGym prints these properties only when true
+
+
+def plain_generics(axtree: dict) -> list[dict]:
+    """The ``generic`` nodes with a bid that BrowserGym's ``flatten_axtree_to_str`` skips: a name
+    but no property it prints (a plain div or span)."""
+    from browsergym.utils.obs import IGNORED_AXTREE_PROPERTIES
+
+    def printed(p: dict) -> bool:
+        value = p.get("value")
+        return (isinstance(value, dict) and "value" in value and p["name"] not in IGNORED_AXTREE_PROPERTIES
+                and (p["name"] not in ALWAYS_SHOWN or bool(value["value"])))
+
+    return [n for n in axtree["nodes"] if n["role"]["value"] == "generic" and n.get("browsergym_id")
+            and "name" in n and not any(printed(p) for p in n.get("properties", []))]
+
+
+def flatten_axtree(axtree: dict, clickable=frozenset()) -> str:
+    """BrowserGym's ``flatten_axtree_to_str``, with each plain generic node (``plain_generics``)
+    whose bid is in ``clickable`` printed as ``[bid] generic, clickable=True`` (module docstring)."""
+    from browsergym.utils.obs import flatten_axtree_to_str
+
+    marked = {id(n) for n in plain_generics(axtree) if n["browsergym_id"] in clickable} if clickable else set()
+    if marked:
+        flag = {"name": CLICKABLE, "value": {"type": "boolean", "value": True}}
+        axtree = {**axtree, "nodes": [{**n, "properties": [*n.get("properties", []), flag]} if id(n) in marked else n
+                                      for n in axtree["nodes"]]}
+    return flatten_axtree_to_str(axtree)
+
+
+def clickable_bids(obs: dict) -> set[str]:
+    """The bids BrowserGym's element properties mark clickable (Chromium's ``isClickable``: a
+    click listener, a link)."""
+    return {bid for bid, p in (obs.get("extra_element_properties") or {}).items() if p.get("clickable")}
+
+
 @dataclass(slots=True)
 class Observation:
     """What the policy, the judge and the feedback see of the browser after a step."""
@@ -271,7 +316,8 @@ class BrowserHarness:
                  headless: bool = True, timeout_ms: int = 5000, pre_observation_delay: float = 0.1,
                  chromium: Path | None = None, viewport: dict | None = None,
                  action_subsets: list[str] | None = None, live_validation: bool = False,
-                 robustness: Robustness | None = None, element_probes: bool = True):
+                 robustness: Robustness | None = None, element_probes: bool = True,
+                 clickable_generics: bool = True):
         self.task_entrypoint, self.task_kwargs = task_entrypoint, dict(task_kwargs or {})
         self.allowed_hosts = {h.lower() for h in allowed_hosts} if allowed_hosts is not None else None
         self.headless, self.timeout_ms = headless, timeout_ms
@@ -292,6 +338,7 @@ class BrowserHarness:
         self.robustness = (robustness or Robustness(action_s=timeout_ms / 1000)).check()
         self.diagnostics: list[dict] = []       # one record per infrastructure failure
         self.element_probes = element_probes    # A.2: element_under / focused_element answer
+        self.clickable_generics = clickable_generics    # print plain clickable divs/spans (flatten_axtree)
 
     def _make(self):
         import browsergym.core.env as bg_env
@@ -315,13 +362,12 @@ class BrowserHarness:
                           pw_chromium_kwargs={"executable_path": str(self.chromium)})
 
     def _observe(self, obs: dict) -> Observation:
-        from browsergym.utils.obs import flatten_axtree_to_str
-
         try:
             scroll = tuple(self.env.page.evaluate("[window.scrollX, window.scrollY]"))
         except Exception:       # a page mid-navigation has no scroll position to read
             scroll = (0.0, 0.0)
-        self.last_obs, self.last_axtree = obs, flatten_axtree_to_str(obs["axtree_object"])
+        clickable = clickable_bids(obs) if self.clickable_generics else ()
+        self.last_obs, self.last_axtree = obs, flatten_axtree(obs["axtree_object"], clickable)
         self.observation = Observation(goal=obs.get("goal") or "", axtree=self.last_axtree,
                                        url=obs["url"], open_urls=list(obs["open_pages_urls"]),
                                        active_tab=int(obs["active_page_index"][0]), last_action=obs["last_action"],

@@ -18,7 +18,9 @@ What differs from ``harness.env.BrowserHarness`` (same pages, same bids, same ac
 - BrowserGym extracts a DOM snapshot, a screenshot, the focused element and the element properties
   at every step; here only the elements are marked (their bids: BrowserGym's actions find elements
   by them, so they are marked after every step as BrowserGym does) and, when asked, the AXTree is
-  extracted. Actions still run through BrowserGym's ``step`` (its action mapping and execution),
+  extracted, with the bids Chromium marks clickable when the AXTree has a plain generic node to
+  print (``harness.env.flatten_axtree``: the same text as ``BrowserHarness``'s). Actions still run
+  through BrowserGym's ``step`` (its action mapping and execution),
   and the task's validator still runs after every step (``live_validation``).
 - ``vet``: an action runs only as one call of the run's action set with literal arguments
   (``data.actions.parse_action``), navigation confined to the task's hosts (``refused``), waits
@@ -30,7 +32,7 @@ from __future__ import annotations
 import time
 
 from data.actions import ActionParseError, parse_action
-from harness.env import BrowserHarness, Observation, StubChat
+from harness.env import BrowserHarness, Observation, StubChat, plain_generics
 
 # noop(wait_ms) waits at most this long; every other BrowserGym action is bounded by Playwright's
 # timeouts (500 ms per element action, the task's 5 s for navigation, 3 s per frame's load wait).
@@ -111,12 +113,14 @@ class LeanHarness(BrowserHarness):
         from browsergym.core.observation import MarkingError, _post_extract, _pre_extract, extract_merged_axtree
 
         env = self.env
-        axtree = {"nodes": []}
+        axtree, clickable = {"nodes": []}, set()
         for left in reversed(range(EXTRACT_OBS_MAX_TRIES)):
             try:
                 _pre_extract(env.page, tags_to_mark=env.tags_to_mark, lenient=(left == 0))
                 if self._extract:
                     axtree = extract_merged_axtree(env.page)
+                    if self.clickable_generics and plain_generics(axtree):
+                        clickable = snapshot_clickable(env.page)
             except (playwright.sync_api.Error, MarkingError):
                 _post_extract(env.page)
                 if left == 0:
@@ -127,6 +131,7 @@ class LeanHarness(BrowserHarness):
         return {"goal": _try_to_extract_legacy_goal(env.goal_object), "url": env.page.url,
                 "open_pages_urls": tuple(p.url for p in env.context.pages),
                 "active_page_index": [env.context.pages.index(env.page)], "axtree_object": axtree,
+                "extra_element_properties": {bid: {"clickable": True} for bid in clickable},
                 "focused_element_bid": None, "last_action": env.last_action,
                 "last_action_error": env.last_action_error}
 
@@ -140,6 +145,27 @@ class LeanHarness(BrowserHarness):
                                        last_action_error=obs["last_action_error"], start_url=self.start_url)
         return self.observation
 
+
+def snapshot_clickable(page) -> set[str]:
+    """The bids of the elements Chromium's DOM snapshot marks ``isClickable`` (what BrowserGym's
+    "clickable" element property reads), in every frame; no layout, styles or paint order."""
+    from browsergym.core.constants import BROWSERGYM_ID_ATTRIBUTE
+
+    cdp = page.context.new_cdp_session(page)
+    try:
+        snapshot = cdp.send("DOMSnapshot.captureSnapshot", {"computedStyles": []})
+    finally:
+        cdp.detach()
+    strings, out = snapshot["strings"], set()
+    if BROWSERGYM_ID_ATTRIBUTE not in strings:
+        return out
+    bid_name = strings.index(BROWSERGYM_ID_ATTRIBUTE)
+    for document in snapshot["documents"]:
+        attributes = document["nodes"]["attributes"]
+        for i in document["nodes"].get("isClickable", {}).get("index", []):
+            names, values = attributes[i][0::2], attributes[i][1::2]
+            out.update(strings[v] for n, v in zip(names, values) if n == bid_name)
+    return out
 
 
 def vet(text: str, harness) -> str:

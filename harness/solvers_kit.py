@@ -27,6 +27,27 @@ def elements(tree: AXTree, *roles: str) -> list[AXNode]:
     return [n for n in tree.nodes if n.bid is not None and n.role in roles]
 
 
+def clickables(tree: AXTree) -> list[AXNode]:
+    """The plain divs and spans with a click handler (``[bid] generic, clickable=True``:
+    ``harness.env.flatten_axtree``)."""
+    return [n for n in elements(tree, "generic") if n.props.get("clickable") is True]
+
+
+def subtree(tree: AXTree, node: AXNode) -> list[AXNode]:
+    """The nodes printed under ``node`` (deeper lines right after it), in document order."""
+    out = []
+    for n in tree.nodes[node.index + 1:]:
+        if n.depth <= node.depth:
+            break
+        out.append(n)
+    return out
+
+
+def first_text(tree: AXTree, node: AXNode) -> str:
+    """The first text under ``node`` ('' when none)."""
+    return next((n.name for n in subtree(tree, node) if n.role == "StaticText"), "")
+
+
 def named(tree: AXTree, role: str, name: str) -> AXNode | None:
     return next((n for n in elements(tree, role) if n.name == name), None)
 

@@ -6,13 +6,9 @@
 Same contract as ``harness.solvers`` (goal and flattened AXTree in, one action out, decided from
 the page as it is now, so a solver finishes from wherever another action left the page).
 
-BrowserGym's flattened AXTree leaves out the bid of a plain ``div`` or ``span`` (a ``generic`` node
-without properties): a clickable one (multi-orderings' "Submit" div, an inbox's email line) shows
-only as its text. BrowserGym numbers the page's elements in document order when it first marks
-them, so such an element's bid is a fixed offset from a printed neighbour in the task's template
-(``offset``). BrowserGym runs such an action (``teacher.replay`` does), but ``search.miniwob``
-drops a candidate whose bid the AXTree does not print, so the tasks that need one
-(multi-orderings, multi-layouts' div layouts, email-inbox's reply and forward) are not in ``rich``.
+A control that is a plain ``div`` or ``span`` with a click handler (multi-orderings' "Submit" div,
+an inbox's email line, click-tab-2-hard's link words) shows as ``[bid] generic, clickable=True``
+over its text (``harness.env.flatten_axtree``; ``solvers_kit.clickables``).
 """
 
 from __future__ import annotations
@@ -20,14 +16,22 @@ from __future__ import annotations
 import re
 
 from graph.axtree import AXNode, AXTree
-from harness.solvers_kit import checked, click, elements, fill, login, named, quoted, submit, value
+from harness.solvers_kit import (
+    checked,
+    click,
+    clickables,
+    elements,
+    fill,
+    first_text,
+    login,
+    named,
+    quoted,
+    submit,
+    subtree,
+    value,
+)
 
 ORDINALS = {"1st": 1, "2nd": 2, "3rd": 3}
-
-
-def offset(node: AXNode, k: int) -> str:
-    """``click`` on the element ``k`` places after ``node`` in document order (see module docstring)."""
-    return f"click('{int(node.bid) + k}')"
 
 
 def ordinal(word: str) -> int:
@@ -41,11 +45,6 @@ def texts(tree: AXTree) -> list[str]:
 
 def static(tree: AXTree, name: str) -> AXNode | None:
     return next((n for n in tree.nodes if n.role == "StaticText" and n.name == name), None)
-
-
-def next_with_bid(tree: AXTree, node: AXNode) -> AXNode | None:
-    """The first node with a bid after ``node`` in document order."""
-    return next((n for n in tree.nodes[node.index + 1:] if n.bid is not None), None)
 
 
 def previous_with(tree: AXTree, node: AXNode, role: str) -> AXNode | None:
@@ -109,12 +108,13 @@ def movie_search(goal: str, tree: AXTree) -> str | None:
             return None
         if value(box) != want[field]:
             return fill(box, want[field])
-    buttons = elements(tree, "button")
-    if buttons:
-        return click(buttons[0])
-    # the submit is a plain div: right after the table (layout 3), or after the last label and
-    # the footer row that holds it (layout 5, labels below their boxes)
-    return offset(boxes[-1], 3 if not before else 1)
+    buttons = elements(tree, "button")       # a button, or a plain div (two of the five layouts)
+    return click(buttons[0] if buttons else clickable_named(tree, "Submit") or clickable_named(tree, "Search"))
+
+
+def clickable_named(tree: AXTree, text: str) -> AXNode | None:
+    """The clickable plain div or span whose first text is ``text``."""
+    return next((n for n in clickables(tree) if first_text(tree, n) == text), None)
 
 
 # -- email inbox ----------------------------------------------------------------------------------
@@ -184,13 +184,10 @@ def email(goal: str, tree: AXTree, intent: tuple[str, str, str] | None) -> str |
             return click(icons[1 if action == "delete" else 2])
         label = static(tree, "Reply" if action == "reply" else "Forward")
         return click(previous_with(tree, label, "image"))
+    if action in ("reply", "forward"):
+        return click(clickable_named(tree, sender))      # the email's line: a plain div, sender first
     row = inbox_rows(tree).get(sender)
-    if row is None:
-        return None
-    trash, star = row
-    if action in ("delete", "star"):
-        return click(trash if action == "delete" else star)
-    return offset(trash, -6)        # the sender line: email-thread > left > sender; right > time, actions > trash
+    return None if row is None else click(row[0] if action == "delete" else row[1])
 
 
 def email_inbox(goal: str, tree: AXTree) -> str | None:
@@ -346,22 +343,38 @@ def text_of(tree: AXTree, node: AXNode) -> str:
 
 
 def navigate_tree(goal: str, tree: AXTree) -> str | None:
-    """Click the named file or folder; open closed folders (first first) until it shows. A
-    click on an item's middle lands on its name (a block span), which opens a closed folder."""
+    """Click the named file or folder; open closed folders (first first) until it shows. An item
+    is a list item over its name: a file's name is plain text, a folder's is a clickable span
+    (which opens or closes it) after its clickable "hitarea" div, and an open folder shows its list."""
     names = quoted(goal)
     items = elements(tree, "listitem")
     if not names or not items:
         return None
-    target = next((n for n in items if text_of(tree, n) == names[0]), None)
-    if target is not None:
-        return click(target)
-    # a closed folder (li > hitarea div, name span, ul) hides its subtree, whose elements keep
-    # their numbers: the next printed bid is >= 6 further (an empty folder's 4, a file's 2, an
-    # open folder shows its list); the last item has no next bid to tell by
-    closed = [n for n in items if not any(c.role == "list" for c in children(tree, n))
-              and ((after := next_with_bid(tree, n)) is None or int(after.bid) - int(n.bid) >= 6)]
-    sure = [n for n in closed if next_with_bid(tree, n) is not None]
-    return click((sure or closed or [None])[0])
+    for item in items:
+        spans = [c for c in children(tree, item) if c.props.get("clickable") is True]
+        name = first_text(tree, spans[-1]) if spans else text_of(tree, item)
+        if name == names[0]:
+            return click(spans[-1] if spans else item)      # the item's handler reads its name
+    closed = [c for n in items if not any(c.role == "list" for c in children(tree, n))
+              for c in children(tree, n)[-1:] if c.props.get("clickable") is True]
+    return click(closed[0]) if closed else None
+
+
+# -- link words ------------------------------------------------------------------------------------
+
+def link_word(goal: str, tree: AXTree) -> str | None:
+    """click-tab-2-hard, click-collapsible-2: the link is a span with a click handler among plain
+    words, in one of several tabs (or accordion sections) of which one shows at a time. Click it
+    when it shows, else open the tab after the one open (the first when none is)."""
+    words = quoted(goal)
+    tabs = elements(tree, "tab")
+    if not words or not tabs:
+        return None
+    if (link := clickable_named(tree, words[0])) is not None:
+        return click(link)
+    shown = [i for i, t in enumerate(tabs) if t.props.get("selected") is True or t.props.get("expanded") is True]
+    tab = tabs[(shown[0] + 1) % len(tabs) if shown else 0]
+    return click(next((n for n in subtree(tree, tab) if n.role == "link" and n.bid is not None), tab))
 
 
 RICH = {
@@ -373,5 +386,5 @@ RICH = {
     "enter-time": enter_time, "click-scroll-list": click_scroll_list,
     **{t: choose_date for t in ("choose-date", "choose-date-easy", "choose-date-medium", "choose-date-nodelay")},
     "book-flight": book_flight, "search-engine": search_engine, "use-autocomplete": use_autocomplete,
-    "navigate-tree": navigate_tree,
+    "navigate-tree": navigate_tree, "click-tab-2-hard": link_word, "click-collapsible-2": link_word,
 }

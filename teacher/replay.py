@@ -10,7 +10,9 @@ seed, history a_1 .. a_{t-1}, O_t and a⁺: ``steps``) are replayed together:
 
 1. reset the task with its seed and replay the history; the replayed O_t must match the recorded
    one (``normalize_axtree``: the AXTree text with the task page's location cut to its file name,
-   so that a run recorded in another checkout still matches). A mismatch, or a history action that
+   so that a run recorded in another checkout still matches, and without the clickable generic
+   nodes ``harness.env.flatten_axtree`` prints, so that a run recorded before it printed them
+   still matches). A mismatch, or a history action that
    now fails or is refused, is ``replay_mismatch``: no verdict, the step's pairs are discarded;
 2. run a⁺ and record the resulting state (hash of the normalised AXTree, the task's reward and
    done flag), then let the continuation finish the task from there (at most ``solver_steps``
@@ -96,6 +98,8 @@ TIMEOUT_RETRIES = 2
 _TASK_ID = re.compile(r"^(?:miniwob\.)?(?P<task>[a-z0-9-]+)\.(?P<seed>\d+)$")
 # url='file:///any/checkout/.../miniwob/click-button.html' -> url='click-button.html'
 _PAGE_URL = re.compile(r"url='[^']*/([^/']+)'")
+# [12] generic, clickable=True (harness.env.flatten_axtree): BrowserGym's flattening skips such a node
+_CLICKABLE_GENERIC = re.compile(r"(\t*)\[[^\]]*\] generic(?: (?:'.*'|\".*\"))?, clickable=True")
 
 
 @dataclass
@@ -160,8 +164,19 @@ class Replay:
 
 def normalize_axtree(text: str) -> str:
     """The AXTree text without what differs between two replays of one state: the page's location
-    (the checkout's path or server), trailing blanks."""
-    return "\n".join(_PAGE_URL.sub(r"url='\1'", line).rstrip() for line in text.strip().splitlines())
+    (the checkout's path or server), trailing blanks; and as BrowserGym's ``flatten_axtree_to_str``
+    prints it: the clickable generic lines out, the lines under each one tab left (``harness.env``)."""
+    out, dropped = [], []       # the depths of the dropped lines whose subtrees are still open
+    for line in text.strip().splitlines():
+        line = _PAGE_URL.sub(r"url='\1'", line).rstrip()
+        depth = len(line) - len(line.lstrip("\t"))
+        while dropped and dropped[-1] >= depth:
+            dropped.pop()
+        if _CLICKABLE_GENERIC.fullmatch(line):
+            dropped.append(depth)
+        else:
+            out.append(line[len(dropped):])
+    return "\n".join(out)
 
 
 def state_hash(axtree: str) -> str:
