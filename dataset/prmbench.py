@@ -7,9 +7,12 @@ WebPRMBench's shape: per state the demonstrated action against ``NEGATIVES_PER_S
 negatives, one row per negative, ``state_idx`` unique across the file. A negative qualifies only
 when its replay proved it worse (``BENCH_OUTCOMES``: ``harmful`` or ``detour``); ``not_executable``
 negatives (a made-up or refused action) are kept in the training data but are too easy for a
-benchmark. A state with more qualifying negatives gives a seeded sample of 4; a state with fewer is
-left out. Every pair left out is a reject with its reason (``REASONS``), so that ``in = out +
-rejected`` holds over the run's kept pairs.
+benchmark. A pair whose replay evidence holds a Playwright timeout is left out too (``TIMEOUT_MARK``: an
+action, the history's or the continuation's, outran BrowserGym's 500 ms on a loaded machine even
+after ``teacher.replay``'s retries, so its outcome may be the load's, not the action's). A state
+with more qualifying negatives gives a seeded sample of 4; a state with fewer is left out. Every
+pair left out is a reject with its reason (``REASONS``), so that ``in = out + rejected`` holds over
+the run's kept pairs.
 
 ``source_name`` is ``miniwob/<task>``: ``prm.evaluate`` reports each MiniWoB++ task as a source and
 the macro over tasks. Rows carry ``replay_outcome`` and ``replay_evidence`` (the two sides' state
@@ -28,7 +31,9 @@ from data.rundir import Reject
 STAGE = "data.export.webprmbench"
 NEGATIVES_PER_STATE = 4          # WebPRMBench: the chosen action against four rejected ones per state
 BENCH_OUTCOMES = ("harmful", "detour")
+TIMEOUT_MARK = "TimeoutError"
 REASONS = {"not_executable": "the negative did not run in the browser: too easy for a benchmark",
+           "replay_timeout": "a browser action in its replay timed out: the outcome may be the machine's load",
            "state_short_of_negatives": f"its state has fewer than {NEGATIVES_PER_STATE} harmful or detour "
                                        "negatives",
            "surplus_negative": f"its state has more than {NEGATIVES_PER_STATE}; a seeded sample of "
@@ -65,8 +70,11 @@ def select_states(rows: list[dict], seed: int) -> tuple[list[dict], list[dict], 
         by_state[(r["traj_id"], r["step_idx"])].append(r)
     chosen, rejects, short = [], [], 0
     for (traj, step), pairs in by_state.items():
-        good = [r for r in pairs if r["replay_outcome"] in BENCH_OUTCOMES]
-        rejects += [_reject(r, "not_executable") for r in pairs if r["replay_outcome"] not in BENCH_OUTCOMES]
+        timed_out = [r for r in pairs if TIMEOUT_MARK in (r.get("replay_evidence") or "")]
+        good = [r for r in pairs if r["replay_outcome"] in BENCH_OUTCOMES and r not in timed_out]
+        rejects += [_reject(r, "replay_timeout") for r in timed_out]
+        rejects += [_reject(r, "not_executable") for r in pairs
+                    if r["replay_outcome"] not in BENCH_OUTCOMES and r not in timed_out]
         if len(good) < NEGATIVES_PER_STATE:
             rejects += [_reject(r, "state_short_of_negatives") for r in good]
             short += 1

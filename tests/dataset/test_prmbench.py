@@ -43,6 +43,20 @@ def test_four_proven_negatives_per_state_and_every_other_pair_is_a_counted_rejec
     assert len(other) > 1
 
 
+def test_a_replay_that_timed_out_is_no_benchmark_negative():
+    rows = _pairs("a", 0, ["harmful", "detour", "harmful", "harmful", "not_executable"])
+    for r in rows:
+        r["replay_evidence"] = json.dumps({"neg": {"error": None}})
+    rows[1]["replay_evidence"] = json.dumps({"neg": {"error": "TimeoutError: Locator.click: Timeout 500ms exceeded."}})
+    rows[4]["replay_evidence"] = rows[1]["replay_evidence"]
+    chosen, rejects, short = select_states(rows, seed=42)
+    assert chosen == [] and short == 1                      # 3 clean proven negatives: the state is short
+    assert sorted(r.reason for r in rejects) == ["replay_timeout", "replay_timeout"] + ["state_short_of_negatives"] * 3
+    rows[1]["replay_evidence"] = rows[0]["replay_evidence"]
+    chosen, rejects, _ = select_states(rows, seed=42)
+    assert len(chosen) == NEGATIVES_PER_STATE and [r.reason for r in rejects] == ["replay_timeout"]
+
+
 def test_task_of_episode_ids():
     assert task_of("click-tab.1001") == "click-tab"
     assert task_of("miniwob.book-flight.7") == "book-flight"
