@@ -4,6 +4,7 @@
         --train-pairs 12 --eval-pairs 24 --seeds 0,1,2 --ablation-seeds 0 --workers 1
         --variants graph,nograph,spatial,temporal,spatiotemporal]
     .venv/bin/python bench/prm_cpu.py --small            # make prm-demo: the bundled sample, minutes
+    .venv/bin/python bench/prm_cpu.py --ground-truth [--tiny] ...   # replay-verified labels (bench/prm_truth.py)
 
 Every stage is the project's own (``data.ingest``, ``graph.build``, ``proposals.mine``,
 ``teacher.verify``, ``dataset.export``, ``prm.train``, ``prm.evaluate``); this script only splits,
@@ -404,6 +405,8 @@ def build_parser() -> CLIParser:
     """``--small`` and one flag per ``BenchConfig`` field; unknown flags go to prm.train."""
     ap = make_parser(prog="bench/prm_cpu.py", doc=__doc__)
     ap.add_argument("--small", action="store_true", help="the bundled sample, one variant and seed (make prm-demo)")
+    ap.add_argument("--ground-truth", action="store_true",
+                    help="train and judge on replay-verified labels instead (bench/prm_truth.py; its --help)")
     BenchConfig.add_args(ap, skip=("extra_train_args",))
     return ap
 
@@ -416,6 +419,11 @@ def bench_config(argv: list[str] | None = None) -> BenchConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--ground-truth" in argv:        # the PRM proof on replay-verified labels (issue 39): its own module
+        from bench.prm_truth import main as ground_truth
+
+        return ground_truth(argv)
     cfg = bench_config(argv)
     out = ROOT / cfg.out if not Path(cfg.out).is_absolute() else Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
