@@ -362,6 +362,9 @@ def comparisons(rows: dict[str, list[dict]], res: dict[str, dict]) -> dict:
         out[name] = {"fn_minus_graph": difference(s["false_negatives"], g["false_negatives"]),
                      **{f"{h}_minus_graph": difference(s["hardness"][h], g["hardness"][h])
                         for h in ("gmcp", "same_op", "same_container")},
+                     "fn_minus_graph_by_bucket": {
+                         b: difference(s["by"]["bucket"][b]["false_negatives"], g["by"]["bucket"][b]["false_negatives"])
+                         for b in s["by"]["bucket"] if b in g["by"]["bucket"]},
                      "fn_at_graph_hardness": standardized(rows[name], rows["graph"]),
                      "graph_fn_at_its_hardness": standardized(rows["graph"], rows[name])}
     return out
@@ -434,7 +437,9 @@ def report(cfg: ReplayBench, endpoint, out: Path, summary: dict, t0: float) -> i
         if d["diff"] is not None:
             at = "n/a" if st["rate"] is None else f"{st['rate']:.1%}"
             lines.append(f"{NAMES[s]} - graph, false negatives: {d['diff']:+.1%} [{d['lo']:+.1%}, {d['hi']:+.1%}]; "
-                         f"at the graph's distance mix {at} (uncovered {st['uncovered']:.0%})")
+                         f"at the graph's distance mix {at} (uncovered {st['uncovered']:.0%}); per distance bucket: "
+                         + ", ".join(f"{b} {x['diff']:+.1%} [{x['lo']:+.1%}, {x['hi']:+.1%}]"
+                                     for b, x in c["fn_minus_graph_by_bucket"].items() if x["diff"] is not None))
     teachers = {"teacher": ("embedded teacher (score-both)", ["--backend", "local"])} if cfg.teacher else {}
     if endpoint.base_url:
         teachers["teacher_endpoint"] = (f"endpoint teacher {endpoint.model} at {endpoint.base_url}",
