@@ -14,11 +14,13 @@ which no training run sees. Steps, each skipped when its output exists (rerun to
 1. ``sets/<set>/``: a copy of the verified run (its tables and ``stats.json``; the source run is
    only read) and its label-only export, ``dataset.export --format trl-labels --preset paper``
    with the compact prompt (``--prompt-template``, ``configs/prm/cpu-compact-prompt.yaml``) and
-   ``--axtree-chars`` (default 12,000 as the benchmark's prompts: MiniWoB++ pages, 0.4-1.3k
-   characters, are shown whole). Label-only because the replay's evidence is the future (the
-   continuation's steps after each action), which the judge cannot see: a rationale built from it
-   would teach the model to assert what its input does not show; and the judge is read by scoring
-   the answer tag right after the prompt (``--judge-mode score``), so the tag is the target.
+   ``--axtree-chars`` (default 2,000 around the two targets: the benchmark's default build's pages,
+   0.4-1.3k characters, fit whole; the larger pages of the ``rich`` tasks are cut, which keeps a
+   training row under ~1,000 tokens where whole pages reach 3.5k). Label-only because the replay's
+   evidence is the future (the continuation's steps after each action), which the judge cannot
+   see: a rationale built from it would teach the model to assert what its input does not show;
+   and the judge is read by scoring the answer tag right after the prompt (``--judge-mode
+   score``), so the tag is the target.
 2. ``train/<set>.parquet``: the rows whose pair the replay proved ``harmful`` or ``detour``; then
    equal task mixes (per MiniWoB++ task the minimum count over the three sets, a seeded sample in
    each) and at most ``--train-pairs`` pairs (the per-task quotas scaled down together, so the
@@ -100,7 +102,9 @@ class TruthConfig(Configurable):
     seeds: tuple[int, ...] = field(default=(0,), metadata={
         "type": _ints, "metavar": "0,1", "help": "comma-separated training seeds (every set gets each)"})
     sample_seed: int = field(default=42, metadata={"help": "seeds the training samples and the benchmark subset"})
-    axtree_chars: int = field(default=12_000, metadata={"min": 1, "help": "AXTree characters of a training prompt"})
+    axtree_chars: int = field(default=2000, metadata={
+        "min": 1, "help": "AXTree characters of a training prompt, around the two targets (dataset.export "
+                          "--axtree-chars)"})
     train_config: str = field(default=str(TRAIN_CONFIG), metadata={
         "help": "prm.train's config (the model and the training values; truth-gpu.yaml for a GPU)"})
     eval_batch_size: int = field(default=1, metadata={"min": 1, "help": "prm.evaluate --batch-size"})
@@ -112,7 +116,7 @@ class TruthConfig(Configurable):
         "help": "hand-made verified runs and benchmark (tests' helpers), 4 pairs a set, one seed: the suite's check"})
 
 
-TINY = {"train_pairs": 4, "seeds": (0,), "bootstrap": 200, "axtree_chars": 2000}
+TINY = {"train_pairs": 4, "seeds": (0,), "bootstrap": 200}
 
 
 def log(msg: str) -> None:
@@ -157,6 +161,8 @@ class Steps:
 def copy_run(src: Path, dst: Path) -> None:
     """The verified run's tables, copied (the export writes into its run directory)."""
     missing = [n for n in RUN_FILES if not (src / n).exists()]
+    if not missing and "teacher.verify" not in json.loads((src / "stats.json").read_text()):
+        missing = ["teacher.verify's entry in stats.json"]          # its tables written, its stats not yet
     if missing:
         raise FileNotFoundError(f"{src} is not a replay-verified run (missing {', '.join(missing)}): "
                                 "bench/replay.py --out DIR writes DIR/graph, DIR/no_graph, DIR/random")
@@ -590,11 +596,15 @@ def main(argv: list[str] | None = None) -> int:
             with lock:
                 summarize(cfg, out, sets, bench, steps)      # after each model: a cut-short run keeps its table
 
-    # the base model's evaluation needs no training set: it starts while the sets are built
+    # the base model's evaluation needs no training set: it starts while the sets are built (in
+    # subprocesses; --tiny runs its steps in this process, one at a time: two threads importing
+    # transformers at once can see it half-initialised)
+    if cfg.tiny:
+        sets.update(training_sets(cfg, out, steps, train_runs))
     with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
         futures = [pool.submit(job, evaluate_model, cfg, out, steps, "base", base_model(cfg))]
         try:
-            sets.update(training_sets(cfg, out, steps, train_runs))
+            sets.update(sets or training_sets(cfg, out, steps, train_runs))
             log("training sets " + json.dumps({s: {k: v[k] for k in ("pairs", "rows", "rejected")}
                                                for s, v in sets.items()}))
             futures += [pool.submit(job, train_and_evaluate, cfg, out, steps, s, seed, sets[s]["rows"])
