@@ -64,10 +64,19 @@ _OBS_TEXT = ["traj_id", "step_idx", "obs_format", "content_page"]
 
 
 # -- writing (graph.build) ---------------------------------------------------------------------------
+def _decode_value(text: str):
+    """A stored value (``repr`` of the decoded one) decoded: ``_literal``, with the common cases first."""
+    if text[0] in "'\"" and "\\" not in text:
+        return text[1:-1]
+    if text.isdigit():
+        return int(text)
+    return _literal(text)
+
+
 def _encode_value(value) -> str | None:
-    """A decoded value as text that ``_literal`` decodes back to it (None when none does)."""
+    """A decoded value as text that :func:`_decode_value` decodes back to it (None when none does)."""
     text = repr(value)
-    back = _literal(text)
+    back = _decode_value(text)
     return text if type(back) is type(value) and back == value else None
 
 
@@ -146,7 +155,7 @@ class ParsedSite:
             if role is None:
                 self._fields.append(None)
                 continue
-            v = None if value is None else _literal(value)
+            v = None if value is None else _decode_value(value)
             if type(v) not in _SCALARS:
                 self._fresh[i] = value
             self._fields.append((depth, bid, role, name, v, rest))
@@ -168,7 +177,7 @@ class ParsedSite:
         for j, i in enumerate(seq):
             if i in self._fresh:
                 f = fs[j]
-                fs[j] = (f[0], f[1], f[2], f[3], _literal(self._fresh[i]), f[5])
+                fs[j] = (f[0], f[1], f[2], f[3], _decode_value(self._fresh[i]), f[5])
         return assemble([raws[i] for i in seq], fs, self._obs["obs_format"][n])
 
     def bids(self, key: tuple[str, int]) -> list[str] | None:

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from data.actions import VALUE_OPS, Action
 from data.rundir import Reject, RunDir
-from graph.build import graph_settings
+from graph.build import graph_settings, site_row_groups
 from graph.identity import NodeKind
 from graph.parsed import Parsed
 from graph.passes import Observation, ObservationRejected, Observations, demonstrated_steps, next_urls, observe
@@ -49,6 +49,49 @@ def load_rows(run: RunDir, filters=None) -> list[dict]:
             for r in rows:
                 r["html"] = None
     return rows
+
+
+def chunk_rows(run: RunDir, site: str, trajs: dict[str, int]) -> dict[str, list[dict]]:
+    """The rows of ``trajs`` (trajectory -> its number of rows) by trajectory, in step order, as
+    :func:`load_rows` reads them: from the row groups that may hold ``site`` (``data.ingest``
+    clusters rows by site), one at a time, and from the others only for a trajectory with rows
+    elsewhere. The pool is never read whole."""
+    cols = require_columns(run.trajectories, COLUMNS, INGEST)
+    got: dict[str, list[dict]] = {t: [] for t in trajs}
+    with reading(run.trajectories, INGEST), pq.ParquetFile(run.trajectories) as f:
+        mine = site_row_groups(f, site)
+        _read_groups(f, mine, set(trajs), got, "html" in cols)
+        missing = {t for t, n in trajs.items() if len(got[t]) < n}
+        if missing:
+            _read_groups(f, [g for g in range(f.num_row_groups) if g not in set(mine)], missing, got, "html" in cols)
+    for rows in got.values():
+        rows.sort(key=lambda r: r["step_idx"])
+    return got
+
+
+def _read_groups(f: pq.ParquetFile, groups: list[int], trajs: set[str], got: dict[str, list[dict]],
+                 has_html: bool) -> None:
+    for g in groups:
+        ids = f.read_row_group(g, columns=["traj_id"]).column("traj_id").to_pylist()
+        keep = [i for i, t in enumerate(ids) if t in trajs]
+        if not keep:
+            continue
+        rows = f.read_row_group(g, columns=COLUMNS).take(keep).to_pylist()
+        flat = [i for i, r in zip(keep, rows) if r["obs_format"] == "flat"]
+        html = dict(zip(flat, f.read_row_group(g, columns=["html"]).take(flat).column("html").to_pylist())) \
+            if has_html and flat else {}
+        for i, r in zip(keep, rows):
+            r["html"] = html.get(i)
+            got[r["traj_id"]].append(r)
+
+
+def webprm_rows(run: RunDir) -> list[dict]:
+    """The rows of WebPRM Collection steps (the one audit that reads rows: their rejected actions),
+    read only when the run holds some."""
+    sources = read_columns(run.trajectories, ["source"]).column("source")
+    if "webprm" not in set(sources.unique().to_pylist()):
+        return []
+    return load_rows(run, filters=[("source", "==", "webprm")])
 
 
 def _make(op: str, bid: str, value=None) -> Action:

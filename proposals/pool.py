@@ -22,32 +22,34 @@ from data.rundir import RunDir, StageStats, atomic_write_parquet
 from data.schema import AXIS_OF, CANDIDATE_SCHEMA
 from graph.identity import NodeKind
 from graph.parsed import Parsed
-from graph.schema import check_outputs, pinned_table, reading
+from graph.schema import check_outputs, pinned_table, reading, require_columns
 from proposals.affordance import FILL_ATTEMPTS
 from proposals.audit import audit_webprm_rejected, write_audit
 from proposals.config import STAGE, MineConfig
 from proposals.fill import complete_fills
 from proposals.gmcp_ratio import TOLERANCE, match_gmcp_ratio, share
-from proposals.graphindex import check_graphs
-from proposals.grounding import INGEST, Miner, Pending, _make, _pair_id, load_rows
+from proposals.graphindex import check_graphs, read_columns
+from proposals.grounding import COLUMNS, INGEST, Miner, Pending, _make, _pair_id, chunk_rows, load_rows, webprm_rows
 
-_ROWS_BY_TRAJ: dict[str, list[dict]] | None = None   # set in the parent, inherited by forked workers
 _WORKER_GRAPHS: dict[str, dict] = {}     # in a worker: run directory -> the site graphs its chunks loaded
 _WORKER_PARSED: dict[str, Parsed] = {}   # in a worker: run directory -> the parsed observations its chunks read
 
 
 def _mine_chunk(args):
-    run_root, config, trajs = args
-    miner = Miner(RunDir(run_root), config, graphs=_WORKER_GRAPHS.setdefault(run_root, {}),
+    """Mine one chunk of a site's trajectories, its rows read here (``chunk_rows``)."""
+    run_root, config, site, trajs = args
+    run = RunDir(run_root)
+    miner = Miner(run, config, graphs=_WORKER_GRAPHS.setdefault(run_root, {}),
                   parsed=None if config.no_graph else _WORKER_PARSED.setdefault(run_root, Parsed(run_root)))
+    by_traj = chunk_rows(run, site, trajs)
     pending = []
-    # The cycle collector paused for the chunk: parsing allocates millions of short-lived objects
-    # (freed by reference counting) and each collection walked the inherited rows too (~14% of
+    # The cycle collector paused for the chunk: mining allocates millions of short-lived objects
+    # (freed by reference counting) and each collection walked the chunk's rows too (~14% of
     # the mining's CPU time on the paper-scale pool).
     gc.disable()
     try:
         for traj in trajs:
-            pending += miner.trajectory(_ROWS_BY_TRAJ[traj])
+            pending += miner.trajectory(by_traj[traj])
     finally:
         gc.enable()
     return pending, miner.tallies()
@@ -63,6 +65,7 @@ def open_run(run_dir: str | Path, config: MineConfig) -> RunDir:
                                 f"(or mine with --no-graph)")
     run.check_inputs(STAGE, run.trajectories, *(() if config.no_graph else (run.graphs,)))   # same upstream run
     check_outputs(run, files=("candidates.parquet", "audit/candidates.json"), dirs=("audit",))
+    require_columns(run.trajectories, COLUMNS, INGEST)      # before the work: each chunk reads its own rows
     if not config.no_graph:
         check_graphs(run)      # the graph tables open (the trajectories: in load_rows)
     return run
@@ -84,11 +87,30 @@ def successful_trajectories(rows: list[dict]) -> tuple[dict[str, list[dict]], li
 def site_chunks(by_traj: dict[str, list[dict]], trajs: list[str], size: int) -> list[list[str]]:
     """The trajectories in chunks of at most ``size``, each of one site (a trajectory's site: its
     first step's), the chunks with the most observations first (they are handed out in order)."""
+    return [ts for _, ts in plan_chunks({t: (by_traj[t][0]["site"], len(by_traj[t])) for t in trajs}, size)]
+
+
+def plan_chunks(trajs: dict[str, tuple[str, int]], size: int) -> list[tuple[str, dict[str, int]]]:
+    """:func:`site_chunks` from each trajectory's (site, rows): (site, {trajectory: rows}) per chunk."""
     sites: dict[str, list[str]] = defaultdict(list)
-    for traj in trajs:
-        sites[by_traj[traj][0]["site"]].append(traj)
-    chunks = [ts[i:i + size] for ts in sites.values() for i in range(0, len(ts), size)]
-    return sorted(chunks, key=lambda c: -sum(len(by_traj[t]) for t in c))
+    for traj, (site, _) in trajs.items():
+        sites[site].append(traj)
+    chunks = [(site, ts[i:i + size]) for site, ts in sites.items() for i in range(0, len(ts), size)]
+    chunks.sort(key=lambda c: -sum(trajs[t][1] for t in c[1]))
+    return [(site, {t: trajs[t][1] for t in ts}) for site, ts in chunks]
+
+
+def plan_trajectories(run: RunDir) -> dict[str, tuple[str, int]]:
+    """The successful trajectories, sorted, each with its site (its first step's) and its number
+    of rows, from three light columns (no observation is read)."""
+    with reading(run.trajectories, INGEST):
+        d = read_columns(run.trajectories, ["traj_id", "step_idx", "site", "success"]).to_pydict()
+    first: dict[str, tuple[int, str, bool]] = {}
+    count: Counter = Counter(d["traj_id"])
+    for traj, step, site, ok in zip(d["traj_id"], d["step_idx"], d["site"], d["success"]):
+        if traj not in first or step < first[traj][0]:
+            first[traj] = (step, site, ok)
+    return {t: (first[t][1], count[t]) for t in sorted(first) if first[t][2]}
 
 
 def in_trajectory_order(miner: Miner, pending: list[Pending]) -> None:
@@ -97,6 +119,7 @@ def in_trajectory_order(miner: Miner, pending: list[Pending]) -> None:
     pending.sort(key=lambda p: p.row["traj_id"])
     for rejects in (miner.tally.rejects, miner.step_rejects):
         rejects.sort(key=lambda r: r.key["traj_id"])
+    miner.mined.sort(key=lambda m: m[0])
 
 
 def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
@@ -106,34 +129,31 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     config = config or MineConfig()
     run = open_run(run_dir, config)
     t0 = time.perf_counter()
-    rows = load_rows(run)
-    by_traj, trajs = successful_trajectories(rows)
+    trajs = plan_trajectories(run)
     miner = Miner(run, config)
     pending: list[Pending] = []
     workers = min(workers or os.cpu_count() or 1, max(len(trajs) // 8, 1))
-    if workers > 1:
-        # Workers are forked with the rows in memory (no observation text is pickled), mine
-        # chunks of one site's trajectories (so that each loads few site graphs) and send back
-        # slim results, put back in one-process order.
-        global _ROWS_BY_TRAJ
-        _ROWS_BY_TRAJ = by_traj
-        chunks = site_chunks(by_traj, trajs, max(1, -(-len(trajs) // (workers * 4))))
-        try:
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool, \
-                    progress(len(trajs), f"{STAGE} mining", unit="traj", enabled=show_progress) as bar:
-                for (part, tallies), chunk in zip(pool.map(_mine_chunk, [(str(run.root), config, c) for c in chunks]),
-                                                  chunks):
+    # Chunks of one site's trajectories, each reading its own rows (the site's row groups: the pool is
+    # never held whole) and loading few site graphs; results put back in trajectory order.
+    chunks = plan_chunks(trajs, max(1, -(-len(trajs) // (workers * 4))))
+    jobs = [(str(run.root), config, site, c) for site, c in chunks]
+    with progress(len(trajs), f"{STAGE} mining", unit="traj", enabled=show_progress) as bar:
+        if workers > 1:
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                for (part, tallies), (_, chunk) in zip(pool.map(_mine_chunk, jobs), chunks):
                     pending += part
                     miner.absorb(tallies)
                     bar.update(len(chunk))
-        finally:
-            _ROWS_BY_TRAJ = None
-        in_trajectory_order(miner, pending)
-    else:
-        with progress(len(trajs), f"{STAGE} mining", unit="traj", enabled=show_progress) as bar:
-            for traj in trajs:
-                pending += miner.trajectory(by_traj[traj])
-                bar.update(1)
+        else:
+            for job, (_, chunk) in zip(jobs, chunks):
+                run_chunk = Miner(run, config, graphs=miner._graphs, parsed=miner.parsed)
+                by_traj = chunk_rows(run, job[2], chunk)
+                for traj in chunk:
+                    pending += run_chunk.trajectory(by_traj[traj])
+                miner.absorb(run_chunk.tallies())
+                bar.update(len(chunk))
+    in_trajectory_order(miner, pending)
+    rows = webprm_rows(run)
     return write_pool(run, config, rows, miner, pending, llm_config, show_progress, t0, workers)
 
 
