@@ -169,13 +169,31 @@ def outcomes(run: Path) -> list[dict]:
             .to_pylist()]
 
 
+def sampled_copy(source: Path, run: Path, keep: set[str] | None = None) -> None:
+    """``run``: a fresh copy of the mined ``source`` (trajectories, stats, candidates); with ``keep``,
+    only those sampled pairs stay sampled, recorded as the miner's output."""
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    for name in ("trajectories.parquet", "stats.json", "candidates.parquet"):
+        shutil.copy(source / name, run / name)
+    if keep is not None:
+        from data.rundir import RunDir, StageStats
+
+        cands = pq.read_table(source / "candidates.parquet")
+        rows = [{**c, "sampled": c["sampled"] and c["pair_id"] in keep} for c in cands.to_pylist()]
+        rd = RunDir(run)
+        rd.check_inputs("proposals.mine", rd.trajectories)
+        pq.write_table(pa.Table.from_pylist(rows, schema=cands.schema), run / "candidates.parquet")
+        rd.write_stage(StageStats("proposals.mine", n_in=len(rows), n_out=len(rows)), [])
+
+
 def teacher_decisions(run: Path, tdir: Path, llm: list[str]) -> dict[str, bool]:
-    """pair_id -> kept by the teacher (``llm``: teacher.verify's model flags) on a copy of ``run``."""
+    """pair_id -> kept by the teacher (``llm``: teacher.verify's model flags) on a copy of the
+    replayed ``run`` holding only the pairs the replay decided (a ``replay_mismatch`` has no truth
+    to hold the teacher against)."""
     if not (tdir / "preferences.parquet").exists():
-        shutil.rmtree(tdir, ignore_errors=True)
-        tdir.mkdir(parents=True)
-        for name in ("trajectories.parquet", "candidates.parquet", "stats.json"):
-            shutil.copy(run / name, tdir / name)
+        decided = {r["pair_id"] for r in outcomes(run) if r["replay_outcome"] != "replay_mismatch"}
+        sampled_copy(run, tdir, decided)
         _cli("teacher.verify", "--run", str(tdir), *llm, "--quiet", "--axtree-chars", "2000")
     return {r["pair_id"]: kept for f, kept in (("preferences.parquet", True), ("discarded.parquet", False))
             for r in pq.read_table(tdir / f, columns=["pair_id"]).to_pylist()}
@@ -254,19 +272,7 @@ def throughput(cfg: ReplayBench, out: Path) -> dict:
     for r in range(cfg.rounds):
         for arm in (list(arms) if r % 2 == 0 else list(arms)[::-1]):
             run = out / "tp" / f"{arm}-{r}"
-            shutil.rmtree(run, ignore_errors=True)
-            run.mkdir(parents=True)
-            for name in ("trajectories.parquet", "stats.json"):
-                shutil.copy(source / name, run / name)
-            shutil.copy(source / "candidates.parquet", run / "candidates.parquet")
-            if cfg.pairs:       # the first --pairs sampled pairs, recorded as the miner's output
-                from data.rundir import RunDir, StageStats
-
-                rows = [{**c, "sampled": c["sampled"] and c["pair_id"] in keep} for c in cands.to_pylist()]
-                rd = RunDir(run)
-                rd.check_inputs("proposals.mine", rd.trajectories)
-                pq.write_table(pa.Table.from_pylist(rows, schema=cands.schema), run / "candidates.parquet")
-                rd.write_stage(StageStats("proposals.mine", n_in=len(rows), n_out=len(rows)), [])
+            sampled_copy(source, run, keep if cfg.pairs else None)     # the first --pairs sampled pairs
             tree, flags = arms[arm]
             m = timed_verify(tree, run, *flags)
             runs[arm].append(m)
