@@ -1,0 +1,56 @@
+"""graph.parsed: what graph.build stores of each observation reads back as parse_axtree and
+resolve_observation give it (issue 42 Build 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from data.actions import Action, parse_action
+from data.ingest import ingest
+from graph.axtree import parse_axtree
+from graph.build import build_graphs
+from graph.parsed import Parsed, _decode_value, _encode_value
+from graph.resolve import resolve_observation
+
+BUNDLED = Path(__file__).resolve().parents[2] / "data" / "bundled"
+
+
+def _fields(tree):
+    return [(n.index, n.bid, n.role, n.name, n.depth, n.value, type(n.value), n.rest, n.parent, n.children)
+            for n in tree.nodes]
+
+
+@pytest.mark.parametrize("source,path", [("canonical", "agentlab_workarena.parquet"), ("webprm", "webprm")])
+def test_the_stored_observations_read_back_as_parsed_and_resolved(tmp_path, source, path):
+    ingest(source, [BUNDLED / path], tmp_path, quiet=True)
+    build_graphs(tmp_path, workers=1, include_failed=True)
+    parsed = Parsed(tmp_path)
+    rows = pq.read_table(tmp_path / "trajectories.parquet").to_pylist()
+    compared = 0
+    for r in rows:
+        site, key = parsed.site(r["site"]), (r["traj_id"], r["step_idx"])
+        if site is None or key not in site:
+            continue
+        got, want = site.tree(key), parse_axtree(r["observation"], r["obs_format"])
+        assert (got.obs_format, got.tabs, got.unparsed, _fields(got)) == \
+               (want.obs_format, want.tabs, want.unparsed, _fields(want))
+        action = parse_action(r["action"]) if r["action"] else None
+        extra = (action.bid,) if isinstance(action, Action) and action.bid else ()
+        a = site.resolution(key, r["url"], r.get("html"), "paper")
+        b = resolve_observation(r["observation"], r["obs_format"], r["site"], r["url"], r.get("html"), extra, "paper")
+        assert (a.url, a.bid_to_node, a.node_to_bids, a.ambiguous, a.content_page, a.page.context) == \
+               (b.url, b.bid_to_node, b.node_to_bids, b.ambiguous, b.content_page, b.page.context)
+        compared += 1
+    assert compared >= min(len(rows), 3)
+
+
+@pytest.mark.parametrize("value", ["plain", "it's", 'say "hi"', "tab\there \\ back", "\uf132 icon", 12, -3, 1.5,
+                                   True, False, ["a", 1], {"k": "v"}, ""])
+def test_values_read_back_with_their_type(value):
+    text = _encode_value(value)
+    assert text is not None
+    back = _decode_value(text)
+    assert back == value and type(back) is type(value)
