@@ -5,7 +5,9 @@
 
 Reads ``RUN/trajectories.parquet``; writes ``RUN/graphs/<site>/nodes.parquet``,
 ``RUN/graphs/<site>/edges.parquet``, ``RUN/graphs/<site>/steps.parquet`` (where each demonstrated
-step landed: node, op, page; ``proposals.mine`` reads it), ``RUN/graphs/manifest.json``
+step landed: node, op, page; ``proposals.mine`` reads it), ``RUN/graphs/<site>/parsed.parquet`` and
+``parsed_lines.parquet`` (each observation as parsed and resolved, which the later stages read
+instead of parsing it again: :mod:`graph.parsed`), ``RUN/graphs/manifest.json``
 (per-site statistics in the paper's terms) and the ``graph.build`` entry of ``stats.json``.
 Each site is built in passes (:mod:`graph.passes`) into an :class:`InteractionElementGraph`.
 Observations of unsuccessful trajectories are left out by default (``--include-failed`` keeps

@@ -18,8 +18,7 @@ writes, per site, what it parsed and resolved:
 (:func:`graph.axtree.assemble`, no regular expression run), :meth:`ParsedSite.resolution` what
 ``graph.resolve.resolve_observation`` gives under the graph's identity, without hashing an identity.
 Mining, the audit and the pair viewer read these; an observation that is not there (a run built
-before issue 42, an observation the build rejected or did not read) is parsed from its text, and
-counted (``ParsedSite.misses``, ``Parsed.misses``).
+before issue 42, an observation the build rejected or did not read) is parsed from its text.
 """
 
 from __future__ import annotations
@@ -247,16 +246,20 @@ class ParsedSite:
 
 
 class Parsed:
-    """The parsed tables of a run's sites, each read when first asked for (``graphs/<site>/``)."""
+    """The parsed tables of a run's sites, each read when first asked for (``graphs/<site>/``); the
+    last ``keep`` sites read are kept (memory stays that of a site, whatever the pool's size: the
+    readers ask for one site's observations after another)."""
 
-    def __init__(self, run_root: str | Path):
+    def __init__(self, run_root: str | Path, keep: int = 1):
         self.root = Path(run_root)
+        self.keep = keep
         self._sites: dict[str, ParsedSite | None] = {}
-        self.hits = self.misses = 0      # observations read from the tables / parsed from their text
 
     def site(self, site: str) -> ParsedSite | None:
         if site not in self._sites:
             d = self.root / "graphs" / site
+            while len(self._sites) >= self.keep:
+                del self._sites[next(iter(self._sites))]
             self._sites[site] = ParsedSite(d) if (d / OBS_FILE).exists() and (d / LINES_FILE).exists() else None
         return self._sites[site]
 
@@ -266,9 +269,3 @@ class Parsed:
             return sorted(json.loads((self.root / "graphs" / "manifest.json").read_text())["sites"])
         except (OSError, ValueError, KeyError, TypeError):
             return []
-
-    def counted(self, found: bool) -> None:
-        if found:
-            self.hits += 1
-        else:
-            self.misses += 1

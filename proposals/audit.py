@@ -3,9 +3,12 @@
     python -m proposals.audit --run RUN [--table candidates|preferences] [--json]
 
 For every pair of ``RUN/candidates.parquet`` (or ``RUN/preferences.parquet``, where the positive
-is the response at position ``label``) the audit re-parses both action strings and re-parses the
-step's observation O_t from ``RUN/trajectories.parquet``; nothing the miner computed (its
-``gmcp`` flag, its node ids, its grounding) is trusted. Paper, App. B:
+is the response at position ``label``) the audit re-parses both action strings and reads the
+step's observation O_t as ``graph.build`` parsed and resolved it (``graph.parsed``: its bids and
+its elements' nodes under the graph's identity, where the build resolved the same elements the
+audit would), or parses and resolves it from ``RUN/trajectories.parquet`` (a run built before
+issue 42, No-Graph mining under another identity, a target the build did not resolve); nothing
+the miner computed (its ``gmcp`` flag, its node ids, its grounding) is trusted. Paper, App. B:
 
 - a pair is a grounded minimal contrastive pair (GMCP) when both targets are physically present
   and uniquely resolvable in O_t (the bid occurs exactly once in the parsed observation, and
