@@ -16,12 +16,20 @@ The machine is shared, so the line also gives the load average and the client's 
 request (all its threads): a figure that other processes' load moves far less than req/s. The
 server's CPU per request is printed beside it, so a slow server shows as one (issue 29: the
 goal at ``--concurrency 64`` is ``--target 0.95``).
+
+``--code DIR [DIR ...] --rounds N`` runs the bench once per checkout per round, interleaved (each
+in its own process with that checkout's ``llm`` package, e.g. a ``git archive`` of the base), and
+prints each run's share of the ideal and CPU per request, and the ratio of the medians.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import multiprocessing
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,10 +37,13 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+if "--import-from" in sys.argv:         # a --code run: that checkout's packages, not this one's
+    sys.path.insert(0, sys.argv[sys.argv.index("--import-from") + 1])
+else:
+    sys.path.insert(0, str(ROOT))
 
 from cli.config import make_parser  # noqa: E402
-from llm import LLMClient, LLMConfig  # noqa: E402
 
 
 def _serve(delay_s: float, port, counter, ready) -> None:
@@ -59,7 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--delay-s", type=float, default=0.2)
     ap.add_argument("--cache-root", help="folder for the (temporary) cache; default: the system temp dir")
     ap.add_argument("--target", type=float, default=0.85, help="share of the ideal req/s to pass (issue 4: 0.85)")
+    ap.add_argument("--code", type=Path, nargs="+", default=None, metavar="DIR",
+                    help="checkouts to measure, interleaved (the first is the base of the ratio)")
+    ap.add_argument("--rounds", type=int, default=3, help="--code: runs of each checkout")
+    ap.add_argument("--import-from", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.code:
+        return compare(args, argv if argv is not None else sys.argv[1:])
+    from llm import LLMClient, LLMConfig
 
     ctx = multiprocessing.get_context("spawn")
     port, counter, ready = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Event()
@@ -105,7 +123,41 @@ def main(argv: list[str] | None = None) -> int:
           f"  -> {'PASS' if ok_rate else 'FAIL'}")
     print(f"  cached: {warm_s:6.2f} s  sent {sent_warm}  all from cache: {all_cached} "
           f"(target < 2 s, 0 sent)  -> {'PASS' if ok_cache else 'FAIL'}")
+    print("RESULT " + json.dumps({"share": rps / ideal, "client_ms": 1000 * cold_cpu_s / args.requests,
+                                  "server_ms": 1000 * server_s / args.requests, "load": load}))
     return 0 if ok_rate and ok_cache and not failed else 1
+
+
+def compare(args, argv: list[str]) -> int:
+    """The bench per checkout per round, interleaved; the medians and their ratios to the first."""
+    rest, skip = [], False
+    for a in argv:                    # the command line less --code DIR... and --rounds N
+        if skip and not a.startswith("--"):
+            continue
+        skip = a in ("--code", "--rounds")
+        if not skip and not a.startswith("--rounds="):
+            rest.append(a)
+    runs: dict[str, list[dict]] = {str(c): [] for c in args.code}
+    for rnd in range(args.rounds):
+        for code in args.code:
+            proc = subprocess.run([sys.executable, __file__, *rest, "--import-from", str(code.resolve())],
+                                  capture_output=True, text=True, cwd=code)
+            line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+            if line is None:
+                print(proc.stdout + proc.stderr)
+                raise RuntimeError(f"the bench failed for {code}")
+            r = json.loads(line[7:])
+            runs[str(code)].append(r)
+            print(f"round {rnd + 1} {code}: {r['share']:.1%} of ideal, client {r['client_ms']:.2f} ms, server "
+                  f"{r['server_ms']:.2f} ms per request, load {r['load']:.1f}", flush=True)
+    base = None
+    for code, rs in runs.items():
+        share = statistics.median(r["share"] for r in rs)
+        cpu = statistics.median(r["client_ms"] for r in rs)
+        base = base or (share, cpu)
+        print(f"{code}: median {share:.1%} of ideal ({share / base[0]:.3f}x the first), client "
+              f"{cpu:.2f} ms per request ({cpu / base[1]:.3f}x)")
+    return 0
 
 
 if __name__ == "__main__":

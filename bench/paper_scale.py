@@ -30,9 +30,18 @@ first attempt, 1.8% on the second, 1% on the third, 0.5% on the fourth and on th
 never (expected 1.121 calls per pair: the paper's 11,210 calls for 10,000 pairs at K=5). Fill
 requests (any prompt that is not a pairwise judgment) get ``{"value": "Zoom"}``.
 
+``--dask-local --dask-workers N [--dask-memory-limit 2GB]`` runs graph building, mining and the
+teacher through their flows (``flows.build_graphs``, ``flows.propose_negatives``, ``flows.synthesize
+--verify-only``) on a local Dask cluster of N worker processes; ``--compare OUT`` compares the run
+directory's files byte for byte with another run's (``OUT/run``, kept with ``--keep``).
+
 Per stage: wall time, CPU time (user + sys of the stage process and the workers it waited for),
-peak RSS (sampled every 20 ms over the stage process and its children: ``bench/graphs.py``'s
-sampler, less the wrapper's own RSS), in/out/rejected from ``stats.json`` and throughput. For the
+RSS sampled every 20 ms over each process of the stage's tree: the largest one process reached
+(``peak_rss_mb``, goal < 2 GB) and the tree's sum (``summed_rss_mb``: the job's at that moment, as
+the stages run one at a time; goal < 4 GB; RSS, so pages forked workers share with their parent
+count more than once), and beside it ``job_rss_mb``, that sum plus the bench's own process and the
+scripted server (the harness, not the pipeline), in/out/rejected from
+``stats.json`` and throughput. For the
 LLM stages, the endpoint-bound floor (calls x latency / concurrency) and its ratio to the
 stage's wall time, and to the span from the first request's arrival to the last answer (as the
 server saw it). The job's total is given with and without that floor. Writes
@@ -61,8 +70,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from graphs import measure  # noqa: E402
-
 from cli.config import make_parser  # noqa: E402
 from data.actions import parse_action  # noqa: E402
 from data.ingest import ingest  # noqa: E402
@@ -76,21 +83,56 @@ FILL_ANSWER = '{"value": "Zoom"}'
 LATER = ((2, 0.018), (3, 0.010), (4, 0.005), (5, 0.005), (None, 0.012))
 FIRST_AGREE = 1 - sum(share for _, share in LATER)
 GOALS = {"graph.build": 2500, "proposals.mine (cached fills)": 5000}     # throughput for the whole command
-RSS_GOAL_MB = 4096
+PROCESS_RSS_GOAL_MB = 2048     # issue 42: every process of every stage
+JOB_RSS_GOAL_MB = 4096         # issue 42: the job's processes summed, at any moment
 JOB_GOAL_S = 600
 _BID = re.compile(r"^(\t*)\[([A-Za-z]*)(\d+)\]", re.M)
 
 # A stage as a child of the sampler's process: wall and CPU of the command (and what it waited
-# for), peak RSS of its process tree without the wrapper's own.
+# for); every 20 ms the RSS of each process of its tree (the wrapper itself left out): the largest
+# one process reached (``peak_rss_mb``, which process in ``peak_process``), the tree's sum
+# (``summed_rss_mb``) and the job's sum at that moment (``job_rss_mb``: the tree plus the bench's own
+# process and the scripted server, the pids in argv[2]).
 _STAGE = """
-import os, subprocess
-base = psutil.Process().memory_info().rss
+import json, os, subprocess, sys, threading, time
+import psutil
+others = [psutil.Process(int(pid)) for pid in sys.argv[2].split(",") if pid]
+per_pid, names, peak = {}, {}, {"summed": 0, "job": 0}
+def sample():
+    me = psutil.Process()
+    while True:
+        try:
+            tree = me.children(recursive=True)
+        except psutil.Error:
+            tree = []
+        summed = job = 0
+        for i, p in enumerate(tree + others):
+            try:
+                rss = p.memory_info().rss
+            except psutil.Error:
+                continue
+            job += rss
+            if i < len(tree):
+                summed += rss
+                if rss > per_pid.get(p.pid, 0):
+                    per_pid[p.pid] = rss
+                    if p.pid not in names:
+                        try:
+                            names[p.pid] = " ".join(p.cmdline()[1:4])[:80]
+                        except psutil.Error:
+                            names[p.pid] = "?"
+        peak["summed"], peak["job"] = max(peak["summed"], summed), max(peak["job"], job)
+        time.sleep(0.02)
+threading.Thread(target=sample, daemon=True).start()
 with open(sys.argv[1], "w") as log:
     t0, t = os.times(), time.perf_counter()
-    rc = subprocess.run(sys.argv[2:], stdout=log, stderr=subprocess.STDOUT).returncode
+    rc = subprocess.run(sys.argv[3:], stdout=log, stderr=subprocess.STDOUT).returncode
     wall, t1 = time.perf_counter() - t, os.times()
 time.sleep(0.05)
-print(json.dumps({"seconds": wall, "rc": rc, "peak_rss_mb": max(peak[0] - base, 0) / 2**20,
+top = max(per_pid, key=per_pid.get, default=None)
+print(json.dumps({"seconds": wall, "rc": rc, "peak_rss_mb": per_pid.get(top, 0) / 2**20,
+                  "peak_process": names.get(top, ""), "processes": len(per_pid),
+                  "summed_rss_mb": peak["summed"] / 2**20, "job_rss_mb": peak["job"] / 2**20,
                   "cpu": t1.children_user - t0.children_user + t1.children_system - t0.children_system}))
 """
 
@@ -153,7 +195,8 @@ def copy_row(row: dict, copy: int, slot: int, site: str) -> dict:
 
 def build_pool(base: Path, dst: Path, n_traj: int, n_obs: int, n_sites: int) -> dict:
     """Write the pool (``dst``, canonical Parquet) from the successful trajectories of ``base``."""
-    rows = [r for r in pq.read_table(base).to_pylist() if r["success"]]
+    keep = [name for name in TRAJECTORY_SCHEMA.names if name != "html"]      # dropped by copy_row anyway
+    rows = [r for r in pq.read_table(base, columns=keep).to_pylist() if r["success"]]
     trajs: dict[str, list[dict]] = {}
     for r in sorted(rows, key=lambda r: (r["traj_id"], r["step_idx"])):
         trajs.setdefault(r["traj_id"], []).append(r)
@@ -297,16 +340,19 @@ class Endpoint:
 
 
 # -- stages -------------------------------------------------------------------------------------
-def run_stage(name: str, cmd: list[str], logs: Path) -> dict:
-    """``cmd`` in its own process under the sampler; its figures, plus the load average."""
+def run_stage(name: str, cmd: list[str], logs: Path, others: tuple[int, ...] = ()) -> dict:
+    """``cmd`` in its own process under the sampler (``others``: pids counted in the job's summed
+    RSS beside the stage's tree); its figures, plus the load average."""
     log = logs / (re.sub(r"[^\w.]+", "_", name) + ".log")
-    r = measure(_STAGE, log, *cmd)
-    r.pop("wall", None)          # the wrapper's start-up: not the stage
+    proc = subprocess.run([sys.executable, "-c", _STAGE, str(log), ",".join(map(str, others)), *cmd], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
     shown = ["python"] + ["<code>" if "\n" in a else a for a in cmd[1:]]
     r.update(name=name, command=" ".join(shown), log=str(log),
              load=round(os.getloadavg()[0], 2))
     tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
-    print(f"  {name}: {r['seconds']:.1f} s, CPU {r['cpu']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB, load "
+    print(f"  {name}: {r['seconds']:.1f} s, CPU {r['cpu']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB "
+          f"({r['processes']} processes, summed {r['summed_rss_mb']:.0f} MB, job {r['job_rss_mb']:.0f} MB), load "
           f"{r['load']}, rc {r['rc']}" + (f"  | {tail[-1][:150]}" if tail else ""), flush=True)
     if r["rc"] not in (0, 3):        # teacher.verify: 3 = pairs pending (reported below)
         raise RuntimeError(f"{name} failed (exit {r['rc']}); see {log}:\n" + "\n".join(tail))
@@ -349,6 +395,8 @@ def run_job(args, out: Path) -> dict:
     n_obs = max(n_traj, round(PAPER["observations"] * args.scale))
     summary = {"commit": commit(), "machine": machine(), "scale": args.scale, "latency_s": args.latency,
                "concurrency": args.concurrency, "sample_size": args.sample_size, "k": args.k,
+               "dask": {"workers": args.dask_workers, "memory_limit": args.dask_memory_limit} if args.dask_local
+               else None,
                "load_start": [round(x, 2) for x in os.getloadavg()], "paper": PAPER}
 
     t = time.perf_counter()
@@ -367,15 +415,25 @@ def run_job(args, out: Path) -> dict:
                 "--seed", "42", "--quiet", "--fill-base-url", ep.url, "--fill-model", MODEL,
                 *[f"--fill-{a[2:]}" if a.startswith("--") else a for a in llm]]
         workers = ["--workers", str(args.workers)] if args.workers else []
+        build = [py, "-m", "graph.build", "--run", str(run), *workers]
+        verify = [py, "-m", "teacher.verify", "--run", str(run), "--k", str(args.k), "--quiet",
+                  "--base-url", ep.url, "--model", MODEL, *llm]
+        if args.dask_local:     # the same stages through their flows, tasks on a local Dask cluster
+            dask = ["--dask-local", "--dask-workers", str(args.dask_workers),
+                    *(["--dask-memory-limit", args.dask_memory_limit] if args.dask_memory_limit else [])]
+            build = [py, "-m", "flows.build_graphs", "--run", str(run), *dask]
+            mine = [py, "-m", "flows.propose_negatives", *mine[3:], *dask]
+            verify = [py, "-m", "flows.synthesize", "--verify-only", "--run", str(run), "--k", str(args.k),
+                      "--base-url", ep.url, "--model", MODEL, *llm, *dask]
+            workers = []
         plan = [
             ("ingest", [py, "-m", "data.ingest", "--source", "canonical", "--input", str(out / "pool.parquet"),
                         "--out", str(run)], ("ingest",), "observations"),
-            ("graph.build", [py, "-m", "graph.build", "--run", str(run), *workers], ("graph.build",), "observations"),
+            ("graph.build", build, ("graph.build",), "observations"),
             ("proposals.mine (fills)", mine + workers, ("proposals.mine",), "candidates"),
             *([("proposals.mine (cached fills)", mine + workers, ("proposals.mine",), "candidates")]
               if args.rerun else []),
-            ("teacher.verify", [py, "-m", "teacher.verify", "--run", str(run), "--k", str(args.k), "--quiet",
-                                "--base-url", ep.url, "--model", MODEL, *llm], ("teacher.verify",), "pairs"),
+            ("teacher.verify", verify, ("teacher.verify",), "pairs"),
             ("dataset.export", [py, "-m", "dataset.export", "--run", str(run), "--format", "trl", "--format",
                                 "webprmbench"], ("dataset.export", "data.export"), "rows"),
             ("datasets.load_dataset", [py, "-c", _LOAD, str(run), str(out / "hf-cache")], None, "rows"),
@@ -388,7 +446,7 @@ def run_job(args, out: Path) -> dict:
                 print(f"  (the scripted teacher's labels of {n:,} pairs: {summary['labels_s']} s, "
                       "not timed as a stage)")
             before = ep.calls()
-            r = run_stage(name, cmd, logs)
+            r = run_stage(name, cmd, logs, (os.getpid(), ep.proc.pid))
             fills, judgments = (a - b for a, b in zip(ep.calls(), before))
             if stage:
                 r.update(stage_counts(run, stage))
@@ -414,6 +472,25 @@ def run_job(args, out: Path) -> dict:
     return summary
 
 
+# What differs between two runs of one job by design: the stages' timings and input paths.
+UNCOMPARED = ("stats.json",)
+
+
+def compare_runs(a: Path, b: Path) -> dict:
+    """Every file of run directory ``a`` against ``b``'s, byte for byte (hidden files and
+    ``UNCOMPARED`` left out); ``stats.json``'s in/out/rejected per stage compared instead."""
+    def files(root: Path) -> set[str]:
+        return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()
+                and not any(part.startswith(".") for part in p.relative_to(root).parts)} - set(UNCOMPARED)
+
+    fa, fb = files(a), files(b)
+    same = sorted(rel for rel in fa & fb if (a / rel).read_bytes() == (b / rel).read_bytes())
+    counts = [{k: {f: v.get(f) for f in ("in", "out", "rejected")} for k, v in json.loads(
+        (root / "stats.json").read_text()).items()} for root in (a, b)]
+    return {"against": str(b), "identical": len(same), "different": sorted(fa & fb - set(same)),
+            "only_here": sorted(fa - fb), "only_there": sorted(fb - fa), "stats_counts_equal": counts[0] == counts[1]}
+
+
 def _fmt_int(x) -> str:
     return f"{x:,}" if isinstance(x, int) else "-"
 
@@ -423,10 +500,11 @@ def report(summary: dict) -> None:
     print(f"\npaper_scale x{summary['scale']}: commit {summary['commit']}; {summary['machine']}")
     print(f"load average at start {summary['load_start']}, at end {summary['load_end']}; endpoint latency "
           f"{summary['latency_s'] * 1000:.0f} ms, concurrency {summary['concurrency']}")
-    print(f"{'stage':<30} {'wall s':>7} {'CPU s':>7} {'peak RSS MB':>11} {'in':>8} {'out':>8} {'rejected':>8} "
-          f"{'throughput':>20} {'load':>5}")
+    print(f"{'stage':<30} {'wall s':>7} {'CPU s':>7} {'RSS MB':>7} {'summed':>7} {'job':>7} {'in':>8} {'out':>8} "
+          f"{'rejected':>8} {'throughput':>20} {'load':>5}")
     for r in stages:
-        print(f"{r['name']:<30} {r['seconds']:>7.1f} {r['cpu']:>7.1f} {r['peak_rss_mb']:>11.0f} "
+        print(f"{r['name']:<30} {r['seconds']:>7.1f} {r['cpu']:>7.1f} {r['peak_rss_mb']:>7.0f} "
+              f"{r['summed_rss_mb']:>7.0f} {r['job_rss_mb']:>7.0f} "
               f"{_fmt_int(r.get('in')):>8} {_fmt_int(r.get('out')):>8} {_fmt_int(r.get('rejected')):>8} "
               f"{r['per_s']:>11.0f} {r['unit'] + '/s':<8} {r['load']:>5.1f}")
     for r in stages:
@@ -457,9 +535,18 @@ def report(summary: dict) -> None:
             goals[f"{name} >= {goal} {by[name]['unit']}/s"] = by[name]["per_s"] >= goal
     if teacher.get("endpoint"):
         goals["teacher.verify >= 95% of the endpoint bound (stage wall)"] = teacher["endpoint"]["ratio"] >= 0.95
-    goals[f"peak RSS < {RSS_GOAL_MB} MB every stage"] = all(r["peak_rss_mb"] < RSS_GOAL_MB for r in stages)
+    goals[f"peak RSS < {PROCESS_RSS_GOAL_MB} MB every process"] = all(r["peak_rss_mb"] < PROCESS_RSS_GOAL_MB
+                                                                        for r in stages)
+    goals[f"summed RSS of the job < {JOB_RSS_GOAL_MB} MB at any moment"] = all(
+        r["summed_rss_mb"] < JOB_RSS_GOAL_MB for r in stages)
     goals[f"job less endpoint floor < {JOB_GOAL_S} s"] = wall - floor < JOB_GOAL_S
     goals["in = out + rejected every stage"] = all(r.get("balanced", True) for r in stages)
+    if "compare" in summary:
+        c = summary["compare"]
+        print(f"against {c['against']}: {c['identical']} files identical, different {c['different']}, only here "
+              f"{c['only_here']}, only there {c['only_there']}; stats.json counts equal: {c['stats_counts_equal']}")
+        goals["outputs byte-identical to the compared run"] = not (c["different"] or c["only_here"]
+                                                                   or c["only_there"]) and c["stats_counts_equal"]
     summary["goals"] = goals
     for goal, ok in goals.items():
         print(f"  {'PASS' if ok else 'FAIL'}  {goal}")
@@ -480,7 +567,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the run directory, the pool and the caches")
     ap.add_argument("--no-rerun", dest="rerun", action="store_false",
                     help="mine once (with its fills), without the timed rerun from the cache")
+    ap.add_argument("--dask-local", action="store_true",
+                    help="graph.build, mining and the teacher through their flows (flows.build_graphs, "
+                         "flows.propose_negatives, flows.synthesize --verify-only) on a local Dask cluster")
+    ap.add_argument("--dask-workers", type=int, default=2, help="--dask-local: worker processes")
+    ap.add_argument("--dask-memory-limit", default=None, metavar="BYTES",
+                    help="--dask-local: memory limit of each worker (2GB)")
+    ap.add_argument("--compare", type=Path, default=None, metavar="OUT",
+                    help="compare the run directory's files byte for byte with OUT/run (another run of this "
+                         "bench at the same scale, kept with --keep; e.g. the one-process run of a Dask run)")
     args = ap.parse_args(argv)
+    if args.compare and not (args.compare / "run").is_dir():
+        ap.error(f"--compare: {args.compare / 'run'} is not a folder (run the other job with --keep)")
     if not (args.shared / "agentlab_workarena").is_dir():
         print(f"skip: shared traces not found at {args.shared}")
         return 0
@@ -489,13 +587,17 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TQDM_DISABLE="1",
-                      TOKENIZERS_PARALLELISM="false")
+                      TOKENIZERS_PARALLELISM="false", PREFECT_HOME=str(out / "prefect"),
+                      PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1",
+                      PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300")
     try:
         summary = run_job(args, out)
+        if args.compare:
+            summary["compare"] = compare_runs(out / "run", args.compare.resolve() / "run")
         report(summary)
     finally:
         if not args.keep:
-            for bulky in ("run", "base", "pool.parquet", "llm-cache", "hf-cache"):
+            for bulky in ("run", "base", "pool.parquet", "llm-cache", "hf-cache", "prefect"):
                 path = out / bulky
                 shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")

@@ -47,7 +47,7 @@ READERS = {"agentlab": read_agentlab, "webprm": read_webprm, "canonical": read_c
 STAGE = "ingest"
 # Text the ingest holds before it sorts and spills it to a temp file (the pool itself is never held);
 # the merge reads the spills MERGE_BATCH rows at a time.
-SPOOL_BYTES = 256 * 2**20
+SPOOL_BYTES = 64 * 2**20
 MERGE_BATCH = 64
 
 

@@ -11,7 +11,7 @@ trl-labels``): both see the same order and the same prompt for the same seed.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import pyarrow.parquet as pq
@@ -47,6 +47,14 @@ def coin_label(pair_id: str, seed: int) -> int:
 def load_pairs(run: RunDir, seed: int, fmt: JudgmentFormat, pair_ids: Collection[str] | None = None) -> list[Pair]:
     """The sampled pairs of a run in pair-id order, each with its state, label and prompt
     (``pair_ids``: only those, e.g. a shard of the verify-pairs flow; the others are not rendered)."""
+    return list(iter_pairs(run, seed, fmt, pair_ids)[1])
+
+
+def iter_pairs(run: RunDir, seed: int, fmt: JudgmentFormat, pair_ids: Collection[str] | None = None
+               ) -> tuple[int, Iterator[Pair]]:
+    """``load_pairs``' pairs as (how many, an iterator that renders each when it is reached): the
+    candidates and their states are read here, the prompts on demand (``teacher.verify`` renders
+    them while the first requests are in flight)."""
     path = run.root / "candidates.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run `python -m proposals.mine` first")
@@ -54,12 +62,12 @@ def load_pairs(run: RunDir, seed: int, fmt: JudgmentFormat, pair_ids: Collection
     cands = sorted((c for c in cands if c["sampled"] and (pair_ids is None or c["pair_id"] in pair_ids)),
                    key=lambda c: c["pair_id"])
     states = run.states((c["traj_id"], c["step_idx"]) for c in cands)
-    pairs = []
-    for c in cands:
+
+    def render(c: dict) -> Pair:
         state = states[(c["traj_id"], c["step_idx"])]
         label = coin_label(c["pair_id"], seed)
         r1, r2 = (c["action_pos"], c["action_neg"]) if label == 1 else (c["action_neg"], c["action_pos"])
         messages, cut = render_pair(state, r1, r2, fmt=fmt)
         c.pop("sampled")
-        pairs.append(Pair(c, state, label, r1, r2, messages, cut))
-    return pairs
+        return Pair(c, state, label, r1, r2, messages, cut)
+    return len(cands), map(render, cands)

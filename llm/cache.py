@@ -65,9 +65,12 @@ class ResponseCache:
         """Store ``response`` for ``payload`` (the request is kept beside it for inspection)."""
         entry = {"key": key, "created": time.time(), "request": payload, "response": response}
         path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)   # the umask applies, as to any file
+        try:          # the folder exists after the first few hundred puts: no mkdir syscall per answer
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)   # the umask applies, as to any file
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(json.dumps(entry, ensure_ascii=False).encode("utf-8"))

@@ -56,6 +56,7 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -68,7 +69,7 @@ from data.loss import loss_line
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from data.schema import RULES
 from judgment.format import DEFAULT_BUDGET, UNTRUSTED_MODES, JudgmentFormat
-from judgment.pairs import Pair, load_pairs
+from judgment.pairs import Pair, iter_pairs, load_pairs
 from judgment.parse import answer_text, judgment_sections, parse_verdict
 from teacher.schema import DISCARD_SCHEMA, PREFERENCE_SCHEMA
 
@@ -224,17 +225,24 @@ class Progress:
         self.bar.close()
 
 
-async def verify_all(client, pairs: list[Pair], config: VerifyConfig, progress: Progress | None = None
+async def verify_all(client, pairs: Iterable[Pair], config: VerifyConfig, progress: Progress | None = None
                      ) -> list[Decision]:
-    """Every pair concurrently (the client bounds requests in flight); attempts of one pair stay
-    sequential. Decisions come back in the order of ``pairs``."""
-    async def one(pair: Pair) -> Decision:
-        decision = await verify_pair(client, pair, config)
-        if progress is not None:
-            progress.update(decision.status)
-        return decision
+    """Every pair (a list, or ``judgment.pairs.iter_pairs``' iterator, which renders a pair's prompt
+    when the pair is taken), twice the client's ``concurrency`` pairs at a time: a pair is taken when
+    one is decided, so the prompts are rendered while the requests are in flight, not all before the
+    first is sent (the client bounds the requests in flight); attempts of one pair stay sequential.
+    Decisions come back in the order of ``pairs``."""
+    decisions: dict[int, Decision] = {}
+    todo = enumerate(pairs)
+
+    async def worker():
+        for i, pair in todo:
+            decisions[i] = decision = await verify_pair(client, pair, config)
+            if progress is not None:
+                progress.update(decision.status)
     try:
-        return list(await asyncio.gather(*(one(p) for p in pairs)))
+        await asyncio.gather(*(worker() for _ in range(max(1, 2 * client.config.concurrency))))
+        return [decisions[i] for i in range(len(decisions))]
     finally:
         if progress is not None:
             progress.close()
@@ -337,22 +345,28 @@ def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=N
     from llm import LLMClient, LLMConfig
 
     config = config or VerifyConfig()
-    run, pairs, t0 = open_pairs(run_dir, config)
     if config.verifier == "replay":
+        run, pairs, t0 = open_pairs(run_dir, config)
         return _verify_by_replay(run, pairs, config, replay_config, replay_backend, progress, t0)
+    run, (n, pairs), t0 = open_pairs(run_dir, config, lazy=True)
     client = LLMClient(llm_config or LLMConfig())
-    decisions = asyncio.run(verify_all(client, pairs, config, Progress(len(pairs)) if progress else None)) \
-        if pairs else []
-    return write_verification(run, pairs, decisions, config, client.config, client.usage.get(STAGE), t0)
+    decisions = asyncio.run(verify_all(client, pairs, config, Progress(n) if progress else None)) if n else []
+    return write_verification(run, [d.pair for d in decisions], decisions, config, client.config,
+                              client.usage.get(STAGE), t0)
 
 
-def open_pairs(run_dir: str | Path, config: VerifyConfig) -> tuple[RunDir, list[Pair], float]:
-    """The run (inputs checked, locked for this stage), its sampled pairs and the stage's start time."""
+def open_pairs(run_dir: str | Path, config: VerifyConfig, lazy: bool = False) -> tuple[RunDir, list[Pair], float]:
+    """The run (inputs checked, locked for this stage), its sampled pairs and the stage's start time;
+    ``lazy``: the pairs as ``judgment.pairs.iter_pairs`` gives them, (how many, an iterator that
+    renders each prompt when it is reached)."""
     check_ranges(config, "verify config")    # settings built in Python: the flags are checked when parsed
     run = RunDir(run_dir)
     t0 = time.perf_counter()
     run.check_inputs(STAGE, run.root / "candidates.parquet", run.trajectories)   # same upstream run
+    if lazy:
+        return run, iter_pairs(run, config.seed, config.format), t0
     return run, load_pairs(run, config.seed, config.format), t0
+
 
 
 def verify_shard(run_dir: str | Path, config: VerifyConfig, llm_config, pair_ids: list[str]
