@@ -32,6 +32,7 @@ def test_the_bench_runs_the_whole_job_on_a_tiny_pool(tmp_path):
     assert by["ingest"]["in"] == by["graph.build"]["in"] == s["pool"]["observations"]
     for r in s["stages"]:
         assert r["rc"] == 0 and r["seconds"] > 0 and r["peak_rss_mb"] > 0 and r["cpu"] > 0, r
+        assert r["job_rss_mb"] >= r["summed_rss_mb"] >= r["peak_rss_mb"] and r["processes"] >= 1, r
         if "in" in r:
             assert r["balanced"] and r["in"] == r["out"] + r["rejected"], r["name"]
     teacher = by["teacher.verify"]["entries"]["teacher.verify"]
@@ -42,3 +43,24 @@ def test_the_bench_runs_the_whole_job_on_a_tiny_pool(tmp_path):
     assert by["proposals.mine (cached fills)"].get("endpoint") is None, "the rerun's fills came from the cache"
     assert by["datasets.load_dataset"]["loaded"]["preferences"]["train"] == by["teacher.verify"]["out"]
     assert not (out / "run").exists(), "without --keep the run directory is removed"
+
+
+def test_compare_runs_reads_every_file_and_the_stage_counts(tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    from paper_scale import compare_runs
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for root, seconds, card in ((a, 1.0, "x"), (b, 9.0, "y")):
+        (root / "graphs" / "s").mkdir(parents=True)
+        (root / "graphs" / "s" / "nodes.parquet").write_bytes(b"same")
+        (root / "README.md").write_text(card)
+        (root / ".locks").mkdir()
+        (root / ".locks" / "l").write_text(str(seconds))          # hidden: not compared
+        (root / "stats.json").write_text(json.dumps({"ingest": {"in": 3, "out": 2, "rejected": {"x": 1},
+                                                                 "seconds": seconds}}))
+    (a / "only.txt").write_text("")
+    c = compare_runs(a, b)
+    assert c["identical"] == 1 and c["different"] == ["README.md"] and c["only_here"] == ["only.txt"]
+    assert c["only_there"] == [] and c["stats_counts_equal"]         # the seconds differ by design
+    (b / "stats.json").write_text(json.dumps({"ingest": {"in": 3, "out": 3, "rejected": {}}}))
+    assert not compare_runs(a, b)["stats_counts_equal"]
