@@ -217,7 +217,7 @@ def training_sets(cfg: TruthConfig, out: Path, steps: Steps, train_runs: Path) -
         if not run.exists():
             copy_run(train_runs / s, run)
         export = run / "export" / "trl-labels" / "train.parquet"
-        if not export.exists():
+        if not export.exists() or "data.export.trl_labels" not in json.loads((run / "stats.json").read_text()):
             steps.run(cfg, f"export_{s}", "-m", "dataset.export", "--run", str(run), "--format", "trl-labels",
                       "--preset", "paper", "--axtree-chars", str(cfg.axtree_chars), "--prompt-template",
                       str(TEMPLATE), "--no-card")
