@@ -3,8 +3,8 @@
 An observation's AXTree text is parsed once per run, by the graph build (issue 42). The build
 writes, per site, what it parsed and resolved:
 
-* ``graphs/<site>/parsed_lines.parquet``: the site's distinct AXTree lines, each read once
-  (``line``: its position, ``depth``, ``bid``, ``role``, ``name``, ``value`` (the decoded value's
+* ``graphs/<site>/parsed_lines.parquet``: the site's distinct AXTree lines, each read once (a
+  line's id is its row: ``depth``, ``bid``, ``role``, ``name``, ``value`` (the decoded value's
   ``repr``), ``rest`` (the undecoded properties); ``raw``: the text of a line that is no node, a
   ``Tab`` header or noise). The observations of a site show the same pages again and again, so
   the lines are stored once (the shared traces: 62k lines, 4.3k distinct);
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 from array import array
+from itertools import accumulate
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,15 +40,15 @@ LINES_FILE = "parsed_lines.parquet"
 OBS_FILE = "parsed.parquet"
 GRAPH_BUILD = "python -m graph.build"
 
+# Empty strings stand for "none" (a node's bid and role are never empty, a value's repr neither).
 LINE_SCHEMA = pa.schema([
-    pa.field("line", pa.int32(), nullable=False),
-    pa.field("depth", pa.int32()),
-    pa.field("bid", pa.string()),
-    pa.field("role", pa.string()),           # null: the line is no node (see ``raw``)
-    pa.field("name", pa.string()),
-    pa.field("value", pa.string()),          # repr of the decoded value (null: none)
-    pa.field("rest", pa.string()),
-    pa.field("raw", pa.string()),            # the text of a line that is no node
+    pa.field("depth", pa.int32(), nullable=False),      # -1: the line is no node
+    pa.field("bid", pa.string(), nullable=False),
+    pa.field("role", pa.string(), nullable=False),      # "": the line is no node (see ``raw``)
+    pa.field("name", pa.string(), nullable=False),
+    pa.field("value", pa.string(), nullable=False),     # repr of the decoded value ("": none)
+    pa.field("rest", pa.string(), nullable=False),
+    pa.field("raw", pa.string(), nullable=False),       # the text of a line that is no node
 ])
 _IDS = pa.list_(pa.int32())
 OBS_SCHEMA = pa.schema([
@@ -79,6 +80,28 @@ def _encode_value(value) -> str | None:
     return text if type(back) is type(value) and back == value else None
 
 
+def _utf8(text: str) -> bool:
+    """False for a name holding a lone surrogate (decoded from an escape), which Arrow cannot store."""
+    try:
+        text.encode()
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _int_array(values) -> pa.Array:
+    buf = array("i", values)
+    return pa.Array.from_buffers(pa.int32(), len(buf), [None, pa.py_buffer(buf)])
+
+
+def _str_array(values: list[str]) -> pa.Array:
+    """A string array from Python strings through buffers (no ``pa.array``: it imports pandas)."""
+    data = [v.encode() for v in values]
+    offsets = array("i", [0])
+    offsets.extend(accumulate(map(len, data)))
+    return pa.Array.from_buffers(pa.string(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+
+
 def _int_list_array(lists: list[list[int]]) -> pa.Array:
     """list<int32> from Python lists through buffers (``pa.array`` imports pandas: ~0.35 s a process)."""
     offsets, values = array("i", [0]), array("i")
@@ -94,9 +117,9 @@ def parsed_tables(observations, line_memo: dict, node_rows: dict[str, int]) -> t
     """The two tables of a site (see the module doc) from its accepted observations (``Observation``:
     ``row``, ``res``), the lines memo their parse filled (``parse_axtree``'s ``lines``) and
     node id -> row of ``nodes.parquet``. An observation with a value that would not read back as
-    it was is left out (its readers parse its text)."""
+    it was, or a name Arrow cannot store (a lone surrogate), is left out (its readers parse its text)."""
     ids: dict[tuple[str, str], int] = {}
-    line_rows: list[dict] = []
+    line_rows: list[tuple] = []      # LINE_SCHEMA's columns
     obs_text: list[dict] = []
     obs_lines: list[list[int]] = []
     elem_pos: list[list[int]] = []
@@ -112,12 +135,14 @@ def parsed_tables(observations, line_memo: dict, node_rows: dict[str, int]) -> t
                 f = memo.get(raw, False)
                 if f is False:
                     f = _read_line(raw, fmt == "indented")
-                row = {"line": len(line_rows), "raw": raw} if f is None else {
-                    "line": len(line_rows), "depth": f[0], "bid": f[1], "role": f[2], "name": f[3],
-                    "value": None if f[4] is None else _encode_value(f[4]), "rest": f[5]}
-                if f is not None and f[4] is not None and row["value"] is None:
-                    seq = None
-                    break
+                if f is None:
+                    row = (-1, "", "", "", "", "", raw)
+                else:
+                    value = "" if f[4] is None else _encode_value(f[4])
+                    if value is None or not _utf8(f[3]):
+                        seq = None
+                        break
+                    row = (f[0], f[1] or "", f[2], f[3], value, f[5], "")
                 i = ids[(fmt, raw)] = len(line_rows)
                 line_rows.append(row)
             seq.append(i)
@@ -133,7 +158,8 @@ def parsed_tables(observations, line_memo: dict, node_rows: dict[str, int]) -> t
     text = pinned_table(obs_text, pa.schema([OBS_SCHEMA.field(c) for c in _OBS_TEXT]))
     obs = pa.Table.from_arrays([*text.columns, _int_list_array(obs_lines), _int_list_array(elem_pos),
                                 _int_list_array(elem_node)], schema=OBS_SCHEMA)
-    return pinned_table(line_rows, LINE_SCHEMA), obs
+    cols = list(zip(*line_rows)) or [()] * len(LINE_SCHEMA)
+    return pa.Table.from_arrays([_int_array(cols[0]), *map(_str_array, cols[1:])], schema=LINE_SCHEMA), obs
 
 
 # -- reading -------------------------------------------------------------------------------------------
@@ -146,15 +172,16 @@ class ParsedSite:
             lines = f.read().to_pydict()
         with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / OBS_FILE) as f:
             obs = f.read().to_pydict()
-        self._raw = [r if r is not None else "" for r in lines["raw"]]
+        self._raw = lines["raw"]
         self._fields: list[tuple | None] = []
         self._fresh: dict[int, str] = {}      # lines whose value is a list or dict: decoded for each tree
         for i, (depth, bid, role, name, value, rest) in enumerate(zip(
                 lines["depth"], lines["bid"], lines["role"], lines["name"], lines["value"], lines["rest"])):
-            if role is None:
+            if not role:
                 self._fields.append(None)
                 continue
-            v = None if value is None else _decode_value(value)
+            bid = bid or None
+            v = _decode_value(value) if value else None
             if type(v) not in _SCALARS:
                 self._fresh[i] = value
             self._fields.append((depth, bid, role, name, v, rest))
