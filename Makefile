@@ -122,15 +122,16 @@ replay-demo: setup
 # (click-checkboxes is left out: at load 20 its solver's clicks sometimes repeat, changing the
 # episode); ~15 states, ~15 min at load 20 on 2 cores.
 # SIZE=full: the 15 axtree10 + rich tasks whose steps have 4+ graph negatives (the other 11 have
-# almost none: one control, or targets the AXTree prints without a bid), 12 of them x 14 seeds and
+# almost none: one control, or targets the AXTree prints without a bid), 12 of them x 20 seeds and
 # the three long ones (10-11 steps, each replay redoes them) x 4; a seeded 5 negatives of each step
-# with 4+ are replayed (--sample-per-step 5 --sample-min-per-step 4). A bench run of hours
-# (bench/RESULTS.md, "At full size").
+# with 4+ are replayed (--sample-per-step 5 --sample-min-per-step 4): ~2,300 pairs, ~300 states if
+# 70% of the steps get 4 proven negatives. A bench run of hours on a quiet machine; under load
+# BrowserGym's 500 ms action timeouts spoil replays (bench/RESULTS.md, "At full size").
 # Judge it: python -m prm.evaluate --bench OUT/export/webprmbench.parquet --base-url URL --model M --out R.json
 ifeq ($(SIZE),full)
 PRMBENCH_TASKS ?= click-tab click-option click-checkboxes click-checkboxes-transfer click-scroll-list form-sequence-2 \
 	search-engine choose-date-easy choose-date-medium login-user login-user-popup use-autocomplete
-PRMBENCH_SEEDS ?= 1000-1013
+PRMBENCH_SEEDS ?= 1000-1019
 PRMBENCH_LONG_TASKS ?= book-flight choose-date click-checkboxes-large
 PRMBENCH_LONG_SEEDS ?= 1000-1003
 PRMBENCH_MINE ?= --max-per-rule 0 --sample-per-step 5 --sample-min-per-step 4
