@@ -472,19 +472,29 @@ def run_job(args, out: Path) -> dict:
     return summary
 
 
-# What differs between two runs of one job by design: the stages' timings and input paths.
+# What differs between two runs of one job by design: the stages' timings and input paths
+# (stats.json: its counts are compared instead) and the report's "Stage timings" section (the rest of
+# the report is compared).
 UNCOMPARED = ("stats.json",)
+TIMINGS = ("report/README.md", re.compile(r"^## Stage timings\n.*?(?=^## |\Z)", re.M | re.S))
 
 
 def compare_runs(a: Path, b: Path) -> dict:
     """Every file of run directory ``a`` against ``b``'s, byte for byte (hidden files and
-    ``UNCOMPARED`` left out); ``stats.json``'s in/out/rejected per stage compared instead."""
+    ``UNCOMPARED`` left out, the report's timings section cut out); ``stats.json``'s
+    in/out/rejected per stage compared instead."""
     def files(root: Path) -> set[str]:
         return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()
                 and not any(part.startswith(".") for part in p.relative_to(root).parts)} - set(UNCOMPARED)
 
+    def content(path: Path, rel: str) -> bytes:
+        data = path.read_bytes()
+        if rel == TIMINGS[0]:
+            data = TIMINGS[1].sub("", data.decode("utf-8")).encode("utf-8")
+        return data
+
     fa, fb = files(a), files(b)
-    same = sorted(rel for rel in fa & fb if (a / rel).read_bytes() == (b / rel).read_bytes())
+    same = sorted(rel for rel in fa & fb if content(a / rel, rel) == content(b / rel, rel))
     counts = [{k: {f: v.get(f) for f in ("in", "out", "rejected")} for k, v in json.loads(
         (root / "stats.json").read_text()).items()} for root in (a, b)]
     return {"against": str(b), "identical": len(same), "different": sorted(fa & fb - set(same)),

@@ -54,13 +54,17 @@ def test_compare_runs_reads_every_file_and_the_stage_counts(tmp_path):
         (root / "graphs" / "s").mkdir(parents=True)
         (root / "graphs" / "s" / "nodes.parquet").write_bytes(b"same")
         (root / "README.md").write_text(card)
+        (root / "report").mkdir()
+        (root / "report" / "README.md").write_text(f"# r\n\n## Stage timings\n\n| x | {seconds} |\n\n## Next\nsame\n")
         (root / ".locks").mkdir()
         (root / ".locks" / "l").write_text(str(seconds))          # hidden: not compared
         (root / "stats.json").write_text(json.dumps({"ingest": {"in": 3, "out": 2, "rejected": {"x": 1},
                                                                  "seconds": seconds}}))
     (a / "only.txt").write_text("")
     c = compare_runs(a, b)
-    assert c["identical"] == 1 and c["different"] == ["README.md"] and c["only_here"] == ["only.txt"]
+    assert c["identical"] == 2 and c["different"] == ["README.md"] and c["only_here"] == ["only.txt"]
     assert c["only_there"] == [] and c["stats_counts_equal"]         # the seconds differ by design
     (b / "stats.json").write_text(json.dumps({"ingest": {"in": 3, "out": 3, "rejected": {}}}))
-    assert not compare_runs(a, b)["stats_counts_equal"]
+    (b / "report" / "README.md").write_text("# r\n\n## Stage timings\n\n| x | 1 |\n\n## Next\nother\n")
+    c = compare_runs(a, b)
+    assert not c["stats_counts_equal"] and c["different"] == ["README.md", "report/README.md"]
