@@ -113,10 +113,10 @@ class TruthConfig(Configurable):
     bootstrap: int = field(default=2000, metadata={"min": 1, "help": "bootstrap resamples of the benchmark's states"})
     keep_models: bool = field(default=False, metadata={"help": "keep the trained weights after their evaluation"})
     tiny: bool = field(default=False, metadata={
-        "help": "hand-made verified runs and benchmark (tests' helpers), 4 pairs a set, one seed: the suite's check"})
+        "help": "hand-made verified runs and benchmark (tests' helpers), 2 pairs a set, one seed: the suite's check"})
 
 
-TINY = {"train_pairs": 4, "seeds": (0,), "bootstrap": 200}
+TINY = {"train_pairs": 2, "seeds": (0,), "bootstrap": 200}
 
 
 def log(msg: str) -> None:
@@ -573,10 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in TINY.items():
             setattr(cfg, k, v)
         cfg.workers = 1
-        os.environ.update(Steps.env(cfg))
-        import torch
-
-        torch.set_num_threads(cfg.threads)
+        os.environ.update(Steps.env(cfg))       # before torch is imported: its threads setting
     out = ROOT / cfg.out if not Path(cfg.out).is_absolute() else Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     steps = Steps(out / "timings.json")
