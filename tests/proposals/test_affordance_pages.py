@@ -141,9 +141,12 @@ def test_what_chromium_says_and_what_executes(site):
             ("Select one", "listbox", False)
         assert city.props.get("autocomplete") == "list" == browser_in.props.get("autocomplete")
         # The flattener drops 'readonly' and 'editable': the readonly input reads like any textbox,
-        # and the contenteditable div without a role is not printed with a bid at all.
+        # and the contenteditable div without a role prints only as the harness's clickable plain
+        # element (harness.env.flatten_axtree), a generic whose op is a click, never a fill.
         assert "readonly" not in nodes["Order reference"].props
-        assert not [n for n in tree.nodes if n.bid and n.name in ("Message", "Hello")]
+        message = [n for n in tree.nodes if n.bid and n.name in ("Message", "Hello")]
+        assert [(n.role, n.props.get("clickable")) for n in message] == [("generic", True)]
+        assert role_op(tree, message[0])[0] == "click"
         promo = _by_name(tree, "Promo code", "textbox")
         assert is_disabled(promo)
         for name, (_, op, _) in CONTROLS.items():
