@@ -163,7 +163,8 @@ class _SortedSpool:
             return
         if self.buffer:
             self._spill()
-        readers = [pa.ipc.open_file(pa.memory_map(str(p))) for p in self.spills]
+        # Read, not memory-mapped: the pages of a mapped spill stay in the RSS until the merge ends.
+        readers = [pa.ipc.open_file(pa.OSFile(str(p))) for p in self.spills]
         merged = heapq.merge(*(_keyed_rows(r, i) for i, r in enumerate(readers)))
         while group := list(itertools.islice(merged, ROW_GROUP_SIZE)):
             parts, (*_, batch, start) = [], group[0]
