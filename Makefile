@@ -122,7 +122,8 @@ replay-demo: setup
 # (click-checkboxes is left out: at load 20 its solver's clicks sometimes repeat, changing the
 # episode); ~15 states, ~15 min at load 20 on 2 cores.
 # SIZE=full: the 15 axtree10 + rich tasks whose steps have 4+ graph negatives (the other 11 have
-# almost none: one control, or targets the AXTree prints without a bid), 12 of them x 20 seeds and
+# almost none at 8371e28: one control, or targets the AXTree printed without a bid; 21f79cf's
+# clickable generics and the 6 tasks it added to rich are not measured here), 12 of them x 20 seeds and
 # the three long ones (10-11 steps, each replay redoes them) x 4; a seeded 5 negatives of each step
 # with 4+ are replayed (--sample-per-step 5 --sample-min-per-step 4): ~2,300 pairs, ~300 states if
 # 70% of the steps get 4 proven negatives. A bench run of hours on a quiet machine; under load
