@@ -62,7 +62,8 @@ own harness and browser; the outcomes and outputs are those of one worker (``rep
 
 A finished pair's outcome is stored in a disk cache (``llm.cache.ResponseCache``, the LLM
 teacher's resume mechanism) as soon as it is decided, keyed by everything the replay depends on,
-so a killed run resumes without replaying a finished pair, and a rerun writes the same bytes. A
+so a killed run resumes without replaying a finished pair, and a rerun writes the same bytes (an
+outcome that still shows a Playwright timeout is not stored: a later run replays it). A
 cache folder that cannot be written gives a warning and a run without the cache. What would fail
 only after work is done is refused first, in one line: a ``meta.seed`` outside 0 .. 2**32-1, a
 task without a solver, a ``MINIWOB_URL`` that lacks the pages or does not answer.
@@ -424,8 +425,10 @@ class ReplayVerifier:
 
     def store(self, target: Target, replay: Replay) -> None:
         """The replay into the cache; a cache that stops taking writes (disk full, made read-only)
-        is dropped with a warning, as the LLM cache warns: the run goes on."""
-        if self.cache is None:
+        is dropped with a warning, as the LLM cache warns: the run goes on. An outcome whose evidence
+        still shows a Playwright timeout after the retries is not stored: it may say more about the
+        machine's load than about the action, so a later run decides it again."""
+        if self.cache is None or "TimeoutError" in json.dumps(replay.evidence):
             return
         try:
             self.cache.put(self.key(target), {"target": self.key(target)},

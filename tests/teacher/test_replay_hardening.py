@@ -100,6 +100,25 @@ def test_a_cache_that_stops_taking_writes_is_dropped(tmp_path, capsys):
     assert verifier.cache is None and capsys.readouterr().err.count("warning:") == 1
 
 
+def test_an_outcome_that_timed_out_is_not_cached():
+    """A timeout left after the retries reflects the machine's load: the next run replays the pair."""
+    from teacher.replay import Replay, ReplayVerifier
+
+    class Store:
+        def __init__(self):
+            self.keys = []
+
+        def put(self, key, *args):
+            self.keys.append(key)
+
+    store = Store()
+    verifier = ReplayVerifier(type("B", (), {"name": "b"})(), ReplayConfig(), store)
+    first, second = (Target("click-button", s, (), AXTREE, "click('19')", "click('17')") for s in (0, 1))
+    verifier.store(first, Replay("replay_mismatch", {"error": "TimeoutError: Locator.click: Timeout 500ms exceeded"}))
+    verifier.store(second, Replay("harmful", {"reward_pos": 1.0}))
+    assert store.keys == [verifier.key(second)]
+
+
 # -- in the browser: planted actions run nothing ------------------------------------------------------
 class _Counter(BaseHTTPRequestHandler):
     hits = []
