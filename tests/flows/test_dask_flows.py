@@ -55,7 +55,7 @@ def scheduler(prefect_harness):
     seconds, and ``--dask-local`` itself is test_build_graphs_flow's."""
     from flows.common import DaskConfig, dask_scheduler
 
-    with dask_scheduler(DaskConfig(dask_local=True, dask_workers=2, dask_memory_limit="1GB")) as address:
+    with dask_scheduler(DaskConfig(dask_local=True, dask_workers=2, dask_memory_limit="3GB")) as address:
         yield address
 
 
@@ -64,7 +64,7 @@ def test_workers_have_the_memory_limit(scheduler):
 
     with Client(scheduler, timeout=60) as client:
         limits = [w["memory_limit"] for w in client.scheduler_info()["workers"].values()]
-    assert limits == [10**9, 10**9]
+    assert limits == [3 * 10**9, 3 * 10**9]
 
 
 def test_memory_limit_flag_is_checked_where_it_is_parsed(capsys):
