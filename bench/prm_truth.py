@@ -67,6 +67,7 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from bench.prm_cpu import records  # noqa: E402  (prm_cpu imports this module only inside main)
 from cli.config import Configurable, make_parser  # noqa: E402
 
 SETS = ("graph", "no_graph", "random")
@@ -369,10 +370,6 @@ def train_and_evaluate(cfg: TruthConfig, out: Path, steps: Steps, s: str, seed: 
 
 
 # -- 5: the summary ----------------------------------------------------------------------------------------
-def _records(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.with_suffix(".pairs.jsonl").read_text().splitlines() if x.strip()]
-
-
 def _pair(res: dict, key: str) -> dict:
     return {"estimate": res[key], "ci": res[f"{key}_ci"]}
 
@@ -408,7 +405,7 @@ def summarize(cfg: TruthConfig, out: Path, sets: dict, bench: dict, steps: Steps
     from prm.stats import RULES
 
     files = models_of(out)
-    tables = {k: [_records(f) for f in fs] for k, fs in files.items()}
+    tables = {k: [records(f) for f in fs] for k, fs in files.items()}
     by_rule = {rule: compare(tables, rule, cfg.bootstrap) for rule in RULES}
     logs = {f.stem: json.loads((out / "models" / f.stem / "train_log.json").read_text())
             for s in SETS for f in files.get(s, []) if (out / "models" / f.stem / "train_log.json").exists()}
