@@ -354,12 +354,16 @@ class BrowserHarness:
             from browsergym.core.action.highlevel import HighLevelActionSet
 
             extra["action_mapping"] = HighLevelActionSet(subsets=self.action_subsets).to_python_code
-        startup_ms = int(self.robustness.startup_s * 1000)
-        return BrowserEnv(**extra, task_entrypoint=_deferred(self.task_entrypoint, 0, startup_ms,
-                                                                   self.live_validation, self._prepare),
-                          task_kwargs=self.task_kwargs, headless=self.headless,
-                          viewport=self.viewport, pre_observation_delay=self.pre_observation_delay,
+        return BrowserEnv(**extra, task_entrypoint=self._entrypoint(), task_kwargs=self.task_kwargs,
+                          headless=self.headless, viewport=self.viewport,
+                          pre_observation_delay=self.pre_observation_delay,
                           pw_chromium_kwargs={"executable_path": str(self.chromium)})
+
+    def _entrypoint(self):
+        """The task entrypoint BrowserGym is given: this harness's task, validated as it asks
+        (``_deferred``), set up after ``_prepare``, with the start-up time-out."""
+        return _deferred(self.task_entrypoint, 0, int(self.robustness.startup_s * 1000), self.live_validation,
+                         self._prepare)
 
     def _observe(self, obs: dict) -> Observation:
         try:

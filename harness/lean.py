@@ -38,6 +38,11 @@ from harness.env import BrowserHarness, Observation, StubChat, plain_generics
 # timeouts (500 ms per element action, the task's 5 s for navigation, 3 s per frame's load wait).
 MAX_WAIT_MS = 5000
 
+# What BrowserGym reads from a task when it opens the browser context: a task that differs in any of
+# them cannot be set up on another task's page (``LeanHarness.retask``). Slow motion and the time-out
+# are the harness's own (``_deferred``), the same for every task.
+CONTEXT_ATTRIBUTES = ("viewport", "locale", "timezone_id")
+
 
 class ActionRefused(ValueError):
     """The action may not run in the harness (the message says why)."""
@@ -60,6 +65,24 @@ class LeanHarness(BrowserHarness):
 
         subsets = self.action_subsets
         return set((HighLevelActionSet(subsets=subsets) if subsets else HighLevelActionSet()).action_set)
+
+    def retask(self, task_entrypoint, task_kwargs: dict | None = None) -> bool:
+        """Take another task on this harness's browser, context and page (its next ``reset`` sets
+        the new task up in place): True, or False (nothing changed) when the new task asks for a
+        browser context of its own (another viewport, locale or time zone, which BrowserGym sets
+        when it opens the context): close this harness and open one for it then.
+        What a reset in place keeps (cookies and storage) it keeps across tasks too."""
+        task_kwargs = dict(task_kwargs or {})
+        if self.env is not None and self.env.task is not None:
+            probe = task_entrypoint(seed=0, **task_kwargs)      # MiniWoB++'s constructors open nothing
+            current = getattr(self.env.task, "inner", self.env.task)
+            if any(getattr(probe, a, None) != getattr(current, a, None) for a in CONTEXT_ATTRIBUTES):
+                return False
+        self.task_entrypoint, self.task_kwargs = task_entrypoint, task_kwargs
+        if self.env is not None:
+            self.env.task_entrypoint = self._entrypoint()
+            self.env.task_kwargs = task_kwargs
+        return True
 
     def reset(self, seed: int = 0, observe: bool = True) -> Observation:
         """``BrowserHarness.reset``, on the same page after the first (module doc); ``observe=False``:

@@ -57,8 +57,11 @@ given: a negative that only writes the positive differently (``click("12")`` for
 A side in which any browser action hit a Playwright timeout (BrowserGym allows its actions 500
 ms, which a loaded machine exceeds) is replayed again, up to ``TIMEOUT_RETRIES`` more times.
 
-``--replay-workers N`` replays steps in N spawned processes (default 0: one per core), each with its
-own harness and browser; the outcomes and outputs are those of one worker (``replay_all``).
+``--replay-workers N`` replays steps in N spawned processes (default 0: two per core: a replay
+waits on its page about half the time, BrowserGym's pre-observation delay after every action
+above all, so a second browser per core fills the waits; ``bench/RESULTS.md``), each with its own
+harness and browser, kept across tasks (``LeanHarness.retask``); the outcomes and outputs are
+those of one worker (``replay_all``).
 
 A finished pair's outcome is stored in a disk cache (``llm.cache.ResponseCache``, the LLM
 teacher's resume mechanism) as soon as it is decided, keyed by everything the replay depends on,
@@ -116,7 +119,7 @@ class ReplayConfig(Configurable):
         "help": "finished pairs' outcomes; a rerun (after a kill) replays only the others"})
     no_cache: bool = field(default=False, metadata={"help": "replay every pair, store nothing"})
     workers: int = field(default=0, metadata={
-        "min": 0, "help": "worker processes, each with its own browser, replaying whole steps; 0: one per core; "
+        "min": 0, "help": "worker processes, each with its own browser, replaying whole steps; 0: two per core; "
                           "the outputs are those of one worker"})
     # -- issue 37: any policy as the continuation (kept last) --
     continuation: str = field(default="solver", metadata={
@@ -384,7 +387,8 @@ def replay_target(env, backend, target: Target, config: ReplayConfig) -> Replay:
 class ReplayVerifier:
     """Replays pairs with the cache of finished pairs, on one harness at a time (BrowserGym's
     Playwright is one per process: closing one harness stops it for every other), reused while
-    the task stays the same: give it steps grouped by task. ``backend`` opens harnesses
+    the task stays the same, and across tasks when the backend can move it to the next one
+    (``retask(env, task)``, optional: one browser for the whole run). ``backend`` opens harnesses
     (``open(task)``), checks a run's tasks (``check(tasks)``) and gives the continuation's
     actions (``chooser(task, rollout)``); ``backend.version`` (else its ``name``) is part of every
     cache key."""
@@ -416,9 +420,13 @@ class ReplayVerifier:
 
     def __call__(self, targets: list[Target]) -> list[Replay]:
         """The replays of one step's pairs (``replay_step``), each stored in the cache."""
-        if targets[0].task != self.env_task:
-            self.close()
-            self.env, self.env_task = self.backend.open(targets[0].task), targets[0].task
+        task = targets[0].task
+        if task != self.env_task:
+            retask = getattr(self.backend, "retask", None)
+            if self.env is None or retask is None or not retask(self.env, task):
+                self.close()
+                self.env = self.backend.open(task)
+            self.env_task = task
         replays = replay_step(self.env, self.backend, targets, self.config, self.store)
         self.counts["replayed"] += len(replays)
         return replays
@@ -457,10 +465,10 @@ def steps(targets: list[Target]) -> list[list[int]]:
 
 
 def worker_count(config: ReplayConfig) -> int:
-    """``config.workers``, 0 meaning one per core."""
+    """``config.workers``, 0 meaning two per core (module doc: the replays wait half the time)."""
     import os
 
-    return config.workers or os.cpu_count() or 1
+    return config.workers or 2 * (os.cpu_count() or 1)
 
 
 def replay_all(targets: list[Target], config: ReplayConfig, backend, on_done=None) -> tuple[list[Replay], Counter]:
@@ -604,6 +612,13 @@ class MiniWoBBackend:
         from harness.miniwob import miniwob_harness
 
         return miniwob_harness(task, lean=True)
+
+    def retask(self, env, task: str) -> bool:
+        """``env`` (a harness this backend opened) on ``task`` without a new browser
+        (``LeanHarness.retask``): True, or False when it needs one."""
+        from harness.miniwob import PREFIX, task_classes
+
+        return env.retask(task_classes()[task.removeprefix(PREFIX)], env.task_kwargs)
 
     def chooser(self, task: str, rollout: int):
         """The continuation's ``choose(obs, history, feedback, step)``: the task's solver, or the

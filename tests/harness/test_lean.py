@@ -77,3 +77,26 @@ def test_check_pages_on_servers():
         assert "\n" not in str(e.value)
     finally:
         silent.close()
+
+
+def test_retask_moves_the_harness_only_within_one_browser_context():
+    """``retask`` hands the next task to the harness's browser unless that task opens its context
+    differently (viewport, locale, time zone): then nothing changes and the caller opens another."""
+    from types import SimpleNamespace
+
+    classes, kwargs = task_classes(), {"base_url": "file:///x/"}
+    h = LeanHarness(classes["click-button"], kwargs, allowed_hosts=set())
+    h.env = SimpleNamespace(task=SimpleNamespace(inner=classes["click-button"](seed=0, **kwargs)),
+                            task_entrypoint=None, task_kwargs=None)       # as after a first reset
+
+    class Wide(classes["click-tab"]):
+        def __init__(self, seed, **kw):
+            super().__init__(seed, **kw)
+            self.viewport = {"width": 1280, "height": 720}
+
+    assert h.retask(classes["click-tab"], kwargs)
+    assert h.task_entrypoint is classes["click-tab"] and h.env.task_kwargs == kwargs
+    assert h.env.task_entrypoint.get_task_id() == classes["click-tab"].get_task_id()
+    assert not h.retask(Wide, kwargs)
+    assert h.task_entrypoint is classes["click-tab"]
+    assert h.env.task_entrypoint.get_task_id() == classes["click-tab"].get_task_id()

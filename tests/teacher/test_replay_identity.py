@@ -19,12 +19,26 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.exists(), reason
 FIXED = Path(__file__).resolve().parent / "data" / "replay_fixed_set.json"
 
 
+class CountingBackend(MiniWoBBackend):
+    """The MiniWoB++ backend, counting the harnesses (browsers) it opens."""
+
+    opened = 0
+
+    def open(self, task: str):
+        self.opened += 1
+        return super().open(task)
+
+
 def test_outcomes_match_the_base_on_the_fixed_set():
+    """Also: one browser replays the set's three tasks (``LeanHarness.retask``), with the outcomes
+    the base got from a new browser per task."""
     rows = json.loads(FIXED.read_text())
     targets = [Target(r["task"], r["seed"], tuple(r["history"]), r["observation"], r["action_pos"], r["action_neg"])
                for r in rows]
     assert len({r["base_outcome"] for r in rows}) >= 2 and len(steps(targets)) < len(targets)
-    verifier = ReplayVerifier(MiniWoBBackend(), ReplayConfig(no_cache=True, workers=1))
+    assert len({t.task for t in targets}) >= 2
+    backend = CountingBackend()
+    verifier = ReplayVerifier(backend, ReplayConfig(no_cache=True, workers=1))
     got = [None] * len(targets)
     try:
         for step in steps(targets):
@@ -33,3 +47,4 @@ def test_outcomes_match_the_base_on_the_fixed_set():
     finally:
         verifier.close()
     assert {r["pair_id"]: o for r, o in zip(rows, got)} == {r["pair_id"]: r["base_outcome"] for r in rows}
+    assert backend.opened == 1
