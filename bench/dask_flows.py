@@ -33,10 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from paper_scale import MODEL, PAPER, Endpoint, build_pool, commit, machine, run_stage, write_labels  # noqa: E402
-
+from bench.paper_scale import MODEL, PAPER, Endpoint, build_pool, commit, machine, run_stage, write_labels  # noqa: E402
 from cli.config import make_parser  # noqa: E402
 from data.ingest import ingest  # noqa: E402
 

@@ -68,7 +68,6 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 from cli.config import make_parser  # noqa: E402
 from data.actions import parse_action  # noqa: E402

@@ -44,10 +44,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from graphs import measure, replicate  # noqa: E402
-
+from bench.graphs import measure, replicate  # noqa: E402
 from cli.config import make_parser  # noqa: E402
 from data.ingest import ingest  # noqa: E402
 from graph.build import build_graphs  # noqa: E402
@@ -159,8 +157,7 @@ def paper_scale(shared: Path, repeat: int, codes: list[Path] | None = None) -> N
     ``codes``: checkouts whose ``proposals.mine`` runs in turn, interleaved, on the same graphs
     (built by this checkout); each run's outputs digested, so that they can be compared."""
     codes = codes or [ROOT]
-    from paper_scale import FILL_ANSWER, PAPER, build_pool
-
+    from bench.paper_scale import FILL_ANSWER, PAPER, build_pool
     from llm.serve import fixed_answer, serve_in_thread
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -18,6 +18,9 @@ the false negatives and the hardness of six candidate sets, and the embedded tea
    option). ``--no-fill`` mines every set without LLM fill values.
 3. ``teacher.verify --verifier replay --replay-workers N`` on each set (one shared replay cache,
    ``OUT/replay_cache``: a pair two sets share is replayed once).
+   With ``--min-verdicts N``, a set whose replayed pairs hold fewer than N verdicts (the rest
+   ``replay_mismatch``) is topped up with more pairs drawn from its own pool (``top_up``: runs
+   ``OUT/<set>_more<r>``, the same cache), and counted with them.
 4. The summary of every set replayed in OUT (``bench/replay_verdict.py``): false negatives and the
    outcomes' shares, per rule, axis, task and containment-distance bucket, the hardness descriptors
    computed from O_t for every set alike, the differences to ``graph`` (Newcombe intervals) and
@@ -75,6 +78,7 @@ NAMES = {"graph": "graph", "graph_rank": "graph rank", "graph_cap5": "graph cap 
 MINE_FLAGS = {"graph": [], "graph_rank": ["--selection", "rank"], "graph_cap5": ["--max-per-rule", "5"],
               "graph_nocap": ["--max-per-rule", "0"], "no_graph": ["--no-graph"]}
 TEACHER_SETS = ("graph",)
+TOP_UP_ROUNDS = 3       # --min-verdicts: at most this many top-up runs per set
 SMALL = {"tasks": ["click-button", "enter-text", "login-user"], "seeds": "0-1", "sample_size": 12}
 
 
@@ -107,6 +111,9 @@ class ReplayBench(Configurable):
     fixed_set: str | None = field(default=None, metadata={"help": "write the identity test's fixed set here"})
     fixed_steps: int = field(default=4, metadata={"min": 1, "help": "steps in the fixed set"})
     pairs: int = field(default=0, metadata={"min": 0, "help": "throughput on the first N sampled pairs only (0: all)"})
+    min_verdicts: int = field(default=0, metadata={
+        "min": 0, "help": "top each set's sample up with more pairs from its pool until this many have a verdict "
+                          "(top_up; 0: the sample only)"})
 
 
 def _cli(*args: str) -> None:
@@ -169,9 +176,10 @@ def outcomes(run: Path) -> list[dict]:
             .to_pylist()]
 
 
-def sampled_copy(source: Path, run: Path, keep: set[str] | None = None) -> None:
+def sampled_copy(source: Path, run: Path, keep: set[str] | None = None, draw: bool = False) -> None:
     """``run``: a fresh copy of the mined ``source`` (trajectories, stats, candidates); with ``keep``,
-    only those sampled pairs stay sampled, recorded as the miner's output."""
+    only those sampled pairs stay sampled (``draw``: exactly the pairs ``keep`` names are sampled,
+    drawn from the whole pool), recorded as the miner's output."""
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     for name in ("trajectories.parquet", "stats.json", "candidates.parquet"):
@@ -180,11 +188,65 @@ def sampled_copy(source: Path, run: Path, keep: set[str] | None = None) -> None:
         from data.rundir import RunDir, StageStats
 
         cands = pq.read_table(source / "candidates.parquet")
-        rows = [{**c, "sampled": c["sampled"] and c["pair_id"] in keep} for c in cands.to_pylist()]
+        rows = [{**c, "sampled": (draw or c["sampled"]) and c["pair_id"] in keep} for c in cands.to_pylist()]
         rd = RunDir(run)
         rd.check_inputs("proposals.mine", rd.trajectories)
         pq.write_table(pa.Table.from_pylist(rows, schema=cands.schema), run / "candidates.parquet")
         rd.write_stage(StageStats("proposals.mine", n_in=len(rows), n_out=len(rows)), [])
+
+
+def top_ups(out: Path, name: str) -> list[Path]:
+    """The replayed top-up runs of set ``name`` (``top_up``), in order."""
+    return sorted(p for p in out.glob(f"{name}_more*") if p.name[len(name) + 5:].isdigit()
+                  and (p / "preferences.parquet").exists())
+
+
+def set_runs(out: Path, name: str) -> list[Path]:
+    """A set's run and its top-ups: together, its sample."""
+    return [out / name, *top_ups(out, name)]
+
+
+def top_up(cfg: ReplayBench, out: Path, name: str) -> None:
+    """Pairs added to set ``name`` until at least ``cfg.min_verdicts`` of its replayed pairs have a
+    verdict (not ``replay_mismatch``), in at most ``TOP_UP_ROUNDS`` runs ``OUT/<name>_more<r>``:
+    each draws, seeded, without replacement, from the pool pairs no earlier draw of the set took
+    (``random``: graph pool steps, each given a random element as ``random_floor`` gives one), as
+    many as the set's verdict rate so far says are missing, plus a margin. The first sample and
+    every top-up are uniform draws from the same pool, so together they are one uniform sample;
+    the rule stops on the count of verdicts, never on what the verdicts are."""
+    import math
+
+    base = out / "graph"
+    pool = sorted(c["pair_id"] for c in pq.read_table((base if name == "random" else out / name) /
+                                                      "candidates.parquet", columns=["pair_id"]).to_pylist())
+    for r in range(1, TOP_UP_ROUNDS + 1):
+        runs = set_runs(out, name)
+        got = [o["replay_outcome"] for run in runs for o in outcomes(run)]
+        verdicts = sum(o != "replay_mismatch" for o in got)
+        if verdicts >= cfg.min_verdicts:
+            return
+        more = out / f"{name}_more{r}"
+        if more in runs:
+            continue
+        sources = [base, *sorted(out.glob("random_more*_src"))] if name == "random" else runs
+        taken = {c["pair_id"] for run in sources for c in pq.read_table(
+            run / "candidates.parquet", columns=["pair_id", "sampled"]).to_pylist() if c["sampled"]}
+        left = [p for p in pool if p not in taken]
+        need = math.ceil((cfg.min_verdicts - verdicts) * len(got) / max(verdicts, 1) * 1.15) + 5
+        extra = set(random.Random(f"{cfg.seed}/{name}/more{r}").sample(left, min(need, len(left))))
+        if not extra:
+            return
+        if name == "random":
+            src = out / f"random_more{r}_src"
+            sampled_copy(base, src, extra, draw=True)
+            shutil.rmtree(more, ignore_errors=True)
+            random_floor(src, more, cfg.seed)
+        else:
+            sampled_copy(out / name, more, extra, draw=True)
+        print(f"  {name}: {verdicts} verdicts of {len(got)} pairs; {len(extra)} more drawn ({more.name})",
+              file=sys.stderr)
+        _cli("teacher.verify", "--run", str(more), "--verifier", "replay", "--replay-cache-dir",
+             str(out / "replay_cache"), "--replay-workers", str(cfg.workers), "--quiet")
 
 
 def teacher_decisions(run: Path, tdir: Path, llm: list[str]) -> dict[str, bool]:
@@ -406,6 +468,9 @@ def main(argv: list[str] | None = None) -> int:
         if not (out / name / "preferences.parquet").exists():
             _cli("teacher.verify", "--run", str(out / name), "--verifier", "replay", "--replay-cache-dir", str(cache),
                  "--replay-workers", str(cfg.workers), "--quiet")
+    if cfg.min_verdicts:
+        for name in cfg.sets:
+            top_up(cfg, out, name)
     return report(cfg, endpoint, out, summary, t0)
 
 
@@ -422,7 +487,7 @@ def report(cfg: ReplayBench, endpoint, out: Path, summary: dict, t0: float) -> i
              f"False negatives = `equivalent` among pairs replayed to a verdict; paper's audit: "
              f"{FN_PAPER:.0%} (surfPRM-data), {FN_WEBARBITER:.0%} (WebArbiter's data). Wilson 95% intervals.", ""]
     done = [s for s in SETS if (out / s / "preferences.parquet").exists()]
-    rows = {s: verdict_rows(out / s) for s in done}
+    rows = {s: [r for run in set_runs(out, s) for r in verdict_rows(run)] for s in done}
     res = {s: stats(rows[s]) for s in done}
     figures = Path(cfg.figures).resolve() if cfg.figures else out / "figures"
     for s in done:

@@ -46,8 +46,7 @@ def test_the_bench_runs_the_whole_job_on_a_tiny_pool(tmp_path):
 
 
 def test_compare_runs_reads_every_file_and_the_stage_counts(tmp_path):
-    sys.path.insert(0, str(ROOT / "bench"))
-    from paper_scale import compare_runs
+    from bench.paper_scale import compare_runs
 
     a, b = tmp_path / "a", tmp_path / "b"
     for root, seconds, card in ((a, 1.0, "x"), (b, 9.0, "y")):
