@@ -3,6 +3,8 @@ their intervals, the comparison at equal hardness and the figure."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench.replay_verdict import by, describe, difference, figure, standardized, stats
@@ -81,3 +83,50 @@ def test_figure_is_a_png(tmp_path):
     path = tmp_path / "f.png"
     figure("graph", [row("equivalent", 1), row("detour", 4), row("harmful", None)], path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_top_up_draws_new_pool_pairs_until_enough_verdicts(tmp_path, monkeypatch):
+    """``bench/replay.py --min-verdicts``: each top-up draws pairs no earlier draw of the set took,
+    seeded, and stops once the set's replayed pairs hold the verdicts asked for. The replay is
+    replaced by a rule (a pair id ending in 0-7 has a verdict, the rest are mismatches)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import bench.replay as br
+
+    def write(run, sampled):
+        run.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"pair_id": [f"p{i:03x}" for i in range(300)],
+                                 "sampled": [f"p{i:03x}" in sampled for i in range(300)]}), run / "candidates.parquet")
+
+    def copy(source, run, keep=None, draw=False):
+        write(run, keep)
+
+    def verify(*args):
+        run = Path(args[args.index("--run") + 1])
+        picked = [p for p, s in zip(*pq.read_table(run / "candidates.parquet").to_pydict().values()) if s]
+        rows = [{"pair_id": p, "rule": "r", "axis": "a", "gmcp": True, "action_pos": "", "action_neg": "",
+                 "replay_outcome": "detour" if p[-1] in "01234567" else "replay_mismatch"} for p in picked]
+        for name, keep in (("preferences.parquet", True), ("discarded.parquet", False)):
+            pq.write_table(pa.Table.from_pylist([r for r in rows if (r["replay_outcome"] == "detour") == keep],
+                                                schema=pa.schema([(k, pa.bool_() if k == "gmcp" else pa.string())
+                                                                  for k in rows[0]])), run / name)
+
+    monkeypatch.setattr(br, "sampled_copy", copy)
+    monkeypatch.setattr(br, "_cli", verify)
+    out = tmp_path / "out"
+    first = {f"p{i:03x}" for i in range(0, 300, 7)}          # 43 pairs
+    write(out / "graph", first)
+    verify("--run", str(out / "graph"))
+    cfg = br.ReplayBench(min_verdicts=60, seed=1)
+    br.top_up(cfg, out, "graph")
+    runs = br.set_runs(out, "graph")
+    assert len(runs) >= 2
+    draws = [{c["pair_id"] for c in pq.read_table(r / "candidates.parquet").to_pylist() if c["sampled"]} for r in runs]
+    assert sum(map(len, draws)) == len(set().union(*draws))             # no pair drawn twice
+    verdicts = sum(r["replay_outcome"] != "replay_mismatch" for run in runs for r in br.outcomes(run))
+    assert verdicts >= 60
+    before = [sorted(d) for d in draws]
+    br.top_up(cfg, out, "graph")                                        # enough already: nothing drawn
+    assert [sorted({c["pair_id"] for c in pq.read_table(r / "candidates.parquet").to_pylist() if c["sampled"]})
+            for r in br.set_runs(out, "graph")] == before
