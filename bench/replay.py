@@ -517,8 +517,10 @@ def report(cfg: ReplayBench, endpoint, out: Path, summary: dict, t0: float) -> i
                                         endpoint_flags(endpoint))
     for key, (label, llm) in teachers.items():
         for name in (s for s in TEACHER_SETS if s in done):
-            t = res[name][key] = teacher_accuracy(outcomes(out / name),
-                                                  teacher_decisions(out / name, out / f"{name}_{key}", llm))
+            runs = set_runs(out, name)          # the sample and its top-ups, each judged in its own copy
+            decisions = {pid: kept for run in runs
+                         for pid, kept in teacher_decisions(run, out / f"{run.name}_{key}", llm).items()}
+            t = res[name][key] = teacher_accuracy([o for run in runs for o in outcomes(run)], decisions)
             lines += ["", f"{label.capitalize()} on {NAMES[name]} ({t['pairs']} pairs): discard precision vs "
                       f"`equivalent` {share(t['true_discards'], t['discarded'])}, "
                       f"recall {share(t['true_discards'], t['equivalent'])}; "
