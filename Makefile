@@ -36,12 +36,17 @@ export DO_NOT_TRACK := 1
 setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(CHROMIUM)
 
 # pyproject.toml holds version ranges; requirements/constraints.txt the exact versions installed here.
+# The installed packages are byte-compiled once, on every core (pip does it on one: three of the four
+# minutes of a fresh set-up); they must be, because a process started with PYTHONDONTWRITEBYTECODE=1
+# (as on this machine) would otherwise compile every module it imports, every time. compileall's
+# exit status is ignored, as pip ignores the files it cannot compile (templates of some packages).
 CONSTRAINTS := -c requirements/constraints.txt
 $(VENV)/.installed: pyproject.toml requirements/constraints.txt requirements/browsergym.txt requirements/browsergym-deps.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(CONSTRAINTS) -e '.[test,docs]' -r requirements/browsergym-deps.txt
-	$(PIP) install -q --no-deps $(CONSTRAINTS) -r requirements/browsergym.txt
+	$(PIP) install -q --no-compile $(CONSTRAINTS) -e '.[test,docs]' -r requirements/browsergym-deps.txt
+	$(PIP) install -q --no-compile --no-deps $(CONSTRAINTS) -r requirements/browsergym.txt
+	$(PY) -m compileall -q -j 0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') > /dev/null || true
 	touch $@
 
 # The embedded model, converted once from GGUF to a plain transformers folder: SmolLM2-135M-Instruct
