@@ -36,10 +36,10 @@ export DO_NOT_TRACK := 1
 setup: $(VENV)/.installed $(MODEL_DIR)/config.json $(CHROMIUM)
 
 # pyproject.toml holds version ranges; requirements/constraints.txt the exact versions installed here.
-# The installed packages are byte-compiled once, on every core (pip does it on one: three of the four
-# minutes of a fresh set-up); they must be, because a process started with PYTHONDONTWRITEBYTECODE=1
-# (as on this machine) would otherwise compile every module it imports, every time. compileall's
-# exit status is ignored, as pip ignores the files it cannot compile (templates of some packages).
+# The installed packages are byte-compiled once, on every core (pip does it on one; a fresh set-up
+# took 92 s so, bench/RESULTS.md); they must be, because a process started with
+# PYTHONDONTWRITEBYTECODE=1 (as on this machine) would otherwise compile every module it imports, every
+# time. compileall's exit status is ignored, as pip ignores the files it cannot compile.
 CONSTRAINTS := -c requirements/constraints.txt
 $(VENV)/.installed: pyproject.toml requirements/constraints.txt requirements/browsergym.txt requirements/browsergym-deps.txt
 	test -x $(PY) || python3 -m venv $(VENV)
