@@ -136,7 +136,8 @@ replay-demo: setup
 # Judge it: python -m prm.evaluate --bench OUT/export/webprmbench.parquet --base-url URL --model M --out R.json
 ifeq ($(SIZE),full)
 PRMBENCH_TASKS ?= click-tab click-option click-checkboxes click-checkboxes-transfer click-scroll-list form-sequence-2 \
-	search-engine choose-date-easy choose-date-medium login-user login-user-popup use-autocomplete
+	search-engine choose-date-easy choose-date-medium login-user login-user-popup use-autocomplete \
+	click-tab-2-hard multi-layouts click-collapsible-2
 PRMBENCH_SEEDS ?= 1000-1019
 PRMBENCH_LONG_TASKS ?= book-flight choose-date click-checkboxes-large
 PRMBENCH_LONG_SEEDS ?= 1000-1003
