@@ -126,18 +126,17 @@ replay-demo: setup
 # Small (default): 3 axtree10 tasks x 4 seeds, whose states most often have 4 proven negatives
 # (click-checkboxes is left out: at load 20 its solver's clicks sometimes repeat, changing the
 # episode); ~15 states, ~15 min at load 20 on 2 cores.
-# SIZE=full: the 15 axtree10 + rich tasks whose steps have 4+ graph negatives (the other 11 have
-# almost none at 8371e28: one control, or targets the AXTree printed without a bid; 21f79cf's
-# clickable generics and the 6 tasks it added to rich are not measured here), 12 of them x 20 seeds and
-# the three long ones (10-11 steps, each replay redoes them) x 4; a seeded 5 negatives of each step
-# with 4+ are replayed (--sample-per-step 5 --sample-min-per-step 4): ~2,300 pairs, ~300 states if
-# 70% of the steps get 4 proven negatives. A bench run of hours on a quiet machine; under load
+# SIZE=full: the 20 MiniWoB++ tasks with a solver whose steps have 4+ graph negatives (measured on 4
+# seeds each, bench/RESULTS.md; the others have one control, or targets the AXTree prints without a
+# bid), 17 of them x 20 seeds and the three long ones (10-11 steps, each replay redoes them) x 4; a
+# seeded 5 negatives of each step with 4+ are replayed (--sample-per-step 5 --sample-min-per-step 4).
+# A bench run of about an hour on a quiet machine (bench/RESULTS.md, "At full size"); under load
 # BrowserGym's 500 ms action timeouts spoil replays (bench/RESULTS.md, "At full size").
 # Judge it: python -m prm.evaluate --bench OUT/export/webprmbench.parquet --base-url URL --model M --out R.json
 ifeq ($(SIZE),full)
 PRMBENCH_TASKS ?= click-tab click-option click-checkboxes click-checkboxes-transfer click-scroll-list form-sequence-2 \
 	search-engine choose-date-easy choose-date-medium login-user login-user-popup use-autocomplete \
-	click-tab-2-hard multi-layouts click-collapsible-2
+	click-tab-2-hard multi-layouts click-collapsible-2 click-tab-2 click-collapsible-2-nodelay
 PRMBENCH_SEEDS ?= 1000-1019
 PRMBENCH_LONG_TASKS ?= book-flight choose-date click-checkboxes-large
 PRMBENCH_LONG_SEEDS ?= 1000-1003

@@ -363,15 +363,18 @@ def navigate_tree(goal: str, tree: AXTree) -> str | None:
 # -- link words ------------------------------------------------------------------------------------
 
 def link_word(goal: str, tree: AXTree) -> str | None:
-    """click-tab-2-hard, click-collapsible-2: the link is a span with a click handler among plain
-    words, in one of several tabs (or accordion sections) of which one shows at a time. Click it
-    when it shows, else open the tab after the one open (the first when none is)."""
+    """click-link, click-tab-2(-easy, -medium, -hard), click-collapsible-2(-nodelay): the link is a
+    span with a click handler among plain words, on the page (click-link) or in one of several tabs
+    (or accordion sections) of which one shows at a time. Click it when it shows, else open the tab
+    after the one open (the first when none is)."""
     words = quoted(goal)
-    tabs = elements(tree, "tab")
-    if not words or not tabs:
+    if not words:
         return None
     if (link := clickable_named(tree, words[0])) is not None:
         return click(link)
+    tabs = elements(tree, "tab")
+    if not tabs:
+        return None
     shown = [i for i, t in enumerate(tabs) if t.props.get("selected") is True or t.props.get("expanded") is True]
     tab = tabs[(shown[0] + 1) % len(tabs) if shown else 0]
     return click(next((n for n in subtree(tree, tab) if n.role == "link" and n.bid is not None), tab))
@@ -386,5 +389,7 @@ RICH = {
     "enter-time": enter_time, "click-scroll-list": click_scroll_list,
     **{t: choose_date for t in ("choose-date", "choose-date-easy", "choose-date-medium", "choose-date-nodelay")},
     "book-flight": book_flight, "search-engine": search_engine, "use-autocomplete": use_autocomplete,
-    "navigate-tree": navigate_tree, "click-tab-2-hard": link_word, "click-collapsible-2": link_word,
+    "navigate-tree": navigate_tree,
+    **{t: link_word for t in ("click-link", "click-tab-2", "click-tab-2-easy", "click-tab-2-medium", "click-tab-2-hard",
+                              "click-collapsible-2", "click-collapsible-2-nodelay")},
 }

@@ -217,6 +217,13 @@ def test_link_words_show_one_tab_or_section_at_a_time():
     assert solve_step("click-collapsible-2", goal.format("leo"), SECTIONS.format(one=True, panel=panel)) \
         == "click('20')"
 
+    # click-link: the words on the page, no tabs; a word that is no link gives nothing to do
+    page = ("RootWebArea 'Click Link Task', focused\n\t[31] paragraph ''\n\t\tStaticText 'Et, facilisis leo.'\n"
+            "\t\t[32] generic, clickable=True\n\t\t\tStaticText 'turpis'\n\t\tStaticText 'id ornare.'")
+    goal = 'Click on the link "{}".'
+    assert solve_step("click-link", goal.format("turpis"), page) == "click('32')"
+    assert solve_step("click-link", goal.format("leo."), page) is None
+
 
 AUTOCOMPLETE = """RootWebArea 'Use Autocomplete Task', focused
 \t[16] LabelText ''
