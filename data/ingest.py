@@ -48,7 +48,7 @@ STAGE = "ingest"
 # Text the ingest holds before it sorts and spills it to a temp file (the pool itself is never held);
 # the merge reads the spills MERGE_BATCH rows at a time.
 SPOOL_BYTES = 64 * 2**20
-MERGE_BATCH = 64
+MERGE_BATCH = 16
 
 
 def ingest(source: str, inputs: Iterable[str | Path], out: str | Path,

@@ -41,12 +41,13 @@ from flows.common import (
     unwrap,
 )
 from graph.build import LOSS_WHY, BuildConfig, build_and_write_site, finalize, prepare
+from graph.parsed import LINES_FILE, OBS_FILE
 
 # The code a site's graph depends on: a change to any of these files invalidates cached builds.
 _CODE = [Path(graph.__file__).parent / name for name in ("axtree.py", "identity.py", "resolve.py", "passes.py",
-                                                          "build.py", "schema.py")] + \
+                                                          "build.py", "parsed.py", "schema.py")] + \
         [Path(data.__file__).parent / name for name in ("actions.py", "sites.py", "schema.py")]
-OUTPUTS = ("nodes.parquet", "edges.parquet", "steps.parquet")
+OUTPUTS = ("nodes.parquet", "edges.parquet", "steps.parquet", LINES_FILE, OBS_FILE)
 
 
 def _fingerprint(path: Path) -> str:

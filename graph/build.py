@@ -48,7 +48,7 @@ from graph.identity import (
     check_containment,
     check_identity,
 )
-from graph.parsed import LINES_FILE, OBS_FILE, parsed_tables
+from graph.parsed import LINES_FILE, OBS_FILE, ParsedTables
 from graph.passes import MAX_DEPTH, MAX_NODES, STAGE, next_urls
 from graph.schema import EDGE_SCHEMA, NODE_SCHEMA, STEP_SCHEMA, check_outputs, pinned_table, reading, require_columns
 
@@ -158,38 +158,80 @@ def without_gc():
 
 def _build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int, str]]],
                 config: BuildConfig | None) -> InteractionElementGraph:
-    obs = passes.parse_and_resolve(site, rows, **(config or BuildConfig()).resolve_settings())
-    steps = passes.demonstrated_steps(site, obs)
-    elements, sightings = passes.element_nodes(site, obs, steps)
+    config = config or BuildConfig()
+    settings = config.resolve_settings()
+    # The passes that need the parsed trees see them a chunk of whole trajectories at a time, so
+    # that a site's trees are never held together (they are most of a build's memory); the rest
+    # (steps, nodes, edges, lines) accumulate across chunks. The outputs do not depend on CHUNK.
+    memo: dict = {}
+    elements, contain, parsed = passes.ElementNodes(site), passes.ContainmentEdges(config.containment), ParsedTables()
+    steps = passes.DemonstratedSteps([])
+    rejected: dict = {}
+    obs_rejects: list[Reject] = []
+    structure: Counter = Counter()
+    pages: set[str] = set()
+    accepted = 0
+    for chunk in trajectory_chunks(rows, CHUNK):
+        obs = passes.parse_and_resolve(site, chunk, memo=memo, **settings)
+        steps.extend(passes.demonstrated_steps(site, obs))
+        elements.see(obs)
+        contain.see(obs)
+        parsed.add(obs.accepted, memo.get("lines", {}))
+        rejected.update(obs.rejected)
+        obs_rejects += obs.rejects
+        structure.update(o.res.page.context for o in obs.accepted)
+        pages.update(o.res.content_page for o in obs.accepted)
+        accepted += len(obs.accepted)
+        del obs
+    elements, sightings = elements.rows(steps)
     node_rows = elements + passes.virtual_nodes(site, steps)
-    contain = passes.containment_edges(obs, (config or BuildConfig()).containment)
-    interact, cross_site = passes.interaction_edges(site, steps, obs.rejected, traj_steps)
+    contain = contain.rows()
+    interact, cross_site = passes.interaction_edges(site, steps, rejected, traj_steps)
     mapped = steps.mapped
-    structure = Counter(o.res.page.context for o in obs.accepted)
     stats = {
         "element_nodes": len(elements), "virtual_nodes": len(node_rows) - len(elements),
         "containment_edges": len(contain), "interaction_edges": len(interact),
-        "trajectories": len({r["traj_id"] for r in rows}), "observations": len(obs.accepted),
-        "url_paths": len({o.res.content_page for o in obs.accepted}), "elements_seen": sightings["elements_seen"],
+        "trajectories": len({r["traj_id"] for r in rows}), "observations": accepted,
+        "url_paths": len(pages), "elements_seen": sightings["elements_seen"],
         # Observations by structure mode: 'axtree' (indented), 'html' (flat, ancestors from the
         # step's HTML), 'flat' (flat, structure inferred from the text).
         "structure": dict(sorted(structure.items())),
         **{k: v for k, v in sightings.items() if k != "elements_seen"},
         "cross_site_transitions": cross_site,
-        "observations_in": obs.n_in, "observations_rejected": dict(obs.counts),
+        "observations_in": len(rows), "observations_rejected": dict(Counter(rejected.values())),
         "steps_in": steps.n_in, "steps_out": len(mapped), "steps_rejected": dict(steps.rejected),
     }
     node_rows.sort(key=lambda r: r["node_id"])
-    parsed = parsed_tables(obs.accepted, obs.memo.get("lines", {}), {r["node_id"]: i for i, r in enumerate(node_rows)})
+    tables = parsed.tables({r["node_id"]: i for i, r in enumerate(node_rows)})
     edges = contain + interact
     edges.sort(key=lambda r: (r["type"], r["src"], r["dst"], r["op"] or ""))
     step_rows = [{"traj_id": t, "step_idx": i, "site": site, "node_id": s.node_id, "kind": s.kind,
                   "op": s.action.op, "page": s.page} for (t, i), s in sorted(mapped.items())]
     # One reject per row at most: in row order, as the rows came.
     order = {_key(r): n for n, r in enumerate(rows)}
-    rejects = sorted(obs.rejects + steps.rejects, key=lambda r: order[(r.key["traj_id"], r.key["step_idx"])])
+    rejects = sorted(obs_rejects + steps.rejects, key=lambda r: order[(r.key["traj_id"], r.key["step_idx"])])
     return InteractionElementGraph(site, pinned_table(node_rows, NODE_SCHEMA), pinned_table(edges, EDGE_SCHEMA),
-                                   pinned_table(step_rows, STEP_SCHEMA), stats, rejects, parsed)
+                                   pinned_table(step_rows, STEP_SCHEMA), stats, rejects, tables)
+
+
+# Observations whose parsed trees a site's build holds at once (at least: a chunk ends where a
+# trajectory does).
+CHUNK = 64
+
+
+def trajectory_chunks(rows: list[dict], size: int) -> list[list[dict]]:
+    """``rows`` cut, in their order, into runs of at least ``size`` rows (the last may be shorter)
+    that never split a trajectory: a cut falls only where every trajectory seen so far has ended."""
+    last = {r["traj_id"]: i for i, r in enumerate(rows)}
+    chunks, start, end = [], 0, -1
+    for i, r in enumerate(rows):
+        end = max(end, last[r["traj_id"]])
+        if i == end and i + 1 - start >= size:
+            chunks.append(rows[start:i + 1])
+            start = i + 1
+    if start < len(rows) or not chunks:
+        chunks.append(rows[start:])
+    return chunks
 
 
 def _key(row: dict) -> tuple[str, int]:

@@ -113,53 +113,63 @@ def _int_list_array(lists: list[list[int]]) -> pa.Array:
                                     flat)
 
 
-def parsed_tables(observations, line_memo: dict, node_rows: dict[str, int]) -> tuple[pa.Table, pa.Table]:
-    """The two tables of a site (see the module doc) from its accepted observations (``Observation``:
-    ``row``, ``res``), the lines memo their parse filled (``parse_axtree``'s ``lines``) and
-    node id -> row of ``nodes.parquet``. An observation with a value that would not read back as
-    it was, or a name Arrow cannot store (a lone surrogate), is left out (its readers parse its text)."""
-    ids: dict[tuple[str, str], int] = {}
-    line_rows: list[tuple] = []      # LINE_SCHEMA's columns
-    obs_text: list[dict] = []
-    obs_lines: list[list[int]] = []
-    elem_pos: list[list[int]] = []
-    elem_node: list[list[int]] = []
-    for o in observations:
-        tree = o.res.tree
-        fmt = tree.obs_format
-        memo = line_memo.get(fmt, {})
-        seq = []
-        for raw in (o.row["observation"] or "").splitlines():
-            i = ids.get((fmt, raw))
-            if i is None:
-                f = memo.get(raw, False)
-                if f is False:
-                    f = _read_line(raw, fmt == "indented")
-                if f is None:
-                    row = (-1, "", "", "", "", "", raw)
-                else:
-                    value = "" if f[4] is None else _encode_value(f[4])
-                    if value is None or not _utf8(f[3]):
-                        seq = None
-                        break
-                    row = (f[0], f[1] or "", f[2], f[3], value, f[5], "")
-                i = ids[(fmt, raw)] = len(line_rows)
-                line_rows.append(row)
-            seq.append(i)
-        if seq is None:
-            continue
-        b2n = o.res.bid_to_node
-        pos = [n.index for n in tree.nodes if n.bid in b2n]
-        obs_text.append({"traj_id": o.row["traj_id"], "step_idx": o.row["step_idx"], "obs_format": fmt,
-                         "content_page": o.res.content_page})
-        obs_lines.append(seq)
-        elem_pos.append(pos)
-        elem_node.append([node_rows[b2n[tree.nodes[p].bid]] for p in pos])
-    text = pinned_table(obs_text, pa.schema([OBS_SCHEMA.field(c) for c in _OBS_TEXT]))
-    obs = pa.Table.from_arrays([*text.columns, _int_list_array(obs_lines), _int_list_array(elem_pos),
-                                _int_list_array(elem_node)], schema=OBS_SCHEMA)
-    cols = list(zip(*line_rows)) or [()] * len(LINE_SCHEMA)
-    return pa.Table.from_arrays([_int_array(cols[0]), *map(_str_array, cols[1:])], schema=LINE_SCHEMA), obs
+class ParsedTables:
+    """The two tables of a site (see the module doc), fed chunk by chunk: :meth:`add` takes
+    accepted observations (``Observation``: ``row``, ``res``) in row order with the lines memo
+    their parse filled (``parse_axtree``'s ``lines``), so that their trees can go once added;
+    :meth:`tables` gives the tables once node id -> row of ``nodes.parquet`` is known. An
+    observation with a value that would not read back as it was, or a name Arrow cannot store (a
+    lone surrogate), is left out (its readers parse its text)."""
+
+    def __init__(self):
+        self.ids: dict[tuple[str, str], int] = {}
+        self.line_rows: list[tuple] = []      # LINE_SCHEMA's columns
+        self.obs_text: list[dict] = []
+        self.obs_lines: list[list[int]] = []
+        self.elem_pos: list[list[int]] = []
+        self.elem_nid: list[list[str]] = []
+
+    def add(self, observations, line_memo: dict) -> None:
+        ids, line_rows = self.ids, self.line_rows
+        for o in observations:
+            tree = o.res.tree
+            fmt = tree.obs_format
+            memo = line_memo.get(fmt, {})
+            seq = []
+            for raw in (o.row["observation"] or "").splitlines():
+                i = ids.get((fmt, raw))
+                if i is None:
+                    f = memo.get(raw, False)
+                    if f is False:
+                        f = _read_line(raw, fmt == "indented")
+                    if f is None:
+                        row = (-1, "", "", "", "", "", raw)
+                    else:
+                        value = "" if f[4] is None else _encode_value(f[4])
+                        if value is None or not _utf8(f[3]):
+                            seq = None
+                            break
+                        row = (f[0], f[1] or "", f[2], f[3], value, f[5], "")
+                    i = ids[(fmt, raw)] = len(line_rows)
+                    line_rows.append(row)
+                seq.append(i)
+            if seq is None:
+                continue
+            b2n = o.res.bid_to_node
+            pos = [n.index for n in tree.nodes if n.bid in b2n]
+            self.obs_text.append({"traj_id": o.row["traj_id"], "step_idx": o.row["step_idx"], "obs_format": fmt,
+                                  "content_page": o.res.content_page})
+            self.obs_lines.append(seq)
+            self.elem_pos.append(pos)
+            self.elem_nid.append([b2n[tree.nodes[p].bid] for p in pos])
+
+    def tables(self, node_rows: dict[str, int]) -> tuple[pa.Table, pa.Table]:
+        text = pinned_table(self.obs_text, pa.schema([OBS_SCHEMA.field(c) for c in _OBS_TEXT]))
+        elem_node = [[node_rows[n] for n in nids] for nids in self.elem_nid]
+        obs = pa.Table.from_arrays([*text.columns, _int_list_array(self.obs_lines), _int_list_array(self.elem_pos),
+                                    _int_list_array(elem_node)], schema=OBS_SCHEMA)
+        cols = list(zip(*self.line_rows)) or [()] * len(LINE_SCHEMA)
+        return pa.Table.from_arrays([_int_array(cols[0]), *map(_str_array, cols[1:])], schema=LINE_SCHEMA), obs
 
 
 # -- reading -------------------------------------------------------------------------------------------

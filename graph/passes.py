@@ -146,10 +146,11 @@ class Observations:
 
 
 def parse_and_resolve(site: str, rows: list[dict], identity: str = DEFAULT_IDENTITY, max_depth: int = MAX_DEPTH,
-                      max_nodes: int = MAX_NODES) -> Observations:
+                      max_nodes: int = MAX_NODES, memo: dict | None = None) -> Observations:
     """Pass 1: every row (``next_url`` attached, see :func:`next_urls`) parsed and resolved, or
-    rejected with its reason."""
-    out = Observations(site, [], n_in=len(rows))
+    rejected with its reason. ``memo``: the site's, when its rows come in several calls (the
+    build's chunks), so that what one parse learnt serves the next."""
+    out = Observations(site, [], n_in=len(rows), memo={} if memo is None else memo)
     for row in rows:
         try:
             out.accepted.append(observe(row, site, row.get("next_url"), identity, max_depth, max_nodes, out.memo))
@@ -190,6 +191,13 @@ class DemonstratedSteps:
     @property
     def mapped(self) -> dict[Key, DemoStep]:
         return {s.key: s for s in self.steps if s.node_id is not None}
+
+    def extend(self, more: DemonstratedSteps) -> None:
+        """Append the steps of the next chunk of observations (whole trajectories, in row order)."""
+        self.steps += more.steps
+        self.n_in += more.n_in
+        self.rejected.update(more.rejected)
+        self.rejects += more.rejects
 
 
 def demonstrated_steps(site: str, obs: Observations) -> DemonstratedSteps:
@@ -251,52 +259,71 @@ class _NodeAcc:
                 "ops": sorted(self.ops), "values": sorted(self.values), "n_demos": self.n_demos}
 
 
+class ElementNodes:
+    """Pass 3, fed chunk by chunk: :meth:`see` takes accepted observations in row order (their
+    trees can go once seen), :meth:`rows` gives the nodes with the demonstrations of ``steps``."""
+
+    def __init__(self, site: str):
+        self.site = site
+        self.nodes: dict[str, _NodeAcc] = {}
+        self.elements_seen = self.ambiguous_seen = self.positional = 0
+        self.collisions: Counter = Counter()
+
+    def see(self, obs: Observations) -> None:
+        nodes, site = self.nodes, self.site
+        for o in obs.accepted:
+            res = o.res
+            by_bid = res.tree.by_bid()
+            self.elements_seen += len(res.bid_to_node)
+            self.positional += res.page.collided
+            for nid in res.ambiguous:
+                self.ambiguous_seen += len(res.node_to_bids[nid])
+                ax = by_bid[res.node_to_bids[nid][0]]
+                self.collisions[(res.url, ax.role, ax.name[:60])] += len(res.node_to_bids[nid])
+            for nid, bids in res.node_to_bids.items():
+                acc = nodes.get(nid)
+                if acc is None:
+                    ctx = res.contexts[nid]
+                    acc = nodes[nid] = _NodeAcc(row={
+                        "node_id": nid, "site": site, "url": ctx.page, "kind": NodeKind.ELEMENT, "role": ctx.role,
+                        "name": ctx.name, "vtype": None,
+                        "ancestors": json.dumps(ctx.ancestors_json(), ensure_ascii=False),
+                        "ordinal": ctx.ordinal, "signature": json.dumps(ctx.signature, ensure_ascii=False),
+                        "positions": json.dumps(ctx.positions) if ctx.positions is not None else None,
+                        "context": ctx.context, "interactive": is_interactive(by_bid[bids[0]])})
+                acc.n_obs += 1
+                acc.trajs.add(o.row["traj_id"])
+                for b in bids:
+                    if len(acc.bids) < MAX_BIDS and b not in acc.bids:
+                        acc.bids.append(b)
+
+    def rows(self, steps: DemonstratedSteps) -> tuple[list[dict], dict]:
+        for s in steps.steps:
+            if s.kind is NodeKind.ELEMENT:
+                self.nodes[s.node_id].demonstrated(s.action, VALUE_OPS)
+        seen, positional, ambiguous = self.elements_seen, self.positional, self.ambiguous_seen
+        sightings = {
+            "elements_seen": seen,
+            # Sightings whose context (role, name, chain, ordinal, signature) matched another element
+            # of the same page, so that ancestor positions had to tell them apart (repeated widgets).
+            "positional_elements": positional,
+            "positional_rate": round(positional / seen, 6) if seen else 0.0,
+            # Sightings that still share a node with another element of the page: unresolvable.
+            "ambiguous_elements": ambiguous,
+            "ambiguity_rate": round(ambiguous / seen, 6) if seen else 0.0,
+            "collisions": [{"url": u, "role": r, "name": n, "elements": c}
+                           for (u, r, n), c in self.collisions.most_common(10)],
+        }
+        return [acc.node_row() for acc in self.nodes.values()], sightings
+
+
 def element_nodes(site: str, obs: Observations, steps: DemonstratedSteps) -> tuple[list[dict], dict]:
     """Pass 3: one node per persistent identity seen in an accepted observation (its context,
     sightings and a sample of its bids) with the ops and values demonstrated on it; and the
     sighting statistics (elements seen, positional and ambiguous sightings, worst collisions)."""
-    nodes: dict[str, _NodeAcc] = {}
-    elements_seen = ambiguous_seen = positional = 0
-    collisions: Counter = Counter()
-    for o in obs.accepted:
-        res = o.res
-        by_bid = res.tree.by_bid()
-        elements_seen += len(res.bid_to_node)
-        positional += res.page.collided
-        for nid in res.ambiguous:
-            ambiguous_seen += len(res.node_to_bids[nid])
-            ax = by_bid[res.node_to_bids[nid][0]]
-            collisions[(res.url, ax.role, ax.name[:60])] += len(res.node_to_bids[nid])
-        for nid, bids in res.node_to_bids.items():
-            acc = nodes.get(nid)
-            if acc is None:
-                ctx = res.contexts[nid]
-                acc = nodes[nid] = _NodeAcc(row={
-                    "node_id": nid, "site": site, "url": ctx.page, "kind": NodeKind.ELEMENT, "role": ctx.role,
-                    "name": ctx.name, "vtype": None, "ancestors": json.dumps(ctx.ancestors_json(), ensure_ascii=False),
-                    "ordinal": ctx.ordinal, "signature": json.dumps(ctx.signature, ensure_ascii=False),
-                    "positions": json.dumps(ctx.positions) if ctx.positions is not None else None,
-                    "context": ctx.context, "interactive": is_interactive(by_bid[bids[0]])})
-            acc.n_obs += 1
-            acc.trajs.add(o.row["traj_id"])
-            for b in bids:
-                if len(acc.bids) < MAX_BIDS and b not in acc.bids:
-                    acc.bids.append(b)
-    for s in steps.steps:
-        if s.kind is NodeKind.ELEMENT:
-            nodes[s.node_id].demonstrated(s.action, VALUE_OPS)
-    sightings = {
-        "elements_seen": elements_seen,
-        # Sightings whose context (role, name, chain, ordinal, signature) matched another element
-        # of the same page, so that ancestor positions had to tell them apart (repeated widgets).
-        "positional_elements": positional,
-        "positional_rate": round(positional / elements_seen, 6) if elements_seen else 0.0,
-        # Sightings that still share a node with another element of the page: unresolvable.
-        "ambiguous_elements": ambiguous_seen,
-        "ambiguity_rate": round(ambiguous_seen / elements_seen, 6) if elements_seen else 0.0,
-        "collisions": [{"url": u, "role": r, "name": n, "elements": c} for (u, r, n), c in collisions.most_common(10)],
-    }
-    return [acc.node_row() for acc in nodes.values()], sightings
+    acc = ElementNodes(site)
+    acc.see(obs)
+    return acc.rows(steps)
 
 
 def virtual_nodes(site: str, steps: DemonstratedSteps) -> list[dict]:
@@ -340,26 +367,41 @@ class _EdgeAcc:
     trajs: set = field(default_factory=set)
 
 
+class ContainmentEdges:
+    """Pass 5, fed chunk by chunk (:meth:`see`, in row order); :meth:`rows` gives the edges."""
+
+    def __init__(self, containment: str = "ours"):
+        self.containment = containment
+        self.edges: dict[tuple[str, str], _EdgeAcc] = {}
+
+    def see(self, obs: Observations) -> None:
+        contain = self.edges
+        for o in obs.accepted:
+            res = o.res
+            by_bid = res.tree.by_bid()
+            for bid, nid in res.bid_to_node.items():
+                anc_bid, gap = _interactive_ancestor(res, by_bid[bid], self.containment)
+                if anc_bid is None:
+                    continue
+                e = contain.get((nid, res.bid_to_node[anc_bid]))
+                if e is None:
+                    e = contain[(nid, res.bid_to_node[anc_bid])] = _EdgeAcc(gap)
+                e.depth_gap = min(e.depth_gap, gap)
+                e.count += 1
+                e.trajs.add(o.row["traj_id"])
+
+    def rows(self) -> list[dict]:
+        return [{"src": s, "dst": d, "type": "containment", "depth_gap": e.depth_gap, "op": None,
+                 "count": e.count, "trajectories": sorted(e.trajs)} for (s, d), e in self.edges.items()]
+
+
 def containment_edges(obs: Observations, containment: str = "ours") -> list[dict]:
     """Pass 5: each interactive element to its nearest interactive ancestor (child -> ancestor;
     ``containment``: see :func:`_interactive_ancestor`), deduplicated: the smallest depth gap,
     the sightings and their trajectories."""
-    contain: dict[tuple[str, str], _EdgeAcc] = {}
-    for o in obs.accepted:
-        res = o.res
-        by_bid = res.tree.by_bid()
-        for bid, nid in res.bid_to_node.items():
-            anc_bid, gap = _interactive_ancestor(res, by_bid[bid], containment)
-            if anc_bid is None:
-                continue
-            e = contain.get((nid, res.bid_to_node[anc_bid]))
-            if e is None:
-                e = contain[(nid, res.bid_to_node[anc_bid])] = _EdgeAcc(gap)
-            e.depth_gap = min(e.depth_gap, gap)
-            e.count += 1
-            e.trajs.add(o.row["traj_id"])
-    return [{"src": s, "dst": d, "type": "containment", "depth_gap": e.depth_gap, "op": None,
-             "count": e.count, "trajectories": sorted(e.trajs)} for (s, d), e in contain.items()]
+    acc = ContainmentEdges(containment)
+    acc.see(obs)
+    return acc.rows()
 
 
 def interaction_edges(site: str, steps: DemonstratedSteps, breaks: set[Key] | dict[Key, str],

@@ -266,3 +266,34 @@ def test_containment_defaults_to_paper_and_refuses_others():
     assert BuildConfig().containment == "paper"
     with pytest.raises(ValueError, match="containment must be one of"):
         BuildConfig(containment="dense")
+
+
+def test_chunks_never_split_a_trajectory():
+    from graph.build import trajectory_chunks
+
+    rows = [{"traj_id": t} for t in "aaabbcddde"]
+    assert [[r["traj_id"] for r in c] for c in trajectory_chunks(rows, 2)] == [list("aaa"), list("bb"), list("cddd"),
+                                                                              list("e")]
+    # a trajectory whose rows are not together is never cut through
+    rows = [{"traj_id": t} for t in "abab" + "cc"]
+    assert [len(c) for c in trajectory_chunks(rows, 1)] == [4, 2]
+    assert trajectory_chunks([], 64) == [[]]
+
+
+def test_the_build_does_not_depend_on_its_chunks(built, tmp_path, monkeypatch):
+    """A site's trees are seen a chunk of trajectories at a time; one observation per chunk
+    writes the same graphs, parsed tables and stats as the whole site at once."""
+    import graph.build as gb
+
+    run, _ = built
+    one = tmp_path / "one"
+    one.mkdir()
+    shutil.copy(run / "trajectories.parquet", one / "trajectories.parquet")
+    monkeypatch.setattr(gb, "CHUNK", 1)
+    build_graphs(one, workers=1)
+    for site_dir in sorted((run / "graphs").iterdir()):
+        if site_dir.is_dir():
+            for f in sorted(site_dir.iterdir()):
+                assert (one / "graphs" / site_dir.name / f.name).read_bytes() == f.read_bytes(), f
+    manifest = json.loads((run / "graphs" / "manifest.json").read_text())
+    assert json.loads((one / "graphs" / "manifest.json").read_text())["totals"] == manifest["totals"]
