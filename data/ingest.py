@@ -46,8 +46,10 @@ from data.schema import (
 READERS = {"agentlab": read_agentlab, "webprm": read_webprm, "canonical": read_canonical}
 STAGE = "ingest"
 # Text the ingest holds before it sorts and spills it to a temp file (the pool itself is never held);
-# the merge reads the spills MERGE_BATCH rows at a time.
-SPOOL_BYTES = 64 * 2**20
+# the merge reads the spills MERGE_BATCH rows at a time. Measured on the paper-scale pool (bench/
+# RESULTS.md, "Ingest's memory"): 32 MB keeps the peak flat from 1x to 10x (464 -> 507 MB); 64 MB
+# gave 537 -> 712 MB, 128 MB 784 -> 954 MB.
+SPOOL_BYTES = 32 * 2**20
 MERGE_BATCH = 16
 
 

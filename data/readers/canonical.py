@@ -17,6 +17,7 @@ from data.rundir import Reject
 from data.schema import TRAJECTORY_SCHEMA, StepRecord
 
 STAGE = "ingest"
+BATCH = 256      # rows read and converted at a time
 REQUIRED = ("source", "site", "task_id", "traj_id", "step_idx", "intent", "url", "observation", "obs_format")
 
 
@@ -41,19 +42,22 @@ def _read_file(path: Path) -> Iterator[StepRecord | Reject]:
         return
     i = 0
     for g in range(f.num_row_groups):
+        n = f.metadata.row_group(g).num_rows
+        done = 0
         try:
-            rows = f.read_row_group(g).to_pylist()
+            # BATCH rows at a time: a row group of a large pool holds hundreds of MB of text
+            for batch in f.iter_batches(batch_size=BATCH, row_groups=[g]):
+                for row in batch.to_pylist():
+                    src = f"{path}#{i}"
+                    i += 1
+                    done += 1
+                    try:
+                        yield _record(src, row)
+                    except Exception as e:  # noqa: BLE001  (one odd row never costs the others)
+                        yield Reject(STAGE, "bad_record", src, f"{type(e).__name__}: {_text(e)}", _key(row))
         except Exception as e:  # noqa: BLE001
             yield Reject(STAGE, "corrupt_file", f"{path}@rowgroup{g}", f"{type(e).__name__}: {_text(e)}")
-            i += f.metadata.row_group(g).num_rows
-            continue
-        for row in rows:
-            src = f"{path}#{i}"
-            i += 1
-            try:
-                yield _record(src, row)
-            except Exception as e:  # noqa: BLE001  (one odd row never costs the others)
-                yield Reject(STAGE, "bad_record", src, f"{type(e).__name__}: {_text(e)}", _key(row))
+            i += n - done
 
 
 def _text(value, limit: int = 300) -> str:
