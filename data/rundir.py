@@ -301,12 +301,24 @@ class RunDir:
         samples it holds more actions than the step has predecessors, the task's later ones
         included.) Keys whose step is not in the file are left out."""
         keys = set(keys)
-        trajs = sorted({t for t, _ in keys})
+        trajs = {t for t, _ in keys}
         if not trajs:
             return {}
-        rows = pq.read_table(self.trajectories, columns=["traj_id", "step_idx", "intent", "url", "observation",
-                                                         "action", "meta"],
-                             filters=[("traj_id", "in", trajs)]).to_pylist()
+        # Read in batches, and the observation text only of the keyed steps: the trajectories of a
+        # 10,000-pair sample hold most of a large pool's observations.
+        light = ["traj_id", "step_idx", "intent", "url", "action", "meta"]
+        rows = []
+        with pq.ParquetFile(self.trajectories) as f:
+            for batch in f.iter_batches(batch_size=1024, columns=light + ["observation"]):
+                ids = batch.column("traj_id").to_pylist()
+                take = [i for i, t in enumerate(ids) if t in trajs]
+                if not take:
+                    continue
+                batch = batch.take(take)
+                text = batch.column("observation")
+                for i, r in enumerate(batch.select(light).to_pylist()):
+                    r["observation"] = text[i].as_py() if (r["traj_id"], r["step_idx"]) in keys else None
+                    rows.append(r)
         by_traj: dict[str, list[dict]] = {}
         for r in sorted(rows, key=lambda r: (r["traj_id"], r["step_idx"])):
             by_traj.setdefault(r["traj_id"], []).append(r)

@@ -14,6 +14,7 @@ import hashlib
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from data.rundir import RunDir
@@ -58,9 +59,10 @@ def iter_pairs(run: RunDir, seed: int, fmt: JudgmentFormat, pair_ids: Collection
     path = run.root / "candidates.parquet"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: run `python -m proposals.mine` first")
-    cands = pq.read_table(path, columns=PAIR_COLUMNS + ["sampled"]).to_pylist()
-    cands = sorted((c for c in cands if c["sampled"] and (pair_ids is None or c["pair_id"] in pair_ids)),
-                   key=lambda c: c["pair_id"])
+    table = pq.read_table(path, columns=PAIR_COLUMNS + ["sampled"])
+    # the sampled rows only become Python rows (a large pool's candidates are ten times the sample)
+    cands = table.filter(pc.fill_null(table.column("sampled"), False)).to_pylist()
+    cands = sorted((c for c in cands if pair_ids is None or c["pair_id"] in pair_ids), key=lambda c: c["pair_id"])
     states = run.states((c["traj_id"], c["step_idx"]) for c in cands)
 
     def render(c: dict) -> Pair:

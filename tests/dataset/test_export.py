@@ -357,3 +357,29 @@ def test_report_plots_run_to_k_and_show_the_sample_beside_the_pool(verified_run,
     assert [t.get_text() for t in pool_rule.get_legend().get_texts()] == ["pool"]
     assert [t.get_text() for t in sample_rule.get_legend().get_texts()] == ["sample", "kept"]
     assert sample_rule.get_ylim()[1] < 50 < pool_rule.get_ylim()[1]
+
+
+def test_batched_token_lengths_equal_one_conversation_at_a_time(monkeypatch):
+    """The export counts tokens TOKENIZE_BATCH conversations per call; each count is what
+    apply_chat_template gives the row alone."""
+    from transformers import AutoTokenizer
+
+    import dataset.export as export
+    from conftest import EMBEDDED_MODEL
+
+    if not (EMBEDDED_MODEL / "tokenizer_config.json").exists():
+        pytest.skip("the embedded model is prepared by `make setup`")
+    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_MODEL)
+    rows = [([{"role": "system", "content": "Judge."}, {"role": "user", "content": "page " * n + "<|im_end|> é"}],
+             [{"role": "assistant", "content": "<Answer>Response 1</Answer>" + " why" * (n % 3)}]) for n in range(5)]
+
+    def alone(prompt, completion):
+        p = tokenizer.apply_chat_template(prompt, tokenize=True, return_dict=True,
+                                          add_generation_prompt=True)["input_ids"]
+        full = tokenizer.apply_chat_template(prompt + completion, tokenize=True, return_dict=True)["input_ids"]
+        shared = next((i for i, (a, b) in enumerate(zip(p, full)) if a != b), min(len(p), len(full)))
+        return shared, len(full) - shared
+
+    monkeypatch.setattr(export, "TOKENIZE_BATCH", 2)
+    assert export.token_lengths_many(tokenizer, rows) == [alone(p, c) for p, c in rows]
+    assert len({n for n, _ in export.token_lengths_many(tokenizer, rows)}) == 5
