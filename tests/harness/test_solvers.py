@@ -48,7 +48,7 @@ TABS = """RootWebArea 'Click Tab Task', focused
 def test_every_axtree10_task_has_a_solver():
     assert set(SUBSETS["axtree10"]) <= set(SOLVERS)
     with pytest.raises(KeyError):
-        solve_step("click-tab-2", "Click on Tab #2.", TABS)
+        solve_step("click-menu", "Click on Tab #2.", TABS)
 
 
 def test_checkboxes_fix_each_wrong_box_then_submit():

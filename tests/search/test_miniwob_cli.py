@@ -99,6 +99,6 @@ def test_a_miniwob_url_without_its_trailing_slash_still_names_the_pages(monkeypa
 
 
 def test_a_task_without_a_solver_is_refused_before_anything_runs(tmp_path, capsys):
-    assert mw.main(["--prm", "none", "--policy", "solver", "--tasks", "click-tab-2", "--out", str(tmp_path / "o")]) == 2
-    assert "no solver for ['click-tab-2']" in capsys.readouterr().err
+    assert mw.main(["--prm", "none", "--policy", "solver", "--tasks", "click-menu", "--out", str(tmp_path / "o")]) == 2
+    assert "no solver for ['click-menu']" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
