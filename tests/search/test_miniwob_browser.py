@@ -63,7 +63,10 @@ def test_a_right_policy_gets_the_tasks_reward_1(right_run):
     assert s["macro"]["success_rate"] == 1.0 and s["tasks"] == 4 and s["terminations"] == {"task_done": 4}
     for episode, steps in (("click-button.0", 1), ("click-button.1", 1), ("enter-text.0", 2), ("enter-text.1", 2)):
         rows = lines(out, episode)
-        assert [r["type"] for r in rows] == ["step"] * steps + ["result"]
+        # a step whose action hit BrowserGym's 500 ms Playwright timeout (a loaded machine) did
+        # nothing, and the policy acts again: only such steps come on top
+        retried = sum("TimeoutError" in r["feedback"] for r in rows if r["type"] == "step")
+        assert [r["type"] for r in rows] == ["step"] * (steps + retried) + ["result"]
         result = rows[-1]
         assert result["reward"] == 1.0 and result["eval_info"]["RAW_REWARD_GLOBAL"] > 0 and result["evaluated"]
         assert result["seed"] == int(episode[-1]) and quoted(result["intent"])      # the goal the seed drew
@@ -137,7 +140,9 @@ def test_episodes_ingest_back_and_grow_graphs_and_negatives(right_run, tmp_path)
     out, _ = right_run
     run = tmp_path / "run"
     stats = ingest("canonical", [out / "trajectories.parquet"], run, quiet=True)
-    assert stats.n_in == stats.n_out == 2 * 2 + 2 * 3 and not stats.rejected      # steps + final observations
+    recorded = sum(1 + sum(r["type"] == "step" for r in lines(out, e))      # steps + final observations
+                   for e in ("click-button.0", "click-button.1", "enter-text.0", "enter-text.1"))
+    assert stats.n_in == stats.n_out == recorded >= 2 * 2 + 2 * 3 and not stats.rejected
     rows = pq.read_table(run / "trajectories.parquet").to_pylist()
     by_traj = {}
     for r in rows:
