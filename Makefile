@@ -130,8 +130,8 @@ replay-demo: setup
 # seeds each, bench/RESULTS.md; the others have one control, or targets the AXTree prints without a
 # bid), 17 of them x 20 seeds and the three long ones (10-11 steps, each replay redoes them) x 4; a
 # seeded 5 negatives of each step with 4+ are replayed (--sample-per-step 5 --sample-min-per-step 4).
-# A bench run of about an hour on a quiet machine (bench/RESULTS.md, "At full size"); under load
-# BrowserGym's 500 ms action timeouts spoil replays (bench/RESULTS.md, "At full size").
+# A bench run of about an hour on a quiet machine; under load BrowserGym's 500 ms action timeouts
+# spoil replays (bench/RESULTS.md, "At full size").
 # Judge it: python -m prm.evaluate --bench OUT/export/webprmbench.parquet --base-url URL --model M --out R.json
 ifeq ($(SIZE),full)
 PRMBENCH_TASKS ?= click-tab click-option click-checkboxes click-checkboxes-transfer click-scroll-list form-sequence-2 \

@@ -164,7 +164,8 @@ def _build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[in
     # that a site's trees are never held together (they are most of a build's memory); the rest
     # (steps, nodes, edges, lines) accumulate across chunks. The outputs do not depend on CHUNK.
     memo: dict = {}
-    elements, contain, parsed = passes.ElementNodes(site), passes.ContainmentEdges(config.containment), ParsedTables()
+    element_acc, contain_acc, parsed = passes.ElementNodes(site), passes.ContainmentEdges(config.containment), \
+        ParsedTables()
     steps = passes.DemonstratedSteps([])
     rejected: dict = {}
     obs_rejects: list[Reject] = []
@@ -174,8 +175,8 @@ def _build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[in
     for chunk in trajectory_chunks(rows, CHUNK):
         obs = passes.parse_and_resolve(site, chunk, memo=memo, **settings)
         steps.extend(passes.demonstrated_steps(site, obs))
-        elements.see(obs)
-        contain.see(obs)
+        element_acc.see(obs)
+        contain_acc.see(obs)
         parsed.add(obs.accepted, memo.get("lines", {}))
         rejected.update(obs.rejected)
         obs_rejects += obs.rejects
@@ -183,9 +184,9 @@ def _build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[in
         pages.update(o.res.content_page for o in obs.accepted)
         accepted += len(obs.accepted)
         del obs
-    elements, sightings = elements.rows(steps)
+    elements, sightings = element_acc.rows(steps)
     node_rows = elements + passes.virtual_nodes(site, steps)
-    contain = contain.rows()
+    contain = contain_acc.rows()
     interact, cross_site = passes.interaction_edges(site, steps, rejected, traj_steps)
     mapped = steps.mapped
     stats = {

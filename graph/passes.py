@@ -140,10 +140,6 @@ class Observations:
     n_in: int = 0
     memo: dict = field(default_factory=dict)     # what the parse and resolution shared (see resolve_observation)
 
-    @property
-    def counts(self) -> Counter:
-        return Counter(self.rejected.values())
-
 
 def parse_and_resolve(site: str, rows: list[dict], identity: str = DEFAULT_IDENTITY, max_depth: int = MAX_DEPTH,
                       max_nodes: int = MAX_NODES, memo: dict | None = None) -> Observations:
@@ -261,7 +257,8 @@ class _NodeAcc:
 
 class ElementNodes:
     """Pass 3, fed chunk by chunk: :meth:`see` takes accepted observations in row order (their
-    trees can go once seen), :meth:`rows` gives the nodes with the demonstrations of ``steps``."""
+    trees can go once seen), :meth:`rows` (once, at the end) gives the nodes with the
+    demonstrations of ``steps``."""
 
     def __init__(self, site: str):
         self.site = site

@@ -3,7 +3,6 @@
 from data.sites import normalize_url_path
 from graph.identity import NodeKind, VirtualType, virtual_node
 from graph.passes import (
-    Observations,
     containment_edges,
     demonstrated_steps,
     element_nodes,
@@ -120,4 +119,3 @@ def test_interaction_edges_break_on_rejected_and_other_sites():
 def test_observe_is_what_mining_uses():
     o = observe(_row("a", 0, OBS, "click('2')"), SITE, B)
     assert o.action.bid == "2" and o.next_url == B and o.res.unique_bid(o.res.bid_to_node["2"]) == "2"
-    assert isinstance(Observations(SITE, [o]).counts, dict)
