@@ -8,8 +8,8 @@ that interleave the three ways on one machine, each command in its own process:
 
 - mining, the fills served from a warm LLM cache (a first, untimed ``proposals.mine`` asks them
   from the scripted server): ``proposals.mine`` (one command, its fork pool: one process per
-  core), ``flows.propose_negatives --dask-local --dask-workers 1`` and ``... 2`` (one ``mine-site``
-  task per site);
+  core), ``flows.propose_negatives --dask-local --dask-workers 1`` and ``... 2`` (one ``mine-chunk``
+  task per chunk of a site's trajectories);
 - verification with a cold cache against ``paper_scale``'s scripted teacher (``--latency`` per
   answer, ~1.12 calls per pair): ``teacher.verify --k 5 --concurrency C`` and ``flows.synthesize
   --verify-only --dask-local --dask-workers 1|2`` (``verify-shard`` tasks; the flow also exports and

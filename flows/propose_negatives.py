@@ -7,13 +7,16 @@
 
 By default one task (the rules run per step, then fill values are completed in one batch through
 the LLM layer, whose cache makes a retried or resumed run free) that calls ``proposals.mine.mine``
-as the CLI does. On Dask (``flows.common.DaskConfig``) the rules run as one ``mine-site`` task per
-site on the cluster's workers (``proposals.mine.mine_site``); this process then asks the fill
-values (each distinct prompt once for the whole run, through the fill model's LLM cache), samples
-the pool (seed 42) and writes the files once (``proposals.mine.write_sites``), so the outputs are
-byte-identical to the CLI's. Either way: the same flags (``proposals.mine.build_parser``:
-``MineCommand``, ``MineConfig`` and the fill model's ``LLMConfig`` under ``--fill-``), the same
-one-line errors (``flows.common``), the same files; the summary is posted as a markdown artifact.
+as the CLI does. On Dask (``flows.common.DaskConfig``) the rules run as one ``mine-chunk`` task per
+chunk of a site's trajectories (``proposals.mine.mine_chunk``, the CLI's chunks: at most
+``CHUNK_ROWS`` observations each, so a worker's memory does not grow with the pool); this process
+then asks the fill values (each distinct prompt once for the whole run, through the fill model's
+LLM cache), samples the pool (seed 42) and writes the files once (``proposals.mine.write_chunks``),
+so the outputs are byte-identical to the CLI's. A task that Dask gives up on (its workers died:
+over ``--dask-memory-limit``?) ends the flow at once with the task's site. Either way: the same
+flags (``proposals.mine.build_parser``: ``MineCommand``, ``MineConfig`` and the fill model's
+``LLMConfig`` under ``--fill-``), the same one-line errors (``flows.common``), the same files; the
+summary is posted as a markdown artifact.
 The logic lives in ``proposals.mine``.
 """
 
@@ -31,6 +34,7 @@ from data.rundir import StageStats
 from flows.common import (
     DaskConfig,
     cli_flow,
+    dask_gave_up,
     dask_scheduler,
     exit_code,
     final_state,
@@ -49,10 +53,11 @@ from proposals.mine import (
     format_audit,
     loss_summary,
     mine,
-    mine_site,
+    mine_chunk,
     open_run,
-    site_trajectories,
-    write_sites,
+    plan_chunks,
+    plan_trajectories,
+    write_chunks,
 )
 from proposals.mine import build_parser as mine_parser
 
@@ -72,38 +77,44 @@ def mine_candidates(run: str, config: MineConfig, fill_llm: LLMConfig | None, wo
     return _report(mine(run, config, fill_llm, workers=workers, show_progress=progress), run)
 
 
-@task(name="mine-site", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_unless_refused,
+@task(name="mine-chunk", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_unless_refused,
       cache_policy=NO_CACHE)
 @stage_task
-def mine_site_task(run: str, config: MineConfig, traj_ids: list[str]) -> tuple:
-    """One site's negatives before their fill values (``proposals.mine.mine_site``)."""
-    return mine_site(run, config, traj_ids)
+def mine_chunk_task(run: str, config: MineConfig, site: str, trajs: dict[str, int]) -> tuple:
+    """One chunk of a site's negatives before their fill values (``proposals.mine.mine_chunk``)."""
+    return mine_chunk(run, config, site, trajs)
 
 
-def mine_by_site(run: str, config: MineConfig, fill_llm: LLMConfig | None, progress: bool) -> dict:
-    """One ``mine-site`` task per site, then the fills, the sample and the files here, once."""
+def mine_by_chunk(run: str, config: MineConfig, fill_llm: LLMConfig | None, progress: bool) -> dict:
+    """One ``mine-chunk`` task per chunk, then the fills, the sample and the files here, once."""
     rundir = open_run(run, config)              # the CLI's checks and the stage lock, held by this process
     t0 = time.perf_counter()
     root = str(rundir.root.resolve())           # the workers' path to the run (a shared filesystem)
-    futures = [mine_site_task.submit(root, config, trajs) for trajs in site_trajectories(rundir).values()]
-    with progress_bar(len(futures), f"{STAGE} mining", unit="site", enabled=progress) as bar:
-        for _ in as_completed(futures):
-            bar.update(1)
-    results = [unwrap(final_state(future)) for future in futures]      # in site order
-    return _report(write_sites(rundir, config, results, fill_llm, progress, t0), run)
+    trajs = plan_trajectories(rundir)
+    chunks = plan_chunks(trajs, len(trajs) or 1)
+    futures = [mine_chunk_task.submit(root, config, site, chunk) for site, chunk in chunks]
+    site_of = {future: (site, len(chunk)) for future, (site, chunk) in zip(futures, chunks)}
+    with progress_bar(len(trajs), f"{STAGE} mining", unit="traj", enabled=progress) as bar:
+        for future in as_completed(futures):
+            site, n = site_of[future]
+            dask_gave_up(future, f"mine-chunk of site {site!r} ({n} trajectories)")
+            bar.update(n)
+    results = [unwrap(final_state(future)) for future in futures]
+    return _report(write_chunks(rundir, config, results, fill_llm, progress, t0), run)
 
 
 @flow(name="propose-negatives", log_prints=True)
 @cli_flow
 def propose_negatives_flow(run: str, config: MineConfig | None = None, fill_llm: LLMConfig | None = None,
-                           workers: int | None = None, progress: bool = True, by_site: bool = False) -> dict:
+                           workers: int | None = None, progress: bool = True, by_chunk: bool = False) -> dict:
     """Mine the candidate pool and the seeded sample of a run directory. ``config``: how
     (``proposals.mine``'s flags as fields, the rules' ``params`` nested); ``fill_llm``: the model
     that completes fill values (default: ``LLMConfig()``, the embedded model); ``workers``:
-    processes (default: one per core); ``progress``: bars on stderr; ``by_site``: one task per
-    site on the flow's task runner (Dask) instead of one task (``workers`` then unused)."""
-    if by_site:
-        return mine_by_site(run, config or MineConfig(), fill_llm, progress)
+    processes (default: one per core); ``progress``: bars on stderr; ``by_chunk``: one task per
+    chunk of a site's trajectories on the flow's task runner (Dask) instead of one task
+    (``workers`` then unused)."""
+    if by_chunk:
+        return mine_by_chunk(run, config or MineConfig(), fill_llm, progress)
     return unwrap(mine_candidates(run, config or MineConfig(), fill_llm, workers, progress, return_state=True))
 
 
@@ -120,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     with dask_scheduler(DaskConfig.from_args(args)) as address:
         state = on_dask(propose_negatives_flow, address)(
             run=cmd.run, config=MineConfig.from_args(args), fill_llm=LLMConfig.from_args(args, prefix="fill-"),
-            workers=cmd.workers, progress=not cmd.quiet, by_site=address is not None, return_state=True)
+            workers=cmd.workers, progress=not cmd.quiet, by_chunk=address is not None, return_state=True)
     code = exit_code(state)
     return code if code or state.result()["out"] else 1       # as proposals.mine: an empty pool is a failure
 

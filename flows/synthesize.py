@@ -330,7 +330,7 @@ def synthesize_flow(run: str | None = None, inputs: list[str] | None = None, sou
     unwrap(ingest_task(source or SynthesizeCommand.source, inputs or [BUNDLED], run, return_state=True))
     unwrap(on_dask(build_graphs_flow, dask_address)(run=run, return_state=True))
     unwrap(on_dask(propose_negatives_flow, dask_address)(run=run, config=mine, fill_llm=fill_llm or llm,
-                                                         by_site=dask_address is not None, return_state=True))
+                                                         by_chunk=dask_address is not None, return_state=True))
     return unwrap(on_dask(verify_pairs_flow, dask_address)(run=run, config=verify, llm=llm, replay=replay,
                                                            replay_policy=replay_policy, export=export,
                                                            shards=verify_shards(dask_address), return_state=True))

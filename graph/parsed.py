@@ -174,14 +174,16 @@ class ParsedTables:
 
 # -- reading -------------------------------------------------------------------------------------------
 class ParsedSite:
-    """One site's parsed observations (``graphs/<site>/parsed*.parquet``), read whole."""
+    """One site's parsed observations (``graphs/<site>/parsed*.parquet``), read whole, or only
+    those of the trajectories ``trajs`` (a chunk of the site's)."""
 
-    def __init__(self, site_dir: Path):
+    def __init__(self, site_dir: Path, trajs: list[str] | None = None):
         self.site_dir = site_dir
         with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / LINES_FILE) as f:
             lines = f.read().to_pydict()
-        with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / OBS_FILE) as f:
-            obs = f.read().to_pydict()
+        with reading(site_dir / OBS_FILE, GRAPH_BUILD):
+            obs = pq.read_table(site_dir / OBS_FILE, filters=None if trajs is None else [("traj_id", "in", trajs)]
+                                ).to_pydict()
         self._raw = lines["raw"]
         self._fields: list[tuple | None] = []
         self._fresh: dict[int, str] = {}      # lines whose value is a list or dict: decoded for each tree
@@ -287,9 +289,10 @@ class Parsed:
     last ``keep`` sites read are kept (memory stays that of a site, whatever the pool's size: the
     readers ask for one site's observations after another)."""
 
-    def __init__(self, run_root: str | Path, keep: int = 1):
+    def __init__(self, run_root: str | Path, keep: int = 1, trajs: list[str] | None = None):
+        """``trajs``: only these trajectories' observations are read (a chunk's), else all."""
         self.root = Path(run_root)
-        self.keep = keep
+        self.keep, self.trajs = keep, trajs
         self._sites: dict[str, ParsedSite | None] = {}
 
     def site(self, site: str) -> ParsedSite | None:
@@ -297,7 +300,8 @@ class Parsed:
             d = self.root / "graphs" / site
             while len(self._sites) >= self.keep:
                 del self._sites[next(iter(self._sites))]
-            self._sites[site] = ParsedSite(d) if (d / OBS_FILE).exists() and (d / LINES_FILE).exists() else None
+            found = (d / OBS_FILE).exists() and (d / LINES_FILE).exists()
+            self._sites[site] = ParsedSite(d, self.trajs) if found else None
         return self._sites[site]
 
     def sites(self) -> list[str]:

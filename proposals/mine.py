@@ -47,19 +47,18 @@ from proposals.pool import (
     candidate_row,
     in_trajectory_order,
     mine,
-    mine_site,
+    mine_chunk,
     open_run,
-    site_chunks,
-    site_trajectories,
-    successful_trajectories,
+    plan_chunks,
+    plan_trajectories,
+    write_chunks,
     write_pool,
-    write_sites,
 )
 
 # The stage's public names, importable from here as before the split by job (grounding, fill, pool).
 __all__ = ["STAGE", "MineConfig", "parse_axes", "Miner", "Pending", "load_rows", "complete_fills", "candidate_row",
-           "in_trajectory_order", "mine", "mine_site", "open_run", "site_chunks", "site_trajectories",
-           "successful_trajectories", "write_pool", "write_sites", "format_audit", "done_summary", "MineCommand",
+           "in_trajectory_order", "mine", "mine_chunk", "open_run", "plan_chunks", "plan_trajectories",
+           "write_chunks", "write_pool", "format_audit", "done_summary", "MineCommand",
            "build_parser", "main", "loss_summary"]
 
 

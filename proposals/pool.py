@@ -1,5 +1,5 @@
-"""The pool: the miners over a run's successful trajectories (in forked processes, or one task per
-site on the flow's Dask cluster), then once for the whole run the fill values, the last checks, the
+"""The pool: the miners over a run's successful trajectories in chunks (in forked processes, or one
+task per chunk on the flow's Dask cluster), then once for the whole run the fill values, the last checks, the
 seeded sample, ``candidates.parquet``, the audit and the stage's stats and rejects.
 """
 
@@ -15,8 +15,6 @@ from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from cli.progress import progress
 from data.rundir import RunDir, StageStats, atomic_write_parquet
 from data.schema import AXIS_OF, CANDIDATE_SCHEMA
@@ -29,18 +27,25 @@ from proposals.config import STAGE, MineConfig
 from proposals.fill import complete_fills
 from proposals.gmcp_ratio import TOLERANCE, match_gmcp_ratio, share
 from proposals.graphindex import check_graphs, read_columns
-from proposals.grounding import COLUMNS, INGEST, Miner, Pending, _make, _pair_id, chunk_rows, load_rows, webprm_rows
+from proposals.grounding import COLUMNS, INGEST, Miner, Pending, _make, _pair_id, chunk_rows, webprm_rows
 
-_WORKER_GRAPHS: dict[str, dict] = {}     # in a worker: run directory -> the site graphs its chunks loaded
-_WORKER_PARSED: dict[str, Parsed] = {}   # in a worker: run directory -> the parsed observations its chunks read
+_WORKER_GRAPHS: dict[str, dict] = {}     # in a worker: run directory -> the graphs of the site it mines now
+
+# A chunk holds at most this many observations (and at least one trajectory): what a worker holds at
+# once does not grow with the pool (a site of the paper's job at 10x holds ~1,900).
+CHUNK_ROWS = 512
 
 
-def _mine_chunk(args):
-    """Mine one chunk of a site's trajectories, its rows read here (``chunk_rows``)."""
-    run_root, config, site, trajs = args
+def mine_chunk(run_root: str, config: MineConfig, site: str, trajs: dict[str, int]) -> tuple[list[Pending], tuple]:
+    """Mine one chunk of a site's trajectories (trajectory -> its rows; their rows read here,
+    ``chunk_rows``): the negatives still pending (fill values are asked for the whole run by
+    :func:`write_pool`) and the miner's tallies. A forked worker of :func:`mine` or a task of the
+    propose-negatives flow on Dask; the site's graphs are kept for the worker's next chunk of it."""
     run = RunDir(run_root)
-    miner = Miner(run, config, graphs=_WORKER_GRAPHS.setdefault(run_root, {}),
-                  parsed=None if config.no_graph else _WORKER_PARSED.setdefault(run_root, Parsed(run_root)))
+    graphs = _WORKER_GRAPHS.setdefault(run_root, {})
+    if site not in graphs:
+        graphs.clear()
+    miner = Miner(run, config, graphs=graphs, parsed=None if config.no_graph else Parsed(run_root, trajs=list(trajs)))
     by_traj = chunk_rows(run, site, trajs)
     pending = []
     # The cycle collector paused for the chunk: mining allocates millions of short-lived objects
@@ -71,33 +76,28 @@ def open_run(run_dir: str | Path, config: MineConfig) -> RunDir:
     return run
 
 
-def successful_trajectories(rows: list[dict]) -> tuple[dict[str, list[dict]], list[str]]:
-    """The rows by trajectory (in step order) and the ids of the successful trajectories, sorted."""
-    by_traj: dict[str, list[dict]] = defaultdict(list)
-    for r in rows:
-        by_traj[r["traj_id"]].append(r)
-    trajs = []
-    for traj in sorted(by_traj):
-        by_traj[traj].sort(key=lambda r: r["step_idx"])
-        if by_traj[traj][0]["success"]:
-            trajs.append(traj)
-    return by_traj, trajs
-
-
-def site_chunks(by_traj: dict[str, list[dict]], trajs: list[str], size: int) -> list[list[str]]:
-    """The trajectories in chunks of at most ``size``, each of one site (a trajectory's site: its
-    first step's), the chunks with the most observations first (they are handed out in order)."""
-    return [ts for _, ts in plan_chunks({t: (by_traj[t][0]["site"], len(by_traj[t])) for t in trajs}, size)]
-
-
-def plan_chunks(trajs: dict[str, tuple[str, int]], size: int) -> list[tuple[str, dict[str, int]]]:
-    """:func:`site_chunks` from each trajectory's (site, rows): (site, {trajectory: rows}) per chunk."""
+def plan_chunks(trajs: dict[str, tuple[str, int]], size: int, max_rows: int | None = None
+                ) -> list[tuple[str, dict[str, int]]]:
+    """The trajectories (trajectory -> its site and rows) in chunks of one site each, of at most
+    ``size`` trajectories and ``max_rows`` rows (default ``CHUNK_ROWS``; a longer trajectory: a chunk
+    of its own),
+    as (site, {trajectory: rows}); a site's chunks one after another, the sites with the most
+    rows first (the chunks are handed out in order)."""
+    max_rows = max_rows or CHUNK_ROWS
     sites: dict[str, list[str]] = defaultdict(list)
     for traj, (site, _) in trajs.items():
         sites[site].append(traj)
-    chunks = [(site, ts[i:i + size]) for site, ts in sites.items() for i in range(0, len(ts), size)]
-    chunks.sort(key=lambda c: -sum(trajs[t][1] for t in c[1]))
-    return [(site, {t: trajs[t][1] for t in ts}) for site, ts in chunks]
+    chunks: list[tuple[str, dict[str, int]]] = []
+    for site in sorted(sites, key=lambda s: (-sum(trajs[t][1] for t in sites[s]), s)):
+        chunk: dict[str, int] = {}
+        for traj in sites[site]:
+            rows = trajs[traj][1]
+            if chunk and (len(chunk) >= size or sum(chunk.values()) + rows > max_rows):
+                chunks.append((site, chunk))
+                chunk = {}
+            chunk[traj] = rows
+        chunks.append((site, chunk))
+    return chunks
 
 
 def plan_trajectories(run: RunDir) -> dict[str, tuple[str, int]]:
@@ -130,32 +130,44 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     run = open_run(run_dir, config)
     t0 = time.perf_counter()
     trajs = plan_trajectories(run)
-    miner = Miner(run, config)
-    pending: list[Pending] = []
     workers = min(workers or os.cpu_count() or 1, max(len(trajs) // 8, 1))
     # Chunks of one site's trajectories, each reading its own rows (the site's row groups: the pool is
-    # never held whole) and loading few site graphs; results put back in trajectory order.
+    # never held whole) and loading the site's graph; results put back in trajectory order.
     chunks = plan_chunks(trajs, max(1, -(-len(trajs) // (workers * 4))))
     jobs = [(str(run.root), config, site, c) for site, c in chunks]
+    results = []
     with progress(len(trajs), f"{STAGE} mining", unit="traj", enabled=show_progress) as bar:
         if workers > 1:
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                for (part, tallies), (_, chunk) in zip(pool.map(_mine_chunk, jobs), chunks):
-                    pending += part
-                    miner.absorb(tallies)
+                for result, (_, chunk) in zip(pool.map(_mine_job, jobs), chunks):
+                    results.append(result)
                     bar.update(len(chunk))
         else:
             for job, (_, chunk) in zip(jobs, chunks):
-                run_chunk = Miner(run, config, graphs=miner._graphs, parsed=miner.parsed)
-                by_traj = chunk_rows(run, job[2], chunk)
-                for traj in chunk:
-                    pending += run_chunk.trajectory(by_traj[traj])
-                miner.absorb(run_chunk.tallies())
+                results.append(mine_chunk(*job))
                 bar.update(len(chunk))
-    in_trajectory_order(miner, pending)
-    rows = webprm_rows(run)
-    return write_pool(run, config, rows, miner, pending, llm_config, show_progress, t0, workers)
+    _WORKER_GRAPHS.pop(str(run.root), None)
+    return write_chunks(run, config, results, llm_config, show_progress, t0, workers)
 
+
+def _mine_job(args):
+    return mine_chunk(*args)
+
+
+def write_chunks(run: RunDir, config: MineConfig, results: list[tuple[list[Pending], tuple]], llm_config,
+                 show_progress: bool, t0: float, workers: int = 1) -> StageStats:
+    """:func:`write_pool` on the chunks' results (``mine_chunk``, in any order), put back in the order
+    a one-process run mines in (a stable sort by trajectory id: each trajectory is mined whole, in
+    step order, by one chunk), so the fill requests, the pool, the sample, the stats and the rejects
+    do not depend on the chunks or on where they ran."""
+    miner = Miner(run, config)
+    pending: list[Pending] = []
+    for part, tallies in results:
+        pending += part
+        miner.absorb(tallies)
+    results.clear()
+    in_trajectory_order(miner, pending)
+    return write_pool(run, config, webprm_rows(run), miner, pending, llm_config, show_progress, t0, workers)
 
 
 def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, pending: list[Pending],
@@ -337,44 +349,3 @@ def rule_counts(config: MineConfig, miner: Miner, cands: list[dict]) -> dict:
         rules[rule] = {"in": miner.tally.rule_in[rule], "out": out_by_rule[rule], "rejected": dropped}
         assert rules[rule]["in"] == rules[rule]["out"] + sum(dropped.values()), (rule, rules[rule])
     return rules
-
-
-# -- per site (the propose-negatives flow's tasks, on Dask) ------------------------------------------
-def site_trajectories(run: RunDir) -> dict[str, list[str]]:
-    """The successful trajectories of each site (a trajectory's site: its first step's), sorted,
-    from four light columns: what the flow hands its per-site tasks."""
-    with reading(run.trajectories, INGEST):
-        rows = pq.read_table(run.trajectories, columns=["site", "traj_id", "step_idx", "success"]).to_pylist()
-    by_traj, trajs = successful_trajectories(rows)
-    sites: dict[str, list[str]] = defaultdict(list)
-    for traj in trajs:
-        sites[by_traj[traj][0]["site"]].append(traj)
-    return dict(sorted(sites.items()))
-
-
-def mine_site(run_dir: str | Path, config: MineConfig, traj_ids: list[str]) -> tuple[list[Pending], tuple]:
-    """The rules over one site's successful trajectories ``traj_ids`` (their rows read here), grounded:
-    the negatives still pending and the miner's tallies. Fill values are left to
-    :func:`write_sites`, which asks each distinct prompt once for the whole run."""
-    run = RunDir(run_dir)
-    by_traj, trajs = successful_trajectories(load_rows(run, filters=[("traj_id", "in", list(traj_ids))]))
-    miner = Miner(run, config)
-    pending: list[Pending] = []
-    for traj in trajs:
-        pending += miner.trajectory(by_traj[traj])
-    return pending, miner.tallies()
-
-
-def write_sites(run: RunDir, config: MineConfig, results: list[tuple[list[Pending], tuple]], llm_config,
-                show_progress: bool, t0: float) -> StageStats:
-    """:func:`write_pool` on the sites' results (``mine_site``), put back in the order a one-process
-    run mines in (a stable sort by trajectory id: each trajectory is mined whole, in step order, by
-    one site), so the fill requests, the pool, the sample, the stats and the rejects are the same."""
-    miner = Miner(run, config)
-    pending: list[Pending] = []
-    for part, tallies in results:
-        pending += part
-        miner.absorb(tallies)
-    in_trajectory_order(miner, pending)
-    webprm = load_rows(run, filters=[("source", "==", "webprm")])      # the one audit that reads rows
-    return write_pool(run, config, webprm, miner, pending, llm_config, show_progress, t0)

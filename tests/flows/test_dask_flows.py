@@ -1,8 +1,9 @@
 """Mining and verification on a real local Dask cluster (worker processes, the real Prefect engine,
 the real LLM client against scripted OpenAI-protocol servers): the propose-negatives flow's
-per-site tasks and the verify-pairs flow's shards write the same bytes as the one-process CLIs,
+per-chunk tasks and the verify-pairs flow's shards write the same bytes as the one-process CLIs,
 fill values are asked once per distinct prompt across sites and not at all on a rerun (the LLM
-cache), and a shard that fails once (an outage) is retried without repeating a finished call."""
+cache), a shard that fails once (an outage) is retried without repeating a finished call, and a
+task whose worker dies ends the flow at once."""
 
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def test_memory_limit_flag_is_checked_where_it_is_parsed(capsys):
 # happened in whole suites when an earlier test had put bench/ on sys.path (bench/proposals.py then
 # shadowed the package in the spawned workers; tests/bench/test_bench_imports.py guards it).
 @pytest.mark.timeout(240, method="signal")
-def test_mining_per_site_on_dask_matches_the_cli(scheduler, sites_run):
+def test_mining_in_chunks_on_dask_matches_the_cli(scheduler, sites_run):
     from flows.propose_negatives import main as flow_main
     from llm.serve import fixed_answer, serve_in_thread
     from proposals.mine import main as mine_main
@@ -216,3 +217,38 @@ def test_verification_in_shards_on_dask_matches_the_cli_and_a_failed_shard_repea
     assert retried["pending"] == 0 and 0 < retried["llm"]["cached"] < retried["llm"]["calls"]
     assert {k: v for k, v in retried.items() if k not in ("llm", "endpoint")} == \
         {k: v for k, v in stats.items() if k not in ("llm", "endpoint")}
+
+
+def _die(code: int) -> None:
+    import os
+
+    os._exit(code)
+
+
+@pytest.mark.timeout(120, method="signal")
+def test_a_task_whose_workers_die_fails_the_flow_at_once(scheduler):
+    """A task that kills its worker every time: Dask gives it up (KilledWorker) and its Prefect
+    state stays Pending for ever; ``dask_gave_up`` turns that into a StageError naming the task (the
+    10x job once waited an hour on such a task). Last in the module: it costs the cluster four
+    worker restarts."""
+    import sys
+
+    import cloudpickle
+    from prefect import flow, task
+    from prefect.futures import as_completed
+
+    from flows.common import StageError, dask_gave_up, on_dask
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])     # the workers cannot import this module
+    die = task(_die, name="die", retries=0)
+
+    @flow
+    def doomed():
+        futures = [die.submit(3)]
+        for future in as_completed(futures):
+            dask_gave_up(future, "die of site 'x'")
+
+    with pytest.raises(StageError) as err:
+        on_dask(doomed, scheduler)()
+    assert err.value.code == 1 and "die of site 'x'" in err.value.message and "KilledWorker" in err.value.message
+

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import BUNDLED
 from data.ingest import ingest
+from data.rundir import RunDir
 from data.schema import CANDIDATE_SCHEMA, RULES
 from graph.build import build_graphs
 from proposals.audit import audit_table
@@ -283,14 +284,17 @@ def test_audit_in_worker_processes_equals_one_process(mined, bundled_run, tmp_pa
     assert one["pairs"] == len(mined[2]) and one["hallucinated_targets"] == 0
 
 
-def test_worker_processes_mine_what_one_process_mines(tmp_path, scripted_llm):
+def test_worker_processes_mine_what_one_process_mines(tmp_path, scripted_llm, monkeypatch):
     """Two worker processes (chunks of one site's trajectories, handed out biggest first, results
-    put back in trajectory order) write the same bytes, rejects and stats as one process: the
-    bundled sample twice, the copies on two sites (22 successful trajectories, so two workers are used)."""
+    put back in trajectory order) write the same bytes, rejects and stats as one process, and so
+    do chunks of at most 20 observations (a site cut into many): the bundled sample twice, the
+    copies on two sites (22 successful trajectories, so two workers are used)."""
     import shutil
 
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    import proposals.pool
 
     table = pq.read_table(BUNDLED / "agentlab_workarena.parquet")
     copies = []
@@ -304,10 +308,16 @@ def test_worker_processes_mine_what_one_process_mines(tmp_path, scripted_llm):
     one = tmp_path / "one"
     ingest("canonical", [tmp_path / "pool.parquet"], one)
     build_graphs(one, workers=1)
-    two = tmp_path / "two"
+    two, small = tmp_path / "two", tmp_path / "small"
     shutil.copytree(one, two)
+    shutil.copytree(one, small)
     got = {}
-    for run, workers in ((one, 1), (two, 2)):
+    for run, workers in ((one, 1), (two, 2), (small, 3)):
+        if run == small:
+            monkeypatch.setattr(proposals.pool, "CHUNK_ROWS", 20)
+            trajs = proposals.pool.plan_trajectories(RunDir(small))
+            chunks = proposals.pool.plan_chunks(trajs, len(trajs))
+            assert len(chunks) > 4 and all(sum(c.values()) <= 20 or len(c) == 1 for _, c in chunks)
         stats = mine(run, MineConfig(sample_size=100, seed=42), scripted_llm, workers=workers, show_progress=False)
         entry = json.loads((run / "stats.json").read_text())["proposals.mine"]
         for key in ("seconds", "llm"):       # the second run finds the first one's fill answers cached
@@ -315,7 +325,7 @@ def test_worker_processes_mine_what_one_process_mines(tmp_path, scripted_llm):
         got[workers] = ((run / "candidates.parquet").read_bytes(), (run / "rejects.jsonl").read_text(), entry,
                         stats.n_out)
     assert len({r["site"] for r in pq.read_table(two / "candidates.parquet", columns=["site"]).to_pylist()}) == 2
-    assert got[1][3] > 0 and got[1] == got[2]
+    assert got[1][3] > 0 and got[1] == got[2] == got[3]
 
 
 def test_sample_per_step_bounds_each_steps_sample(mined, bundled_run, scripted_llm, tmp_path):
