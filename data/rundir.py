@@ -33,10 +33,11 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -361,7 +362,7 @@ class RunDir:
             raise RunDirError(f"{self.stats_path} is not a JSON object: re-ingest to start the run directory afresh")
         return stats
 
-    def write_stage(self, stats: StageStats, rejects: list[Reject]) -> None:
+    def write_stage(self, stats: StageStats, rejects: Iterable[Reject]) -> None:
         """Record one stage's counts and rejects, replacing what an earlier run of it wrote.
 
         Read-modify-write of two shared files: an exclusive lock keeps stages that finish at
@@ -389,25 +390,60 @@ class RunDir:
                 self._remove_orphans(self.root, name)
             yield
 
-    def _write_stage_locked(self, stats: StageStats, rejects: list[Reject], fingerprints: dict | None = None) -> None:
-        kept = []           # (stage, line): each line's stage read once
-        if self.rejects_path.exists():
-            for line in self.rejects_path.read_text(encoding="utf-8", errors="replace").splitlines():
-                stage = _stage_of(line)     # None: a line that is not a reject (a torn write): dropped
-                if stage is not None and stage != stats.stage:
-                    kept.append((stage, line))
-        kept += [(r.stage, json.dumps({"stage": r.stage, "reason": r.reason, "source": r.source,
-                                       "detail": r.detail, **({"key": r.key} if r.key else {})},
-                                      ensure_ascii=True, default=str))   # ASCII: source text may hold lone surrogates
-                 for r in rejects]
-        # Stages in pipeline order (a stage's lines in the order it wrote them), so the file does not
-        # depend on which stage ran last: a rerun of graph.build after proposals.mine (by the CLI or
-        # the build-graphs flow) leaves the lines where a first run put them.
-        kept.sort(key=lambda item: _stage_rank(item[0]))
-        atomic_write_text(self.rejects_path, "".join(line + "\n" for _, line in kept))
+    def _write_stage_locked(self, stats: StageStats, rejects: Iterable[Reject],
+                            fingerprints: dict | None = None) -> None:
+        self._write_rejects_locked(stats.stage, rejects)
         all_stats = self.read_stats()
         all_stats[stats.stage] = {**stats.as_dict(), **({"fingerprints": fingerprints} if fingerprints else {})}
         atomic_write_text(self.stats_path, json.dumps(all_stats, indent=2, sort_keys=True) + "\n")
+
+    def _write_rejects_locked(self, stage: str, rejects: Iterable[Reject]) -> None:
+        """``rejects.jsonl`` with ``stage``'s lines replaced by ``rejects``, streamed: the lines go
+        to one temp file per stage rank, then into the new file in pipeline order (a stage's lines
+        in the order it wrote them), so the file does not depend on which stage ran last (a rerun
+        of graph.build after proposals.mine leaves the lines where a first run put them) and
+        neither the file nor the rejects are ever held whole (issue 42: 114 MB at 10x)."""
+        spools: dict[tuple, tuple[Path, object]] = {}
+
+        def spool(rank: tuple):
+            if rank not in spools:
+                path = temp_beside(self.rejects_path)
+                spools[rank] = (path, open(path, "w", encoding="ascii", newline="\n"))
+            return spools[rank][1]
+
+        try:
+            if self.rejects_path.exists():
+                with open(self.rejects_path, encoding="utf-8", errors="replace", newline="") as f:
+                    for line in f:
+                        line = line.rstrip("\r\n")
+                        other = _stage_of(line)      # None: a line that is not a reject (a torn write): dropped
+                        if other is not None and other != stage:
+                            spool(_stage_rank(other)).write(line + "\n")
+            mine = None
+            for r in rejects:
+                mine = mine or spool(_stage_rank(stage))
+                mine.write(json.dumps({"stage": r.stage, "reason": r.reason, "source": r.source, "detail": r.detail,
+                                       **({"key": r.key} if r.key else {})},
+                                      ensure_ascii=True, default=str) + "\n")   # ASCII: text may hold lone surrogates
+            for _, f in spools.values():
+                f.close()
+            out = temp_beside(self.rejects_path)
+            try:
+                with open(out, "wb") as f:
+                    for rank in sorted(spools):
+                        with open(spools[rank][0], "rb") as part:
+                            shutil.copyfileobj(part, f, 1 << 20)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.chmod(out, _umask_mode())
+                os.replace(out, self.rejects_path)
+            except BaseException:
+                out.unlink(missing_ok=True)
+                raise
+        finally:
+            for path, f in spools.values():
+                f.close()
+                path.unlink(missing_ok=True)
 
     # -- stages know what their inputs were ---------------------------------------------------
     def check_writable(self, *rels: str) -> None:
@@ -571,7 +607,6 @@ class RunDir:
         is this project's dataset card), the other stages' ``stats.json`` entries and rejects
         lines, and the orphan temp files at the top of the run directory; returns what was
         removed (relative paths, plus ``stats.json:<stage>`` per entry)."""
-        import shutil
 
         removed = []
         if not (self.stats_path.exists() or self.trajectories.exists()):

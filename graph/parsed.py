@@ -29,6 +29,7 @@ from itertools import accumulate
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from graph.axtree import _SCALARS, AXTree, _literal, _read_line, assemble, infer_structure
@@ -181,9 +182,11 @@ class ParsedSite:
         self.site_dir = site_dir
         with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / LINES_FILE) as f:
             lines = f.read().to_pydict()
-        with reading(site_dir / OBS_FILE, GRAPH_BUILD):
-            obs = pq.read_table(site_dir / OBS_FILE, filters=None if trajs is None else [("traj_id", "in", trajs)]
-                                ).to_pydict()
+        with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / OBS_FILE) as f:
+            table = f.read()
+        if trajs is not None:
+            table = table.filter(pc.is_in(table["traj_id"], value_set=pa.array(trajs, pa.string())))
+        obs = table.to_pydict()
         self._raw = lines["raw"]
         self._fields: list[tuple | None] = []
         self._fresh: dict[int, str] = {}      # lines whose value is a list or dict: decoded for each tree

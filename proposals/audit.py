@@ -143,38 +143,73 @@ def classify(pos_text: str, neg_text: str, counts: Counter | None, node_bids: di
     return out
 
 
-def _counts(records: list[dict]) -> dict:
-    n = len(records)
-    cat = Counter(r["category"] for r in records)
-    out = {"pairs": n}
-    for c in CATEGORIES:
-        out[c], out[f"{c}_ratio"] = cat[c], _ratio(cat[c], n)
-    out["hallucinated_targets"] = sum(r["hallucinated"] for r in records)
-    out["ambiguous_targets"] = sum(r.get("ambiguous", False) for r in records)
-    return out
+class _Counts:
+    """Pairs, categories and target flags of some classified pairs, counted as they come."""
+
+    __slots__ = ("n", "cat", "hallucinated", "ambiguous")
+
+    def __init__(self):
+        self.n, self.cat, self.hallucinated, self.ambiguous = 0, Counter(), 0, 0
+
+    def add(self, r: dict) -> None:
+        self.n += 1
+        self.cat[r["category"]] += 1
+        self.hallucinated += r["hallucinated"]
+        self.ambiguous += r.get("ambiguous", False)
+
+    def result(self) -> dict:
+        out = {"pairs": self.n}
+        for c in CATEGORIES:
+            out[c], out[f"{c}_ratio"] = self.cat[c], _ratio(self.cat[c], self.n)
+        out["hallucinated_targets"] = self.hallucinated
+        out["ambiguous_targets"] = self.ambiguous
+        return out
 
 
-def audit_records(records: list[dict]) -> dict:
+class AuditTally:
+    """:func:`audit_records` a record at a time (the audit of a pool never holds its records)."""
+
+    def __init__(self):
+        self.all = _Counts()
+        self.other_reasons, self.mismatch, self.virtual = Counter(), Counter(), Counter()
+        self.disagrees = 0
+        self.groups: dict[str, dict[str, _Counts]] = {"rule": {}, "axis": {}}
+
+    def add(self, r: dict) -> None:
+        self.all.add(r)
+        category = r["category"]
+        if category == "other":
+            self.other_reasons[r["reason"]] += 1
+        elif category == "affordance_mismatch":
+            self.mismatch[f"{r['op_pos']}->{r['op_neg']}"] += 1
+        elif category == "virtual_positive":
+            self.virtual[r["op_pos"]] += 1
+        if r.get("stored_gmcp") is not None and r["stored_gmcp"] != (category == "gmcp"):
+            self.disagrees += 1
+        for key, groups in self.groups.items():
+            (groups.get(r[key]) or groups.setdefault(r[key], _Counts())).add(r)
+
+    def result(self) -> dict:
+        out = self.all.result()
+        out["other_reasons"] = dict(sorted(self.other_reasons.items()))
+        # most_common keeps first-seen order among equal counts: the records' order, as a list's Counter
+        out["mismatch_directions"] = dict(self.mismatch.most_common())
+        out["virtual_positive_ops"] = dict(self.virtual.most_common())
+        out["stored_gmcp_disagrees"] = self.disagrees
+        for key, groups in self.groups.items():
+            out[f"by_{key}"] = {k: c.result() for k, c in sorted(groups.items())}
+        return out
+
+
+def audit_records(records) -> dict:
     """Counts and ratios of classified pairs, overall and per rule and axis."""
-    out = _counts(records)
-    other = [r for r in records if r["category"] == "other"]
-    mismatch = [r for r in records if r["category"] == "affordance_mismatch"]
-    virtual = [r for r in records if r["category"] == "virtual_positive"]
-    out["other_reasons"] = dict(sorted(Counter(r["reason"] for r in other).items()))
-    out["mismatch_directions"] = dict(Counter(f"{r['op_pos']}->{r['op_neg']}" for r in mismatch).most_common())
-    out["virtual_positive_ops"] = dict(Counter(r["op_pos"] for r in virtual).most_common())
-    out["stored_gmcp_disagrees"] = sum(1 for r in records
-                                       if r.get("stored_gmcp") is not None
-                                       and r["stored_gmcp"] != (r["category"] == "gmcp"))
-    for key in ("rule", "axis"):
-        groups: dict[str, list] = {}
-        for r in records:
-            groups.setdefault(r[key], []).append(r)
-        out[f"by_{key}"] = {k: _counts(v) for k, v in sorted(groups.items())}
-    return out
+    tally = AuditTally()
+    for r in records:
+        tally.add(r)
+    return tally.result()
 
 
-def _targets(pairs: list[dict]) -> dict[tuple[str, int], set[str]]:
+def _targets(pairs) -> dict[tuple[str, int], set[str]]:
     """The element targets of each step's pairs (both actions), resolved with O_t."""
     out: dict[tuple[str, int], set[str]] = {}
     for p in pairs:
@@ -291,43 +326,52 @@ def _observe_batches(batches, targets: dict[tuple[str, int], set[str]], identity
                         {b: node_bids[b] for b in wanted if b in node_bids})
 
 
-def _pairs(path: Path, table: str) -> list[dict]:
-    """(positive, negative) strings and labels of every row of the table."""
+def _pairs(path: Path, table: str):
+    """(positive, negative) strings and labels of every row of the table, a batch at a time."""
+    f = pq.ParquetFile(path)
     if table == "candidates":
         cols = ["traj_id", "step_idx", "rule", "axis", "gmcp", "sampled", "action_pos", "action_neg"]
-        rows = read_columns(path, cols).to_pylist()
-        return [{**r, "pos": r.pop("action_pos"), "neg": r.pop("action_neg")} for r in rows]
+        for batch in f.iter_batches(columns=cols, batch_size=8192):
+            for r in batch.to_pylist():
+                r["pos"], r["neg"] = r.pop("action_pos"), r.pop("action_neg")
+                yield r
+        return
     cols = ["traj_id", "step_idx", "rule", "axis", "gmcp", "label", "response_1", "response_2"]
-    out = []
-    for r in read_columns(path, cols).to_pylist():
-        first, second = r.pop("response_1"), r.pop("response_2")
-        pos, neg = (first, second) if r["label"] == 1 else (second, first)
-        out.append({**r, "pos": pos, "neg": neg})
-    return out
+    for batch in f.iter_batches(columns=cols, batch_size=8192):
+        for r in batch.to_pylist():
+            first, second = r.pop("response_1"), r.pop("response_2")
+            r["pos"], r["neg"] = (first, second) if r["label"] == 1 else (second, first)
+            yield r
 
 
 def audit_table(run_dir: str | Path, table: str = "candidates", workers: int = 1) -> dict:
     """The audit of one table of a run, re-derived from the files (see the module docstring);
-    ``workers``: processes that parse and resolve the observations."""
+    ``workers``: processes that parse and resolve the observations. The table is read twice, a
+    batch at a time (the targets of each step, then each pair classified and counted)."""
     root = Path(run_dir)
     path = root / f"{table}.parquet"
     for need in (path, root / "trajectories.parquet"):
         if not need.exists():
             raise FileNotFoundError(f"{need} not found")
-    pairs = _pairs(path, table)
-    obs = _observations(root, _targets(pairs), workers)
-    records = []
-    for p in pairs:
+    obs = _observations(root, _targets(_pairs(path, table)), workers)
+    tally, sample = AuditTally(), AuditTally()
+    for p in _pairs(path, table):
         key = (p["traj_id"], p["step_idx"])
         counts, node_bids = obs.get(key) or (None, None)
         rec = classify(p["pos"], p["neg"], counts, node_bids)
         if key not in obs and rec["reason"] == "unparseable_observation":
             rec["reason"] = "no_observation"
-        records.append({**rec, "rule": p["rule"], "axis": p["axis"], "stored_gmcp": p["gmcp"],
-                        "sampled": p.get("sampled", False)})
-    out = {"table": table, "table_sha256": hashlib.sha256(path.read_bytes()).hexdigest(), **audit_records(records)}
+        rec.update(rule=p["rule"], axis=p["axis"], stored_gmcp=p["gmcp"])
+        tally.add(rec)
+        if p.get("sampled", False):
+            sample.add(rec)
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    out = {"table": table, "table_sha256": digest.hexdigest(), **tally.result()}
     if table == "candidates":
-        out["sample"] = audit_records([r for r in records if r["sampled"]])
+        out["sample"] = sample.result()
     return out
 
 

@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from cli.progress import progress
-from data.rundir import RunDir, StageStats, atomic_write_parquet
+from data.rundir import RunDir, StageStats, atomic_parquet_writer
 from data.schema import AXIS_OF, CANDIDATE_SCHEMA
 from graph.identity import NodeKind
 from graph.parsed import Parsed
@@ -34,6 +34,7 @@ _WORKER_GRAPHS: dict[str, dict] = {}     # in a worker: run directory -> the gra
 # A chunk holds at most this many observations (and at least one trajectory): what a worker holds at
 # once does not grow with the pool (a site of the paper's job at 10x holds ~1,900).
 CHUNK_ROWS = 512
+ROW_GROUP = 65536       # rows of a row group of ``candidates.parquet`` (a pool up to this size: one, as before)
 
 
 def mine_chunk(run_root: str, config: MineConfig, site: str, trajs: dict[str, int]) -> tuple[list[Pending], tuple]:
@@ -183,15 +184,23 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
     usage, fill_counts = complete_fills(kept, llm_config, config.seed, show_progress,
                                         replace=spares_for(miner, pending, kept))
     cands = [c for c in map(candidate_row(miner, config), kept) if c is not None]
+    pending.clear()         # the negatives are rows now (the caller's list: its objects freed)
+    del kept
     cands.sort(key=lambda c: c["pair_id"])
     cands, ratio_entry = to_gmcp_ratio(miner, cands, config)
     rng = random.Random(config.seed)
     eligible = per_step_sample(cands, config)
     for i in rng.sample(eligible, min(config.sample_size, len(eligible))):
         cands[i]["sampled"] = True
-    atomic_write_parquet(run.candidates, pinned_table(cands, CANDIDATE_SCHEMA))
+    # Converted and written a row group at a time: the pool is never held twice (rows and table).
+    with atomic_parquet_writer(run.candidates, CANDIDATE_SCHEMA) as writer:
+        for i in range(0, max(len(cands), 1), ROW_GROUP):
+            writer.write_table(pinned_table(cands[i:i + ROW_GROUP], CANDIDATE_SCHEMA))
+    rules, without = rule_counts(config, miner, cands), steps_without_candidates(miner, cands)
+    n_out = len(cands)
+    cands.clear()
 
-    stats = StageStats(STAGE, n_in=miner.tally.proposed, n_out=len(cands), rejected=miner.tally.drops)
+    stats = StageStats(STAGE, n_in=miner.tally.proposed, n_out=n_out, rejected=miner.tally.drops)
     stats.extra = {
         "config": {"sample_size": config.sample_size, "seed": config.seed, "selection": config.selection,
                    "axes": list(config.axes),
@@ -202,7 +211,7 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
                    "params": {k: getattr(config.params, k) for k in config.params.__slots__}},
         # Per rule: candidates looked at (in), candidates written (out), and what grounding and
         # the later value checks removed, by reason (in = out + rejected for every rule).
-        "rules": rule_counts(config, miner, cands),
+        "rules": rules,
         # Where the grounded negatives' ops came from; 'remapped': the role's fill on a control
         # that cannot take text, clicked instead (App. F). Counted before LLM fill values.
         "ops": dict(sorted(miner.tally.op_sources.items())),
@@ -210,7 +219,7 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
         "steps": {"in": miner.steps_in, "out": miner.steps_mined,
                   "rejected": dict(sorted(miner.step_rejected.items()))},
         # Mined steps that gave no candidate, by why (the line a near-empty pool prints).
-        "without_candidates": steps_without_candidates(miner, cands),
+        "without_candidates": without,
         # Re-derived from the files just written, as ``python -m proposals.audit`` does.
         "audit": write_audit(run.root, "candidates", workers),
         "fill": fill_counts,
