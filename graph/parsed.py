@@ -174,32 +174,42 @@ class ParsedTables:
 
 
 # -- reading -------------------------------------------------------------------------------------------
-class ParsedSite:
-    """One site's parsed observations (``graphs/<site>/parsed*.parquet``), read whole, or only
-    those of the trajectories ``trajs`` (a chunk of the site's)."""
+class SiteLines:
+    """A site's distinct lines (``parsed_lines.parquet``) decoded: what every chunk of the site's
+    observations shares (read once per site by a worker that mines the site's chunks)."""
 
-    def __init__(self, site_dir: Path, trajs: list[str] | None = None):
-        self.site_dir = site_dir
+    def __init__(self, site_dir: Path):
         with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / LINES_FILE) as f:
             lines = f.read().to_pydict()
+        self.raw = lines["raw"]
+        self.fields: list[tuple | None] = []
+        self.fresh: dict[int, str] = {}      # lines whose value is a list or dict: decoded for each tree
+        for i, (depth, bid, role, name, value, rest) in enumerate(zip(
+                lines["depth"], lines["bid"], lines["role"], lines["name"], lines["value"], lines["rest"])):
+            if not role:
+                self.fields.append(None)
+                continue
+            bid = bid or None
+            v = _decode_value(value) if value else None
+            if type(v) not in _SCALARS:
+                self.fresh[i] = value
+            self.fields.append((depth, bid, role, name, v, rest))
+
+
+class ParsedSite:
+    """One site's parsed observations (``graphs/<site>/parsed*.parquet``), read whole, or only
+    those of the trajectories ``trajs`` (a chunk of the site's); ``lines``: the site's
+    :class:`SiteLines` when already read."""
+
+    def __init__(self, site_dir: Path, trajs: list[str] | None = None, lines: SiteLines | None = None):
+        self.site_dir = site_dir
+        self.lines = lines or SiteLines(site_dir)
         with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / OBS_FILE) as f:
             table = f.read()
         if trajs is not None:
             table = table.filter(pc.is_in(table["traj_id"], value_set=pa.array(trajs, pa.string())))
         obs = table.to_pydict()
-        self._raw = lines["raw"]
-        self._fields: list[tuple | None] = []
-        self._fresh: dict[int, str] = {}      # lines whose value is a list or dict: decoded for each tree
-        for i, (depth, bid, role, name, value, rest) in enumerate(zip(
-                lines["depth"], lines["bid"], lines["role"], lines["name"], lines["value"], lines["rest"])):
-            if not role:
-                self._fields.append(None)
-                continue
-            bid = bid or None
-            v = _decode_value(value) if value else None
-            if type(v) not in _SCALARS:
-                self._fresh[i] = value
-            self._fields.append((depth, bid, role, name, v, rest))
+        self._raw, self._fields, self._fresh = self.lines.raw, self.lines.fields, self.lines.fresh
         self._index = {k: n for n, k in enumerate(zip(obs["traj_id"], obs["step_idx"]))}
         self._obs = obs
         self._node_ids: list[str] | None = None
@@ -292,10 +302,13 @@ class Parsed:
     last ``keep`` sites read are kept (memory stays that of a site, whatever the pool's size: the
     readers ask for one site's observations after another)."""
 
-    def __init__(self, run_root: str | Path, keep: int = 1, trajs: list[str] | None = None):
-        """``trajs``: only these trajectories' observations are read (a chunk's), else all."""
+    def __init__(self, run_root: str | Path, keep: int = 1, trajs: list[str] | None = None,
+                 lines: dict[str, SiteLines] | None = None):
+        """``trajs``: only these trajectories' observations are read (a chunk's), else all;
+        ``lines``: site -> its :class:`SiteLines`, read once and shared (filled here)."""
         self.root = Path(run_root)
         self.keep, self.trajs = keep, trajs
+        self._lines = {} if lines is None else lines
         self._sites: dict[str, ParsedSite | None] = {}
 
     def site(self, site: str) -> ParsedSite | None:
@@ -304,7 +317,9 @@ class Parsed:
             while len(self._sites) >= self.keep:
                 del self._sites[next(iter(self._sites))]
             found = (d / OBS_FILE).exists() and (d / LINES_FILE).exists()
-            self._sites[site] = ParsedSite(d, self.trajs) if found else None
+            if found and site not in self._lines:
+                self._lines[site] = SiteLines(d)
+            self._sites[site] = ParsedSite(d, self.trajs, self._lines.get(site)) if found else None
         return self._sites[site]
 
     def sites(self) -> list[str]:

@@ -29,7 +29,9 @@ from proposals.gmcp_ratio import TOLERANCE, match_gmcp_ratio, share
 from proposals.graphindex import check_graphs, read_columns
 from proposals.grounding import COLUMNS, INGEST, Miner, Pending, _make, _pair_id, chunk_rows, webprm_rows
 
-_WORKER_GRAPHS: dict[str, dict] = {}     # in a worker: run directory -> the graphs of the site it mines now
+# In a worker: run directory -> what the site it mines now shares across its chunks ("graphs": its
+# graph; "lines": its parsed lines, graph.parsed.SiteLines), dropped when the worker moves on to another site.
+_WORKER_SITE: dict[str, dict] = {}
 
 # A chunk holds at most this many observations (and at least one trajectory): what a worker holds at
 # once does not grow with the pool (a site of the paper's job at 10x holds ~1,900).
@@ -43,10 +45,11 @@ def mine_chunk(run_root: str, config: MineConfig, site: str, trajs: dict[str, in
     :func:`write_pool`) and the miner's tallies. A forked worker of :func:`mine` or a task of the
     propose-negatives flow on Dask; the site's graphs are kept for the worker's next chunk of it."""
     run = RunDir(run_root)
-    graphs = _WORKER_GRAPHS.setdefault(run_root, {})
-    if site not in graphs:
-        graphs.clear()
-    miner = Miner(run, config, graphs=graphs, parsed=None if config.no_graph else Parsed(run_root, trajs=list(trajs)))
+    shared = _WORKER_SITE.setdefault(run_root, {"site": None})
+    if shared["site"] != site:
+        shared.update(site=site, graphs={}, lines={})
+    miner = Miner(run, config, graphs=shared["graphs"],
+                  parsed=None if config.no_graph else Parsed(run_root, trajs=list(trajs), lines=shared["lines"]))
     by_traj = chunk_rows(run, site, trajs)
     pending = []
     # The cycle collector paused for the chunk: mining allocates millions of short-lived objects
@@ -147,7 +150,7 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
             for job, (_, chunk) in zip(jobs, chunks):
                 results.append(mine_chunk(*job))
                 bar.update(len(chunk))
-    _WORKER_GRAPHS.pop(str(run.root), None)
+    _WORKER_SITE.pop(str(run.root), None)
     return write_chunks(run, config, results, llm_config, show_progress, t0, workers)
 
 
