@@ -309,13 +309,17 @@ class Parsed:
         self.root = Path(run_root)
         self.keep, self.trajs = keep, trajs
         self._lines = {} if lines is None else lines
+        self._own_lines = lines is None       # lines read here go with their site when it is dropped
         self._sites: dict[str, ParsedSite | None] = {}
 
     def site(self, site: str) -> ParsedSite | None:
         if site not in self._sites:
             d = self.root / "graphs" / site
             while len(self._sites) >= self.keep:
-                del self._sites[next(iter(self._sites))]
+                dropped = next(iter(self._sites))
+                del self._sites[dropped]
+                if self._own_lines:
+                    self._lines.pop(dropped, None)
             found = (d / OBS_FILE).exists() and (d / LINES_FILE).exists()
             if found and site not in self._lines:
                 self._lines[site] = SiteLines(d)

@@ -23,6 +23,29 @@ def _fields(tree):
             for n in tree.nodes]
 
 
+def test_a_chunk_reads_its_trajectories_and_the_site_lines_go_with_the_site(tmp_path):
+    """``Parsed(trajs=...)`` holds only those trajectories' observations; the lines a Parsed read
+    itself are dropped with their site (the audit asks for every site of a pool in turn: at 10x
+    it held every site's lines, 1.2 GB), and shared lines stay with their owner."""
+    from graph.parsed import SiteLines
+
+    ingest("webprm", [BUNDLED / "webprm"], tmp_path, quiet=True)
+    build_graphs(tmp_path, workers=1, include_failed=True)
+    rows = pq.read_table(tmp_path / "trajectories.parquet", columns=["site", "traj_id", "step_idx"]).to_pylist()
+    sites = sorted({r["site"] for r in rows if Parsed(tmp_path).site(r["site"]) is not None})
+    assert len(sites) >= 2
+    parsed = Parsed(tmp_path)
+    for site in sites:
+        parsed.site(site)
+        assert list(parsed._lines) == [site]
+    site = sites[0]
+    trajs = sorted({r["traj_id"] for r in rows if r["site"] == site})
+    shared: dict[str, SiteLines] = {}
+    one = Parsed(tmp_path, trajs=trajs[:1], lines=shared).site(site)
+    assert {t for t, _ in one._index} == {trajs[0]} and list(shared) == [site]
+    assert Parsed(tmp_path, trajs=trajs[:1], lines=shared).site(site).lines is shared[site]
+
+
 @pytest.mark.parametrize("source,path", [("canonical", "agentlab_workarena.parquet"), ("webprm", "webprm")])
 def test_the_stored_observations_read_back_as_parsed_and_resolved(tmp_path, source, path):
     ingest(source, [BUNDLED / path], tmp_path, quiet=True)
