@@ -92,7 +92,7 @@ def build_graphs_flow(run: str, config: BuildConfig | None = None) -> dict:
     """Build the Interaction Element Graph of every site of a run directory (``config``: how, as
     ``graph.build``'s flags; default ``BuildConfig()``)."""
     config = config or BuildConfig()
-    rundir, rows, per_site, plan_rejects = prepare(run, config.include_failed)     # the CLI's checks and plan
+    rundir, n_rows, per_site, plan_rejects = prepare(run, config.include_failed)     # the CLI's checks and plan
     fingerprint = _fingerprint(rundir.trajectories)
     args = {site: (str(rundir.root), site, site_plan, fingerprint, config)
             for site, site_plan in sorted(per_site.items())}
@@ -106,7 +106,7 @@ def build_graphs_flow(run: str, config: BuildConfig | None = None) -> dict:
         if written is None or outputs_fingerprint(run, site) != written:
             result, _ = unwrap(build_site_graph.with_options(refresh_cache=True)(*args[site], return_state=True))
         results.append(result)
-    stats = finalize(rundir, results, plan_rejects, len(rows), config.include_failed, config)
+    stats = finalize(rundir, results, plan_rejects, n_rows, config.include_failed, config)
     loss = stage_loss_line(stats, "steps", why=LOSS_WHY)        # as graph.build's CLI
     lines = [stats.summary(), *([loss] if loss else []), f"{stats.extra['sites']} site graphs",
              f"wrote {rundir.graph_manifest}"]

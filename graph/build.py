@@ -239,36 +239,39 @@ def _key(row: dict) -> tuple[str, int]:
     return row["traj_id"], row["step_idx"]
 
 
-def load_plan_rows(run: RunDir) -> list[dict]:
-    """The light columns that planning needs (no observation text)."""
+def load_plan_columns(run: RunDir) -> dict[str, list]:
+    """The light columns that planning needs (no observation text), as lists: no row is held as a
+    dict (at 10x the paper's pool, 95k rows as dicts were most of the parent's memory)."""
     with reading(run.trajectories, INGEST), pq.ParquetFile(run.trajectories) as f:
-        return f.read(columns=PLAN_COLUMNS).to_pylist()
+        return f.read(columns=PLAN_COLUMNS).to_pydict()
 
 
-def plan(rows: list[dict], include_failed: bool) -> tuple[dict[str, dict], list[Reject]]:
-    """Decide which observations each site's build reads.
+def plan(cols: dict[str, list], include_failed: bool) -> tuple[dict[str, dict], list[Reject]]:
+    """Decide which observations each site's build reads (``cols``: :func:`load_plan_columns`).
 
     Returns, per site, ``steps`` ([traj_id, step_idx, next_url] of its observations; next_url
     is the URL of the trajectory's next observation, for virtual nodes scoped to the landing
     page) and ``traj_steps`` (every (step_idx, site) of its trajectories, so that a transition
     through another site's page is not taken for a direct one); and the rejects of planning.
     """
-    by_traj: dict[str, list[dict]] = defaultdict(list)
-    for r in rows:
-        by_traj[r["traj_id"]].append(r)
+    step_of, site_of, url_of = cols["step_idx"], cols["site"], cols["url"]
+    by_traj: dict[str, list[int]] = defaultdict(list)      # a trajectory's rows, as indices
+    for i, traj in enumerate(cols["traj_id"]):
+        by_traj[traj].append(i)
     per_site: dict[str, dict] = {}
     rejects = []
-    for traj, steps in by_traj.items():
-        steps.sort(key=lambda r: r["step_idx"])
-        if not include_failed and not steps[0]["success"]:
-            rejects += [Reject(STAGE, "unsuccessful_trajectory", r["source_path"] or traj,
+    for traj, idx in by_traj.items():
+        idx.sort(key=step_of.__getitem__)
+        if not include_failed and not cols["success"][idx[0]]:
+            rejects += [Reject(STAGE, "unsuccessful_trajectory", cols["source_path"][i] or traj,
                                "trajectory did not succeed (use --include-failed to keep it)",
-                               {"traj_id": traj, "step_idx": r["step_idx"]}) for r in steps]
+                               {"traj_id": traj, "step_idx": step_of[i]}) for i in idx]
             continue
-        seq = [(r["step_idx"], r["site"]) for r in steps]
-        for r, next_url in zip(steps, next_urls(steps)):
-            site_plan = per_site.setdefault(r["site"], {"steps": [], "traj_steps": {}})
-            site_plan["steps"].append([traj, r["step_idx"], next_url])
+        seq = [(step_of[i], site_of[i]) for i in idx]
+        steps = [{"step_idx": step_of[i], "url": url_of[i]} for i in idx]
+        for i, next_url in zip(idx, next_urls(steps)):
+            site_plan = per_site.setdefault(site_of[i], {"steps": [], "traj_steps": {}})
+            site_plan["steps"].append([traj, step_of[i], next_url])
             site_plan["traj_steps"][traj] = seq
     return per_site, rejects
 
@@ -390,11 +393,10 @@ def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject]]], plan_re
     return stats
 
 
-def prepare(run_dir: str | Path, include_failed: bool = False) -> tuple[RunDir, list[dict], dict[str, dict],
-                                                                        list[Reject]]:
+def prepare(run_dir: str | Path, include_failed: bool = False) -> tuple[RunDir, int, dict[str, dict], list[Reject]]:
     """Everything before the per-site builds, as the CLI and the ``build-graphs`` flow both do it:
     the checks (FileNotFoundError, as every stage's one-line error), then the plan. Returns the run
-    directory (which remembers the input fingerprints for ``finalize``), the planning rows, the
+    directory (which remembers the input fingerprints for ``finalize``), the number of rows, the
     per-site plans and the planning rejects."""
     run = RunDir(run_dir)
     if not run.trajectories.exists():
@@ -403,12 +405,14 @@ def prepare(run_dir: str | Path, include_failed: bool = False) -> tuple[RunDir, 
     # writable, and the trajectories are this run's (recorded in stats.json).
     require_columns(run.trajectories, COLUMNS + ["source_path"], INGEST)
     run.check_inputs(STAGE, run.trajectories)
-    rows = load_plan_rows(run)
-    per_site, plan_rejects = plan(rows, include_failed)
+    cols = load_plan_columns(run)
+    n_rows = len(cols["traj_id"])
+    per_site, plan_rejects = plan(cols, include_failed)
+    del cols
     check_outputs(run, files=(str(run.graph_manifest.relative_to(run.root)),),
                   dirs=(str(run.graphs.relative_to(run.root)),
                         *(str(run.graph_dir(s).relative_to(run.root)) for s in per_site)))
-    return run, rows, per_site, plan_rejects
+    return run, n_rows, per_site, plan_rejects
 
 
 def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int | None = None,
@@ -417,7 +421,7 @@ def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int
     ``config`` (a :class:`BuildConfig`) overrides ``include_failed`` and ``workers``."""
     config = config or BuildConfig(include_failed=include_failed, workers=workers)
     include_failed, workers = config.include_failed, config.workers
-    run, rows, per_site, plan_rejects = prepare(run_dir, include_failed)
+    run, n_rows, per_site, plan_rejects = prepare(run_dir, include_failed)
     # Largest sites first, so the pool does not end waiting on one big site.
     jobs = [(str(run.root), site, sp, config)
             for site, sp in sorted(per_site.items(), key=lambda kv: -len(kv[1]["steps"]))]
@@ -427,7 +431,7 @@ def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int
             results = list(pool.map(_job, jobs))
     else:
         results = [_job(j) for j in jobs]
-    return finalize(run, results, plan_rejects, len(rows), include_failed, config)
+    return finalize(run, results, plan_rejects, n_rows, include_failed, config)
 
 
 # A few words after a loss reason (data.loss): what the user can do about the common ones.

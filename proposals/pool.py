@@ -186,9 +186,15 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
     kept = [p for p in pending if p.spare is None]
     usage, fill_counts = complete_fills(kept, llm_config, config.seed, show_progress,
                                         replace=spares_for(miner, pending, kept))
-    cands = [c for c in map(candidate_row(miner, config), kept) if c is not None]
-    pending.clear()         # the negatives are rows now (the caller's list: its objects freed)
-    del kept
+    # Each negative becomes its row and is freed at once (in ``kept``'s order): the pool is held once,
+    # as negatives or as rows, not twice (the caller's list is emptied first).
+    pending.clear()
+    kept.reverse()
+    row_of, cands = candidate_row(miner, config), []
+    while kept:
+        c = row_of(kept.pop())
+        if c is not None:
+            cands.append(c)
     cands.sort(key=lambda c: c["pair_id"])
     cands, ratio_entry = to_gmcp_ratio(miner, cands, config)
     rng = random.Random(config.seed)

@@ -61,9 +61,9 @@ def test_flow_on_local_dask_cluster(prefect_harness, sample_run):
 def test_site_task_logic_without_engine(sample_run):
     from data.rundir import RunDir
     from flows.build_graphs import build_site_graph
-    from graph.build import BuildConfig, load_plan_rows, plan
+    from graph.build import BuildConfig, load_plan_columns, plan
 
-    per_site, _ = plan(load_plan_rows(RunDir(sample_run)), False)
+    per_site, _ = plan(load_plan_columns(RunDir(sample_run)), False)
     (site, stats, rejects), written = build_site_graph.fn(str(sample_run), "servicenow", per_site["servicenow"],
                                                           "fp", BuildConfig())
     assert written and "nodes.parquet" in written
