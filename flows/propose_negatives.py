@@ -8,16 +8,15 @@
 By default one task (the rules run per step, then fill values are completed in one batch through
 the LLM layer, whose cache makes a retried or resumed run free) that calls ``proposals.mine.mine``
 as the CLI does. On Dask (``flows.common.DaskConfig``) the rules run as one ``mine-chunk`` task per
-chunk of a site's trajectories (``proposals.mine.mine_chunk``, the CLI's chunks: at most
-``CHUNK_ROWS`` observations each, so a worker's memory does not grow with the pool); this process
-then asks the fill values (each distinct prompt once for the whole run, through the fill model's
-LLM cache), samples the pool (seed 42) and writes the files once (``proposals.mine.write_chunks``),
-so the outputs are byte-identical to the CLI's. A task that Dask gives up on (its workers died:
-over ``--dask-memory-limit``?) ends the flow at once with the task's site. Either way: the same
-flags (``proposals.mine.build_parser``: ``MineCommand``, ``MineConfig`` and the fill model's
-``LLMConfig`` under ``--fill-``), the same one-line errors (``flows.common``), the same files; the
-summary is posted as a markdown artifact.
-The logic lives in ``proposals.mine``.
+site, or per ``TASK_TRAJECTORIES`` of a site's trajectories (``proposals.mine.mine_chunk``, which
+reads and mines them ``CHUNK_ROWS`` observations at a time, so a worker's memory does not grow with
+the pool); this process then asks the fill values (each distinct prompt once for the whole run,
+through the fill model's LLM cache), samples the pool (seed 42) and writes the files once
+(``proposals.mine.write_chunks``), so the outputs are byte-identical to the CLI's. A task that Dask
+gives up on (its workers died: over ``--dask-memory-limit``?) ends the flow at once with its site.
+Either way: the same flags (``proposals.mine.build_parser``: ``MineCommand``, ``MineConfig`` and the
+fill model's ``LLMConfig`` under ``--fill-``), the same one-line errors (``flows.common``), the same
+files; the summary is posted as a markdown artifact. The logic lives in ``proposals.mine``.
 """
 
 from __future__ import annotations
@@ -77,6 +76,9 @@ def mine_candidates(run: str, config: MineConfig, fill_llm: LLMConfig | None, wo
     return _report(mine(run, config, fill_llm, workers=workers, show_progress=progress), run)
 
 
+TASK_TRAJECTORIES = 256       # trajectories of one site a mine-chunk task mines at most
+
+
 @task(name="mine-chunk", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_unless_refused,
       cache_policy=NO_CACHE)
 @stage_task
@@ -91,7 +93,7 @@ def mine_by_chunk(run: str, config: MineConfig, fill_llm: LLMConfig | None, prog
     t0 = time.perf_counter()
     root = str(rundir.root.resolve())           # the workers' path to the run (a shared filesystem)
     trajs = plan_trajectories(rundir)
-    chunks = plan_chunks(trajs, len(trajs) or 1)
+    chunks = plan_chunks(trajs, TASK_TRAJECTORIES)
     futures = [mine_chunk_task.submit(root, config, site, chunk) for site, chunk in chunks]
     site_of = {future: (site, len(chunk)) for future, (site, chunk) in zip(futures, chunks)}
     with progress_bar(len(trajs), f"{STAGE} mining", unit="traj", enabled=progress) as bar:

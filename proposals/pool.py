@@ -29,39 +29,49 @@ from proposals.gmcp_ratio import TOLERANCE, match_gmcp_ratio, share
 from proposals.graphindex import check_graphs, read_columns
 from proposals.grounding import COLUMNS, INGEST, Miner, Pending, _make, _pair_id, chunk_rows, webprm_rows
 
-# In a worker: run directory -> what the site it mines now shares across its chunks ("graphs": its
-# graph; "lines": its parsed lines, graph.parsed.SiteLines), dropped when the worker moves on to another site.
-_WORKER_SITE: dict[str, dict] = {}
-
-# A chunk holds at most this many observations (and at least one trajectory): what a worker holds at
-# once does not grow with the pool (a site of the paper's job at 10x holds ~1,900).
+# A job's trajectories are mined in runs of at most this many observations (and at least one
+# trajectory): what a worker holds at once (rows, parsed trees) does not grow with the pool (a site of
+# the paper's job at 10x holds ~1,900).
 CHUNK_ROWS = 512
 ROW_GROUP = 65536       # rows of a row group of ``candidates.parquet`` (a pool up to this size: one, as before)
 
 
 def mine_chunk(run_root: str, config: MineConfig, site: str, trajs: dict[str, int]) -> tuple[list[Pending], tuple]:
-    """Mine one chunk of a site's trajectories (trajectory -> its rows; their rows read here,
-    ``chunk_rows``): the negatives still pending (fill values are asked for the whole run by
-    :func:`write_pool`) and the miner's tallies. A forked worker of :func:`mine` or a task of the
-    propose-negatives flow on Dask; the site's graphs are kept for the worker's next chunk of it."""
+    """Mine one chunk of a site's trajectories (trajectory -> its rows): the negatives still pending
+    (fill values are asked for the whole run by :func:`write_pool`) and the miner's tallies. A forked
+    worker of :func:`mine` or a task of the propose-negatives flow on Dask. The rows and the parsed
+    observations are read ``CHUNK_ROWS`` at a time (``chunk_rows``); the site's graph and parsed
+    lines once for the chunk."""
     run = RunDir(run_root)
-    shared = _WORKER_SITE.setdefault(run_root, {"site": None})
-    if shared["site"] != site:
-        shared.update(site=site, graphs={}, lines={})
-    miner = Miner(run, config, graphs=shared["graphs"],
-                  parsed=None if config.no_graph else Parsed(run_root, trajs=list(trajs), lines=shared["lines"]))
-    by_traj = chunk_rows(run, site, trajs)
+    miner = Miner(run, config)
+    lines: dict = {}
     pending = []
-    # The cycle collector paused for the chunk: mining allocates millions of short-lived objects
-    # (freed by reference counting) and each collection walked the chunk's rows too (~14% of
-    # the mining's CPU time on the paper-scale pool).
-    gc.disable()
-    try:
-        for traj in trajs:
-            pending += miner.trajectory(by_traj[traj])
-    finally:
-        gc.enable()
+    for part in row_runs(trajs, CHUNK_ROWS):
+        if not config.no_graph:
+            miner.parsed = Parsed(run_root, trajs=list(part), lines=lines)
+        by_traj = chunk_rows(run, site, part)
+        # The cycle collector paused: mining allocates millions of short-lived objects (freed by
+        # reference counting) and each collection walked the rows too (~14% of the mining's CPU
+        # time on the paper-scale pool).
+        gc.disable()
+        try:
+            for traj in part:
+                pending += miner.trajectory(by_traj[traj])
+        finally:
+            gc.enable()
+        del by_traj
     return pending, miner.tallies()
+
+
+def row_runs(trajs: dict[str, int], max_rows: int) -> list[dict[str, int]]:
+    """``trajs`` (trajectory -> rows) cut, in order, into runs of at most ``max_rows`` rows (a
+    longer trajectory: a run of its own)."""
+    runs: list[dict[str, int]] = [{}]
+    for traj, rows in trajs.items():
+        if runs[-1] and sum(runs[-1].values()) + rows > max_rows:
+            runs.append({})
+        runs[-1][traj] = rows
+    return runs
 
 
 def open_run(run_dir: str | Path, config: MineConfig) -> RunDir:
@@ -80,28 +90,15 @@ def open_run(run_dir: str | Path, config: MineConfig) -> RunDir:
     return run
 
 
-def plan_chunks(trajs: dict[str, tuple[str, int]], size: int, max_rows: int | None = None
-                ) -> list[tuple[str, dict[str, int]]]:
-    """The trajectories (trajectory -> its site and rows) in chunks of one site each, of at most
-    ``size`` trajectories and ``max_rows`` rows (default ``CHUNK_ROWS``; a longer trajectory: a chunk
-    of its own),
-    as (site, {trajectory: rows}); a site's chunks one after another, the sites with the most
-    rows first (the chunks are handed out in order)."""
-    max_rows = max_rows or CHUNK_ROWS
+def plan_chunks(trajs: dict[str, tuple[str, int]], size: int) -> list[tuple[str, dict[str, int]]]:
+    """The trajectories (trajectory -> its site and rows) in chunks of at most ``size`` of one site,
+    as (site, {trajectory: rows}), the chunks with the most rows first (they are handed out in order)."""
     sites: dict[str, list[str]] = defaultdict(list)
     for traj, (site, _) in trajs.items():
         sites[site].append(traj)
-    chunks: list[tuple[str, dict[str, int]]] = []
-    for site in sorted(sites, key=lambda s: (-sum(trajs[t][1] for t in sites[s]), s)):
-        chunk: dict[str, int] = {}
-        for traj in sites[site]:
-            rows = trajs[traj][1]
-            if chunk and (len(chunk) >= size or sum(chunk.values()) + rows > max_rows):
-                chunks.append((site, chunk))
-                chunk = {}
-            chunk[traj] = rows
-        chunks.append((site, chunk))
-    return chunks
+    chunks = [(site, ts[i:i + size]) for site, ts in sites.items() for i in range(0, len(ts), size)]
+    chunks.sort(key=lambda c: -sum(trajs[t][1] for t in c[1]))
+    return [(site, {t: trajs[t][1] for t in ts}) for site, ts in chunks]
 
 
 def plan_trajectories(run: RunDir) -> dict[str, tuple[str, int]]:
@@ -135,8 +132,9 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     t0 = time.perf_counter()
     trajs = plan_trajectories(run)
     workers = min(workers or os.cpu_count() or 1, max(len(trajs) // 8, 1))
-    # Chunks of one site's trajectories, each reading its own rows (the site's row groups: the pool is
-    # never held whole) and loading the site's graph; results put back in trajectory order.
+    # Chunks of one site's trajectories, each reading its own rows (the site's row groups, CHUNK_ROWS
+    # at a time: the pool is never held whole) and loading the site's graph once; results put back
+    # in trajectory order.
     chunks = plan_chunks(trajs, max(1, -(-len(trajs) // (workers * 4))))
     jobs = [(str(run.root), config, site, c) for site, c in chunks]
     results = []
@@ -150,7 +148,6 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
             for job, (_, chunk) in zip(jobs, chunks):
                 results.append(mine_chunk(*job))
                 bar.update(len(chunk))
-    _WORKER_SITE.pop(str(run.root), None)
     return write_chunks(run, config, results, llm_config, show_progress, t0, workers)
 
 

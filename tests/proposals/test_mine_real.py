@@ -287,7 +287,7 @@ def test_audit_in_worker_processes_equals_one_process(mined, bundled_run, tmp_pa
 def test_worker_processes_mine_what_one_process_mines(tmp_path, scripted_llm, monkeypatch):
     """Two worker processes (chunks of one site's trajectories, handed out biggest first, results
     put back in trajectory order) write the same bytes, rejects and stats as one process, and so
-    do chunks of at most 20 observations (a site cut into many): the bundled sample twice, the
+    do chunks read and mined 20 observations at a time: the bundled sample twice, the
     copies on two sites (22 successful trajectories, so two workers are used)."""
     import shutil
 
@@ -316,8 +316,8 @@ def test_worker_processes_mine_what_one_process_mines(tmp_path, scripted_llm, mo
         if run == small:
             monkeypatch.setattr(proposals.pool, "CHUNK_ROWS", 20)
             trajs = proposals.pool.plan_trajectories(RunDir(small))
-            chunks = proposals.pool.plan_chunks(trajs, len(trajs))
-            assert len(chunks) > 4 and all(sum(c.values()) <= 20 or len(c) == 1 for _, c in chunks)
+            runs = proposals.pool.row_runs({t: n for t, (_, n) in trajs.items()}, 20)
+            assert len(runs) > 4 and all(sum(r.values()) <= 20 or len(r) == 1 for r in runs)
         stats = mine(run, MineConfig(sample_size=100, seed=42), scripted_llm, workers=workers, show_progress=False)
         entry = json.loads((run / "stats.json").read_text())["proposals.mine"]
         for key in ("seconds", "llm"):       # the second run finds the first one's fill answers cached
