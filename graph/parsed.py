@@ -175,12 +175,15 @@ class ParsedTables:
 
 # -- reading -------------------------------------------------------------------------------------------
 class SiteLines:
-    """A site's distinct lines (``parsed_lines.parquet``) decoded: what every chunk of the site's
-    observations shares (read once per site by a worker that mines the site's chunks)."""
+    """A site's distinct lines (``parsed_lines.parquet``) decoded, and its parsed observations as
+    read (``parsed.parquet``, Arrow): what every run of the site's observations shares (read once
+    per site by a job that mines them a run at a time)."""
 
     def __init__(self, site_dir: Path):
         with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / LINES_FILE) as f:
             lines = f.read().to_pydict()
+        with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / OBS_FILE) as f:
+            self.observations = f.read()       # the site's parsed observations, as Arrow (ids: compact)
         self.raw = lines["raw"]
         self.fields: list[tuple | None] = []
         self.fresh: dict[int, str] = {}      # lines whose value is a list or dict: decoded for each tree
@@ -204,8 +207,7 @@ class ParsedSite:
     def __init__(self, site_dir: Path, trajs: list[str] | None = None, lines: SiteLines | None = None):
         self.site_dir = site_dir
         self.lines = lines or SiteLines(site_dir)
-        with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / OBS_FILE) as f:
-            table = f.read()
+        table = self.lines.observations
         if trajs is not None:
             table = table.filter(pc.is_in(table["traj_id"], value_set=pa.array(trajs, pa.string())))
         obs = table.to_pydict()

@@ -210,16 +210,32 @@ def audit_records(records) -> dict:
 
 
 def _targets(pairs) -> dict[tuple[str, int], set[str]]:
-    """The element targets of each step's pairs (both actions), resolved with O_t."""
+    """The element targets of each step's pairs (both actions), resolved with O_t (``pairs``:
+    (traj_id, step_idx, positive, negative))."""
     out: dict[tuple[str, int], set[str]] = {}
-    for p in pairs:
-        got = out.setdefault((p["traj_id"], p["step_idx"]), set())
-        for text in (p["pos"], p["neg"]):
+    for traj, step, pos, neg in pairs:
+        got = out.get((traj, step))
+        if got is None:
+            got = out[(traj, step)] = set()
+        for text in (pos, neg):
             try:
                 got.update(element_targets(_parse(text)))
             except ActionParseError:
                 pass
     return out
+
+
+def _actions(path: Path, table: str):
+    """(traj_id, step_idx, positive, negative) of every row, from four columns a batch at a time."""
+    cols = ["traj_id", "step_idx"] + (["action_pos", "action_neg"] if table == "candidates"
+                                      else ["label", "response_1", "response_2"])
+    for batch in pq.ParquetFile(path).iter_batches(columns=cols, batch_size=8192):
+        c = [batch.column(i).to_pylist() for i in range(len(cols))]
+        if table == "candidates":
+            yield from zip(*c)
+        else:
+            for traj, step, label, first, second in zip(*c):
+                yield (traj, step, first, second) if label == 1 else (traj, step, second, first)
 
 
 def mined_identity(run_root: Path) -> str:
@@ -353,7 +369,7 @@ def audit_table(run_dir: str | Path, table: str = "candidates", workers: int = 1
     for need in (path, root / "trajectories.parquet"):
         if not need.exists():
             raise FileNotFoundError(f"{need} not found")
-    obs = _observations(root, _targets(_pairs(path, table)), workers)
+    obs = _observations(root, _targets(_actions(path, table)), workers)
     tally, sample = AuditTally(), AuditTally()
     for p in _pairs(path, table):
         key = (p["traj_id"], p["step_idx"])
