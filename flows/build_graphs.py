@@ -23,6 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from prefect import flow, task
+from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 import data
@@ -32,6 +33,7 @@ from data.rundir import Reject, RunDir
 from flows.common import (
     DaskConfig,
     cli_flow,
+    dask_gave_up,
     dask_scheduler,
     exit_code,
     on_dask,
@@ -97,6 +99,9 @@ def build_graphs_flow(run: str, config: BuildConfig | None = None) -> dict:
     args = {site: (str(rundir.root), site, site_plan, fingerprint, config)
             for site, site_plan in sorted(per_site.items())}
     futures = {site: build_site_graph.submit(*a) for site, a in args.items()}
+    site_of = {id(f): site for site, f in futures.items()}
+    for future in as_completed(list(futures.values())):     # a task Dask gave up on fails the flow at once
+        dask_gave_up(future, f"build-site-graph of site {site_of[id(future)]!r}")
     results = []
     for site, future in futures.items():
         future.wait()

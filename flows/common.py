@@ -130,8 +130,8 @@ def dask_gave_up(future, what: str) -> None:
     """Raise a :class:`StageError` (code 1) when Dask gave up on the task behind ``future`` (its
     workers died running it, e.g. over their memory limit): its Prefect state never leaves
     ``Pending`` then, and a flow that waited for it would wait for ever."""
-    wrapped = getattr(future, "wrapped_future", None)
-    if wrapped is not None and wrapped.status == "error":
+    wrapped = getattr(future, "wrapped_future", None)      # a Dask future has a status; a thread's has none
+    if getattr(wrapped, "status", None) == "error":
         raise StageError(f"{what} failed on the Dask cluster: {wrapped.exception()!r} (a worker died running it: "
                          f"over --dask-memory-limit?)", code=1)
 

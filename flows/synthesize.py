@@ -44,6 +44,7 @@ from pathlib import Path
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
+from prefect.futures import as_completed
 from prefect.runtime import task_run
 
 from cli.config import Configurable, build, check_keys, given, make_parser, merge, read_yaml
@@ -58,6 +59,7 @@ from flows.common import (
     DaskConfig,
     StageError,
     cli_flow,
+    dask_gave_up,
     dask_scheduler,
     dask_threads,
     exit_code,
@@ -239,6 +241,9 @@ def verify_in_shards(run: str, config: VerifyConfig, llm: LLMConfig, shards: int
     llm = replace(llm, cache_dir=str(Path(llm.cache_dir).resolve())).validate()    # one cache, whatever a worker's cwd
     shard_llm = replace(llm, concurrency=max(llm.concurrency // max(shards // 2, 1), 1))
     futures = [verify_shard_task.submit(str(rundir.root.resolve()), config, shard_llm, part) for part in parts if part]
+    number = {id(f): n for n, f in enumerate(futures, 1)}
+    for future in as_completed(futures):      # a task Dask gave up on fails the flow at once
+        dask_gave_up(future, f"verify-shard {number[id(future)]} of {len(futures)}")
     decisions, usage = merge_shards(pairs, [unwrap(final_state(f)) for f in futures])
     return _report_verified(write_verification(rundir, pairs, decisions, config, llm, usage, t0), run)
 
