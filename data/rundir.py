@@ -216,19 +216,27 @@ def _umask_mode() -> int:
     return 0o666 & ~mask
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator:
+    """A binary file to write that replaces ``path`` (flushed to disk, the umask's mode) when the
+    block ends without an error; on an error ``path`` is untouched and the temp file removed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{_TMP_PREFIX}{path.name}.", suffix=_TMP_SUFFIX)
     try:
         os.fchmod(fd, _umask_mode())
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    with atomic_file(path) as f:
+        f.write(data)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -408,7 +416,7 @@ class RunDir:
         def spool(rank: tuple):
             if rank not in spools:
                 path = temp_beside(self.rejects_path)
-                spools[rank] = (path, open(path, "w", encoding="ascii", newline="\n"))
+                spools[rank] = (path, open(path, "w", encoding="utf-8", newline="\n"))
             return spools[rank][1]
 
         try:
@@ -427,19 +435,10 @@ class RunDir:
                                       ensure_ascii=True, default=str) + "\n")   # ASCII: text may hold lone surrogates
             for _, f in spools.values():
                 f.close()
-            out = temp_beside(self.rejects_path)
-            try:
-                with open(out, "wb") as f:
-                    for rank in sorted(spools):
-                        with open(spools[rank][0], "rb") as part:
-                            shutil.copyfileobj(part, f, 1 << 20)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.chmod(out, _umask_mode())
-                os.replace(out, self.rejects_path)
-            except BaseException:
-                out.unlink(missing_ok=True)
-                raise
+            with atomic_file(self.rejects_path) as out:
+                for rank in sorted(spools):
+                    with open(spools[rank][0], "rb") as part:
+                        shutil.copyfileobj(part, out, 1 << 20)
         finally:
             for path, f in spools.values():
                 f.close()

@@ -95,10 +95,10 @@ def mine_by_chunk(run: str, config: MineConfig, fill_llm: LLMConfig | None, prog
     trajs = plan_trajectories(rundir)
     chunks = plan_chunks(trajs, TASK_TRAJECTORIES)
     futures = [mine_chunk_task.submit(root, config, site, chunk) for site, chunk in chunks]
-    site_of = {future: (site, len(chunk)) for future, (site, chunk) in zip(futures, chunks)}
+    site_of = {id(future): (site, len(chunk)) for future, (site, chunk) in zip(futures, chunks)}
     with progress_bar(len(trajs), f"{STAGE} mining", unit="traj", enabled=progress) as bar:
         for future in as_completed(futures):
-            site, n = site_of[future]
+            site, n = site_of[id(future)]
             dask_gave_up(future, f"mine-chunk of site {site!r} ({n} trajectories)")
             bar.update(n)
     results = [unwrap(final_state(future)) for future in futures]

@@ -225,19 +225,6 @@ def _targets(pairs) -> dict[tuple[str, int], set[str]]:
     return out
 
 
-def _actions(path: Path, table: str):
-    """(traj_id, step_idx, positive, negative) of every row, from four columns a batch at a time."""
-    cols = ["traj_id", "step_idx"] + (["action_pos", "action_neg"] if table == "candidates"
-                                      else ["label", "response_1", "response_2"])
-    for batch in pq.ParquetFile(path).iter_batches(columns=cols, batch_size=8192):
-        c = [batch.column(i).to_pylist() for i in range(len(cols))]
-        if table == "candidates":
-            yield from zip(*c)
-        else:
-            for traj, step, label, first, second in zip(*c):
-                yield (traj, step, first, second) if label == 1 else (traj, step, second, first)
-
-
 def mined_identity(run_root: Path) -> str:
     """The identity the negatives' nodes were resolved with when they were mined: the graphs'
     (``graphs/manifest.json``) for graph mining, the default for No-Graph mining (candidates of
@@ -342,22 +329,19 @@ def _observe_batches(batches, targets: dict[tuple[str, int], set[str]], identity
                         {b: node_bids[b] for b in wanted if b in node_bids})
 
 
-def _pairs(path: Path, table: str):
-    """(positive, negative) strings and labels of every row of the table, a batch at a time."""
-    f = pq.ParquetFile(path)
-    if table == "candidates":
-        cols = ["traj_id", "step_idx", "rule", "axis", "gmcp", "sampled", "action_pos", "action_neg"]
-        for batch in f.iter_batches(columns=cols, batch_size=8192):
-            for r in batch.to_pylist():
-                r["pos"], r["neg"] = r.pop("action_pos"), r.pop("action_neg")
-                yield r
-        return
-    cols = ["traj_id", "step_idx", "rule", "axis", "gmcp", "label", "response_1", "response_2"]
-    for batch in f.iter_batches(columns=cols, batch_size=8192):
-        for r in batch.to_pylist():
-            first, second = r.pop("response_1"), r.pop("response_2")
-            r["pos"], r["neg"] = (first, second) if r["label"] == 1 else (second, first)
-            yield r
+def _pairs(path: Path, table: str, extra: tuple[str, ...] = ()):
+    """(traj_id, step_idx, positive, negative, *``extra`` columns) of every row of the table, from
+    its columns a batch at a time (no row dicts): in a preference table the positive is the
+    response that ``label`` names."""
+    actions = ["action_pos", "action_neg"] if table == "candidates" else ["label", "response_1", "response_2"]
+    cols = ["traj_id", "step_idx", *actions, *extra]
+    for batch in pq.ParquetFile(path).iter_batches(columns=cols, batch_size=8192):
+        c = [batch.column(i).to_pylist() for i in range(len(cols))]
+        if table != "candidates":
+            label, first, second = c[2:5]
+            c[2:5] = [[f if n == 1 else s for n, f, s in zip(label, first, second)],
+                      [s if n == 1 else f for n, f, s in zip(label, first, second)]]
+        yield from zip(*c)
 
 
 def audit_table(run_dir: str | Path, table: str = "candidates", workers: int = 1) -> dict:
@@ -369,17 +353,17 @@ def audit_table(run_dir: str | Path, table: str = "candidates", workers: int = 1
     for need in (path, root / "trajectories.parquet"):
         if not need.exists():
             raise FileNotFoundError(f"{need} not found")
-    obs = _observations(root, _targets(_actions(path, table)), workers)
+    obs = _observations(root, _targets(_pairs(path, table)), workers)
     tally, sample = AuditTally(), AuditTally()
-    for p in _pairs(path, table):
-        key = (p["traj_id"], p["step_idx"])
-        counts, node_bids = obs.get(key) or (None, None)
-        rec = classify(p["pos"], p["neg"], counts, node_bids)
-        if key not in obs and rec["reason"] == "unparseable_observation":
+    extra = ("rule", "axis", "gmcp", "sampled") if table == "candidates" else ("rule", "axis", "gmcp")
+    for traj, step, pos, neg, rule, axis, gmcp, *sampled in _pairs(path, table, extra):
+        counts, node_bids = obs.get((traj, step)) or (None, None)
+        rec = classify(pos, neg, counts, node_bids)
+        if (traj, step) not in obs and rec["reason"] == "unparseable_observation":
             rec["reason"] = "no_observation"
-        rec.update(rule=p["rule"], axis=p["axis"], stored_gmcp=p["gmcp"])
+        rec.update(rule=rule, axis=axis, stored_gmcp=gmcp)
         tally.add(rec)
-        if p.get("sampled", False):
+        if sampled and sampled[0]:
             sample.add(rec)
     digest = hashlib.sha256()
     with open(path, "rb") as f:

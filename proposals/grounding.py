@@ -110,24 +110,22 @@ def _pair_id(row: dict, rule: str, action_neg: str) -> str:
 class Miner:
     """Runs the rules over a run's successful trajectories and grounds what they propose."""
 
-    def __init__(self, run: RunDir, config: MineConfig, graphs: dict[str, GraphIndex | None] | None = None,
-                 parsed: Parsed | None = None):
-        """``graphs``: a site -> graph cache to share (the chunks a worker process mines share one);
-        ``parsed``: the same for the observations graph.build parsed (``graph.parsed``)."""
+    def __init__(self, run: RunDir, config: MineConfig):
         self.run, self.config = run, config
         self.tally = Tally()
         self.steps_in = self.steps_mined = 0           # demonstrated steps, and those mined
         self.mined: list[tuple] = []                    # each mined step: (traj, step, pos kind, pos op, looked at)
         self.step_rejected: Counter = Counter()         # steps not mined, by reason
         self.step_rejects: list[Reject] = []
-        self._graphs: dict[str, GraphIndex | None] = {} if graphs is None else graphs
+        self._graphs: dict[str, GraphIndex | None] = {}
         # What a site's observations share, parsed and hashed once (graph.resolve's memo, as graph.build uses it).
         self._site_memos: dict[str, dict] = defaultdict(dict)
         # O_t is resolved as the graphs resolved it (their identity, hence their node ids, and
         # their guards); the No-Graph ablation uses graph.build's defaults.
         self.resolve_settings = {} if config.no_graph else graph_settings(run)
         # O_t as graph.build parsed and resolved it (graph.parsed); the No-Graph ablation parses the text.
-        self.parsed = None if config.no_graph else parsed or Parsed(run.root)
+        # A caller that mines a site in runs sets one per run (``proposals.pool.mine_chunk``).
+        self.parsed = None if config.no_graph else Parsed(run.root)
 
     def graph(self, site: str) -> GraphIndex | None:
         if self.config.no_graph:

@@ -187,3 +187,27 @@ def test_agentlab_odd_types_are_rejects(tmp_path):
     assert (stats.n_out, dict(stats.rejected)) == (2, {"missing_field": 1})
     rows = pq.read_table(tmp_path / "run" / "trajectories.parquet").to_pylist()
     assert rows[0]["html"] is None
+
+
+def test_a_stage_rewrites_its_rejects_in_pipeline_order_streamed(tmp_path):
+    """``write_stage`` replaces the stage's own lines, keeps every other stage's (non-ASCII text
+    from another writer included) in pipeline order, a stage's lines in the order written, and
+    drops a torn line; the new rejects may be any iterable (mining hands a generator)."""
+    from data.rundir import Reject, RunDir, StageStats
+
+    run = RunDir(tmp_path)
+    lines = [{"stage": "teacher.verify", "reason": "t", "source": "s"},
+             {"stage": "proposals.mine", "reason": "old", "source": "s"},
+             {"stage": "ingest", "reason": "i1", "source": "café"},
+             {"stage": "ingest", "reason": "i2", "source": "s"}]
+    (tmp_path / "rejects.jsonl").write_text(
+        "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines) + '{"stage": "ingest", "rea\n',
+        encoding="utf-8")
+    new = (Reject("proposals.mine", f"new{i}", "s") for i in range(2))
+    run.write_stage(StageStats("proposals.mine", n_in=2, n_out=0, rejected={"new0": 1, "new1": 1}), new)
+    got = [json.loads(x) for x in (tmp_path / "rejects.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [(g["stage"], g["reason"]) for g in got] == [
+        ("ingest", "i1"), ("ingest", "i2"), ("proposals.mine", "new0"), ("proposals.mine", "new1"),
+        ("teacher.verify", "t")]
+    assert got[0]["source"] == "café"
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
