@@ -12,11 +12,14 @@ tracing makes the build several times slower.
 
 from __future__ import annotations
 
-import argparse
+import sys
 import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))         # this checkout's code, not the installed one
+
+from cli.config import make_parser  # noqa: E402
 
 
 def site_memory(run_dir: Path, site: str | None, top: int) -> None:
@@ -51,7 +54,7 @@ def site_memory(run_dir: Path, site: str | None, top: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = make_parser("bench/site_memory.py", __doc__)
     ap.add_argument("runs", nargs="+", type=Path, help="run directories (ingested)")
     ap.add_argument("--site", help="the site to build (default: the one with the most observations)")
     ap.add_argument("--top", type=int, default=8, help="files and lines to print")
