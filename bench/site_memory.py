@@ -3,11 +3,11 @@
     .venv/bin/python bench/site_memory.py RUN [RUN ...] [--site SITE] [--top 8]
 
 For each run directory (ingested, e.g. ``bench/paper_scale.py --keep``'s ``xS/run``): the plan of
-``graph.build``, the site with the most observations (or ``--site``), its rows read, then
-``graph.build.build_site`` under tracemalloc with a snapshot when the chunk loop ends (the
-accumulators at their fullest, just before the virtual nodes). Prints the build's traced peak (the
-rows read before are not counted) and the snapshot's largest files and lines. Memory only: the
-tracing makes the build several times slower.
+``graph.build``, the site with the most observations (or ``--site``) and its plan, then
+``graph.build.build_site_chunks`` (reading the site's rows a row group at a time) under
+tracemalloc, with a snapshot when the chunk loop ends (the accumulators at their fullest, just
+before the virtual nodes). Prints the build's traced peak and the snapshot's largest files and
+lines. Memory only: the tracing makes the build several times slower.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def site_memory(run_dir: Path, site: str | None, top: int) -> None:
 
     run = RunDir(run_dir)
     _, _, per_site, _ = build.prepare(run.root)
-    site = site or max(per_site, key=lambda s: len(per_site[s]["steps"]))
-    rows = build.load_site_rows(run, site, per_site[site]["steps"])
+    site = site or max(per_site, key=lambda s: per_site[s]["rows"])
+    wanted, traj_steps, in_order = build.site_plan(run, site, per_site[site]["trajs"])
     snapshot = {}
     virtual_nodes = passes.virtual_nodes
 
@@ -40,12 +40,14 @@ def site_memory(run_dir: Path, site: str | None, top: int) -> None:
     passes.virtual_nodes = at_loop_end
     tracemalloc.start(3)
     try:
-        build.build_site(site, rows, per_site[site]["traj_steps"], build.BuildConfig())
+        build.build_site_chunks(site, build.read_site_chunks(run, site, wanted, in_order, build.CHUNK), traj_steps,
+                                build.BuildConfig())
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
         passes.virtual_nodes = virtual_nodes
-    print(f"{run_dir}: site {site}, {len(rows):,} observations; the build's traced peak {peak / 2**20:.0f} MB")
+    print(f"{run_dir}: site {site}, {len(wanted):,} observations; the build's traced peak {peak / 2**20:.0f} MB "
+          f"(its rows read a row group at a time included)")
     for key in ("filename", "lineno"):
         for s in snapshot["at"].statistics(key)[:top]:
             frame = s.traceback[0]

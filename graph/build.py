@@ -28,6 +28,7 @@ import os
 import shutil
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ import pyarrow.parquet as pq
 from cli.config import Configurable, check_ranges, make_parser
 from cli.errors import error_exit
 from data.loss import stage_loss_line
+from data.memory import release_memory
 from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_write_parquet, atomic_write_text
 from graph import passes
 from graph.identity import (
@@ -53,7 +55,6 @@ from graph.passes import MAX_DEPTH, MAX_NODES, STAGE, next_urls
 from graph.schema import EDGE_SCHEMA, NODE_SCHEMA, STEP_SCHEMA, check_outputs, pinned_table, reading, require_columns
 
 INGEST = "python -m data.ingest"
-PLAN_COLUMNS = ["traj_id", "step_idx", "site", "url", "success", "source_path"]
 COLUMNS = ["traj_id", "task_id", "step_idx", "site", "url", "observation", "obs_format", "html", "action",
            "action_error", "success"]
 
@@ -133,11 +134,18 @@ class InteractionElementGraph:
 
 def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int, str]]],
                config: BuildConfig | None = None) -> InteractionElementGraph:
-    """Build the graph of ``site`` from its observations (already filtered by success), pass by
-    pass (:mod:`graph.passes`). ``rows`` carry ``next_url`` and ``traj_steps`` lists every
-    trajectory's (step_idx, site): see :func:`plan`."""
+    """Build the graph of ``site`` from its observations (already filtered by success, in
+    (traj_id, step_idx) order), pass by pass (:mod:`graph.passes`). ``rows`` carry ``next_url``
+    and ``traj_steps`` lists every trajectory's (step_idx, site): see :func:`site_plan`."""
+    return build_site_chunks(site, trajectory_chunks(rows, CHUNK), traj_steps, config)
+
+
+def build_site_chunks(site: str, chunks: Iterable[list[dict]], traj_steps: dict[str, list[tuple[int, str]]],
+                      config: BuildConfig | None = None) -> InteractionElementGraph:
+    """:func:`build_site` on the site's rows as chunks of whole trajectories (:func:`read_site_chunks`
+    reads them a row group at a time: a site's rows are never held together)."""
     with without_gc():
-        return _build_site(site, rows, traj_steps, config)
+        return _build_site(site, chunks, traj_steps, config)
 
 
 @contextlib.contextmanager
@@ -156,7 +164,7 @@ def without_gc():
             gc.enable()
 
 
-def _build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int, str]]],
+def _build_site(site: str, chunks: Iterable[list[dict]], traj_steps: dict[str, list[tuple[int, str]]],
                 config: BuildConfig | None) -> InteractionElementGraph:
     config = config or BuildConfig()
     settings = config.resolve_settings()
@@ -171,8 +179,13 @@ def _build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[in
     obs_rejects: list[Reject] = []
     structure: Counter = Counter()
     pages: set[str] = set()
-    accepted = 0
-    for chunk in trajectory_chunks(rows, CHUNK):
+    accepted = n_in = 0
+    trajs: set[str] = set()
+    for chunk in chunks:
+        n_in += len(chunk)
+        trajs.update(r["traj_id"] for r in chunk)
+        if memo_entries(memo) > MEMO_ENTRIES:
+            memo.clear()       # a cache (distinct lines, chain links, ids): the outputs do not depend on it
         obs = passes.parse_and_resolve(site, chunk, memo=memo, **settings)
         steps.extend(passes.demonstrated_steps(site, obs))
         element_acc.see(obs)
@@ -183,7 +196,7 @@ def _build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[in
         structure.update(o.res.page.context for o in obs.accepted)
         pages.update(o.res.content_page for o in obs.accepted)
         accepted += len(obs.accepted)
-        del obs
+        del obs, chunk
     elements, sightings = element_acc.rows(steps)
     node_rows = elements + passes.virtual_nodes(site, steps)
     contain = contain_acc.rows()
@@ -192,14 +205,14 @@ def _build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[in
     stats = {
         "element_nodes": len(elements), "virtual_nodes": len(node_rows) - len(elements),
         "containment_edges": len(contain), "interaction_edges": len(interact),
-        "trajectories": len({r["traj_id"] for r in rows}), "observations": accepted,
+        "trajectories": len(trajs), "observations": accepted,
         "url_paths": len(pages), "elements_seen": sightings["elements_seen"],
         # Observations by structure mode: 'axtree' (indented), 'html' (flat, ancestors from the
         # step's HTML), 'flat' (flat, structure inferred from the text).
         "structure": dict(sorted(structure.items())),
         **{k: v for k, v in sightings.items() if k != "elements_seen"},
         "cross_site_transitions": cross_site,
-        "observations_in": len(rows), "observations_rejected": dict(Counter(rejected.values())),
+        "observations_in": n_in, "observations_rejected": dict(Counter(rejected.values())),
         "steps_in": steps.n_in, "steps_out": len(mapped), "steps_rejected": dict(steps.rejected),
     }
     node_rows.sort(key=lambda r: r["node_id"])
@@ -208,9 +221,8 @@ def _build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[in
     edges.sort(key=lambda r: (r["type"], r["src"], r["dst"], r["op"] or ""))
     step_rows = [{"traj_id": t, "step_idx": i, "site": site, "node_id": s.node_id, "kind": s.kind,
                   "op": s.action.op, "page": s.page} for (t, i), s in sorted(mapped.items())]
-    # One reject per row at most: in row order, as the rows came.
-    order = {_key(r): n for n, r in enumerate(rows)}
-    rejects = sorted(obs_rejects + steps.rejects, key=lambda r: order[(r.key["traj_id"], r.key["step_idx"])])
+    # One reject per row at most: in row order ((traj_id, step_idx), as the rows came).
+    rejects = sorted(obs_rejects + steps.rejects, key=lambda r: (r.key["traj_id"], r.key["step_idx"]))
     return InteractionElementGraph(site, pinned_table(node_rows, NODE_SCHEMA), pinned_table(edges, EDGE_SCHEMA),
                                    pinned_table(step_rows, STEP_SCHEMA), stats, rejects, tables)
 
@@ -218,6 +230,14 @@ def _build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[in
 # Observations whose parsed trees a site's build holds at once (at least: a chunk ends where a
 # trajectory does).
 CHUNK = 64
+# The site's memo (distinct lines parsed, chain links and ids hashed) is emptied between chunks past
+# this many entries: a site's distinct lines grow with its pages, and the memo with them (at 10x the
+# paper's pool the largest site's held 39 MB). The shared traces' largest site holds ~8,000.
+MEMO_ENTRIES = 20_000
+
+
+def memo_entries(memo: dict) -> int:
+    return sum(sum(map(len, v.values())) if k == "lines" else len(v) for k, v in memo.items())
 
 
 def trajectory_chunks(rows: list[dict], size: int) -> list[list[dict]]:
@@ -235,69 +255,140 @@ def trajectory_chunks(rows: list[dict], size: int) -> list[list[dict]]:
     return chunks
 
 
-def _key(row: dict) -> tuple[str, int]:
-    return row["traj_id"], row["step_idx"]
+PLAN_COLUMNS = ["traj_id", "step_idx", "site", "success"]
+PLAN_BATCH = 8192       # rows of the light columns planning reads at once
 
 
-def load_plan_columns(run: RunDir) -> dict[str, list]:
-    """The light columns that planning needs (no observation text), as lists: no row is held as a
-    dict (at 10x the paper's pool, 95k rows as dicts were most of the parent's memory)."""
+def load_plan_columns(run: RunDir) -> Iterator[dict[str, list]]:
+    """The four light columns that planning needs (no text), ``PLAN_BATCH`` rows at a time, as
+    lists: no row is held as a dict, and the pool's columns are never held whole."""
     with reading(run.trajectories, INGEST), pq.ParquetFile(run.trajectories) as f:
-        return f.read(columns=PLAN_COLUMNS).to_pydict()
+        for batch in f.iter_batches(PLAN_BATCH, columns=PLAN_COLUMNS):
+            yield batch.to_pydict()
 
 
-def plan(cols: dict[str, list], include_failed: bool) -> tuple[dict[str, dict], list[Reject]]:
-    """Decide which observations each site's build reads (``cols``: :func:`load_plan_columns`).
+def plan(batches: Callable[[], Iterable[dict[str, list]]], include_failed: bool,
+         source_paths=lambda rows: [None] * len(rows)) -> tuple[dict[str, dict], list[Reject]]:
+    """Decide which trajectories each site's build reads (``batches()``: :func:`load_plan_columns`,
+    read a second time only when some trajectory failed).
 
-    Returns, per site, ``steps`` ([traj_id, step_idx, next_url] of its observations; next_url
-    is the URL of the trajectory's next observation, for virtual nodes scoped to the landing
-    page) and ``traj_steps`` (every (step_idx, site) of its trajectories, so that a transition
-    through another site's page is not taken for a direct one); and the rejects of planning.
-    """
-    step_of, site_of, url_of = cols["step_idx"], cols["site"], cols["url"]
-    by_traj: dict[str, list[int]] = defaultdict(list)      # a trajectory's rows, as indices
-    for i, traj in enumerate(cols["traj_id"]):
-        by_traj[traj].append(i)
+    Returns, per site, ``rows`` (its observations) and ``trajs`` (each of its trajectories -> its
+    rows at every site, in the order first seen), and the rejects of planning (``source_paths(indices)``:
+    those rows' source paths). What a site's build needs of its trajectories' other rows (the next
+    URL, the sites they pass through) it reads itself (:func:`site_plan`): the pool's plan is not held."""
+    first: dict[str, tuple[int, bool]] = {}      # a trajectory's first step and its success
+    total: Counter = Counter()
+    at_site: dict[str, Counter] = defaultdict(Counter)
+    for cols in batches():
+        for traj, step, site, ok in zip(cols["traj_id"], cols["step_idx"], cols["site"], cols["success"]):
+            f = first.get(traj)
+            if f is None or step < f[0]:
+                first[traj] = (step, ok)
+            total[traj] += 1
+            at_site[site][traj] += 1
+    failed = set() if include_failed else {t for t, (_, ok) in first.items() if not ok}
     per_site: dict[str, dict] = {}
-    rejects = []
-    for traj, idx in by_traj.items():
-        idx.sort(key=step_of.__getitem__)
-        if not include_failed and not cols["success"][idx[0]]:
-            rejects += [Reject(STAGE, "unsuccessful_trajectory", cols["source_path"][i] or traj,
-                               "trajectory did not succeed (use --include-failed to keep it)",
-                               {"traj_id": traj, "step_idx": step_of[i]}) for i in idx]
-            continue
-        seq = [(step_of[i], site_of[i]) for i in idx]
-        steps = [{"step_idx": step_of[i], "url": url_of[i]} for i in idx]
-        for i, next_url in zip(idx, next_urls(steps)):
-            site_plan = per_site.setdefault(site_of[i], {"steps": [], "traj_steps": {}})
-            site_plan["steps"].append([traj, step_of[i], next_url])
-            site_plan["traj_steps"][traj] = seq
-    return per_site, rejects
+    for site, counts in at_site.items():
+        trajs = {t: total[t] for t in counts if t not in failed}
+        if trajs:
+            per_site[site] = {"rows": sum(counts[t] for t in trajs), "trajs": trajs}
+    if not failed:
+        return per_site, []
+    rows: dict[str, list[tuple[int, int]]] = {t: [] for t in first if t in failed}   # (step, row index)
+    n = 0
+    for cols in batches():
+        for traj, step in zip(cols["traj_id"], cols["step_idx"]):
+            if traj in failed:
+                rows[traj].append((step, n))
+            n += 1
+    ordered = [(t, step, i) for t, seq in rows.items() for step, i in sorted(seq)]
+    return per_site, [Reject(STAGE, "unsuccessful_trajectory", path or traj,
+                             "trajectory did not succeed (use --include-failed to keep it)",
+                             {"traj_id": traj, "step_idx": step})
+                      for (traj, step, _), path in zip(ordered, source_paths([i for _, _, i in ordered]))]
 
 
-def load_site_rows(run: RunDir, site: str, steps: list[list]) -> list[dict]:
-    """The observations of one site that its plan selected, with ``next_url`` attached.
-
-    Each site's build reads its own rows, so observation text never travels between
-    processes (or Dask workers); HTML is read only for flat observations, the only ones whose
-    ancestors come from it."""
-    wanted = {(t, i): nxt for t, i, nxt in steps}
+def site_plan(run: RunDir, site: str, trajs: dict[str, int]) -> tuple[dict, dict, bool]:
+    """What one site's build needs of its trajectories (``trajs``: each -> its rows, at every site),
+    from their light columns: ``wanted`` ((traj_id, step_idx) of the site's rows -> next_url, the
+    URL of the trajectory's next observation, for virtual nodes scoped to the landing page),
+    ``traj_steps`` (every (step_idx, site) of each trajectory, so that a transition through another
+    site's page is not taken for a direct one), and whether the file holds the site's rows in
+    (traj_id, step_idx) order (``data.ingest`` writes them so: the build then streams them)."""
+    got: dict[str, list[tuple[int, str, str]]] = {t: [] for t in trajs}
+    order: list[tuple[str, int]] = []
     with reading(run.trajectories, INGEST), pq.ParquetFile(run.trajectories) as f:
-        groups = site_row_groups(f, site)
-        rows = [r for r in _site_rows(f, groups, site, [c for c in COLUMNS if c != "html"] + ["source_path"])
-                if (r["traj_id"], r["step_idx"]) in wanted]
-        html = {}
-        if any(r["obs_format"] == "flat" for r in rows):
-            html = {(r["traj_id"], r["step_idx"]): r["html"]
-                    for r in _site_rows(f, groups, site, ["traj_id", "step_idx", "site", "obs_format", "html"])
-                    if r["obs_format"] == "flat"}
-    for r in rows:
-        key = (r["traj_id"], r["step_idx"])
-        r["next_url"] = wanted[key]
-        r["html"] = html.get(key)
-    rows.sort(key=lambda r: (r["traj_id"], r["step_idx"]))
-    return rows
+        mine = site_row_groups(f, site)
+        _plan_groups(f, mine, set(trajs), got, site, order)
+        elsewhere = {t for t, n in trajs.items() if len(got[t]) < n}    # rows at other sites: their groups
+        if elsewhere:
+            _plan_groups(f, [g for g in range(f.num_row_groups) if g not in set(mine)], elsewhere, got, site, order)
+    wanted, traj_steps = {}, {}
+    for traj, seq in got.items():
+        seq.sort()
+        steps = [{"step_idx": i, "url": u} for i, _, u in seq]
+        traj_steps[traj] = [(i, s) for i, s, _ in seq]
+        for (i, s, _), nxt in zip(seq, next_urls(steps)):
+            if s == site:
+                wanted[(traj, i)] = nxt
+    return wanted, traj_steps, order == sorted(order)
+
+
+def _plan_groups(f: pq.ParquetFile, groups: list[int], trajs: set[str], got: dict, site: str,
+                 order: list | None) -> None:
+    for g in groups:
+        if not trajs:
+            return
+        t = f.read_row_group(g, columns=["traj_id", "step_idx", "site", "url"]).to_pydict()
+        for traj, step, s, url in zip(t["traj_id"], t["step_idx"], t["site"], t["url"]):
+            if traj in trajs:
+                got[traj].append((step, s, url))
+                if order is not None and s == site:
+                    order.append((traj, step))
+
+
+def read_site_chunks(run: RunDir, site: str, wanted: dict, in_order: bool, size: int) -> Iterator[list[dict]]:
+    """The site's observations that its plan selected (``wanted``: :func:`site_plan`), with
+    ``next_url`` attached, in (traj_id, step_idx) order, as chunks of at least ``size`` rows that
+    never split a trajectory (:func:`trajectory_chunks`). A file in that order (``in_order``: as
+    ``data.ingest`` writes it) is read a row group at a time, so a site's rows are never held
+    together; another is read whole and sorted. HTML is read only for flat observations, the only
+    ones whose ancestors come from it. Observation text never travels between processes (or Dask
+    workers): each site's build reads its own."""
+    if not in_order:
+        rows = [r for g in _site_groups(run, site, wanted) for r in g]
+        rows.sort(key=lambda r: (r["traj_id"], r["step_idx"]))
+        yield from trajectory_chunks(rows, size)
+        return
+    chunk: list[dict] = []
+    for group in _site_groups(run, site, wanted):
+        for r in group:
+            if len(chunk) >= size and r["traj_id"] != chunk[-1]["traj_id"]:
+                yield chunk
+                chunk = []
+            chunk.append(r)
+    yield chunk
+
+
+def _site_groups(run: RunDir, site: str, wanted: dict) -> Iterator[list[dict]]:
+    """The wanted rows of each row group that may hold ``site``, in the file's order."""
+    columns = [c for c in COLUMNS if c != "html"] + ["source_path"]
+    with reading(run.trajectories, INGEST), pq.ParquetFile(run.trajectories) as f:
+        has_html = "html" in f.schema_arrow.names
+        for g in site_row_groups(f, site):
+            ids = f.read_row_group(g, columns=["traj_id", "step_idx", "site"]).to_pydict()
+            keep = [i for i, key in enumerate(zip(ids["traj_id"], ids["step_idx"]))
+                    if ids["site"][i] == site and key in wanted]
+            if not keep:
+                continue
+            rows = f.read_row_group(g, columns=columns).take(keep).to_pylist()
+            flat = [i for i, r in zip(keep, rows) if r["obs_format"] == "flat"]
+            html = dict(zip(flat, f.read_row_group(g, columns=["html"]).take(flat).column("html").to_pylist())) \
+                if has_html and flat else {}
+            for i, r in zip(keep, rows):
+                r["next_url"] = wanted[(r["traj_id"], r["step_idx"])]
+                r["html"] = html.get(i)
+            yield rows
 
 
 def site_row_groups(f: pq.ParquetFile, site: str) -> list[int]:
@@ -315,12 +406,6 @@ def site_row_groups(f: pq.ParquetFile, site: str) -> list[int]:
     return out
 
 
-def _site_rows(f: pq.ParquetFile, groups: list[int], site: str, columns: list[str]) -> list[dict]:
-    table = f.read_row_groups(groups, columns=columns)
-    keep = [i for i, s in enumerate(table.column("site").to_pylist()) if s == site]
-    return table.take(keep).to_pylist() if len(keep) < table.num_rows else table.to_pylist()
-
-
 def write_site(run: RunDir, graph: InteractionElementGraph) -> Path:
     out = run.graph_dir(graph.site)
     atomic_write_parquet(out / "nodes.parquet", graph.nodes)
@@ -332,13 +417,17 @@ def write_site(run: RunDir, graph: InteractionElementGraph) -> Path:
     return out
 
 
-def build_and_write_site(run_root: str, site: str, site_plan: dict,
+def build_and_write_site(run_root: str, site: str, plan_entry: dict,
                          config: BuildConfig | None = None) -> tuple[str, dict, list[Reject]]:
     """Read, build and write one site's graph; returns (site, stats, rejects)."""
     run = RunDir(run_root)
-    graph = build_site(site, load_site_rows(run, site, site_plan["steps"]), site_plan["traj_steps"], config)
+    wanted, traj_steps, in_order = site_plan(run, site, plan_entry["trajs"])
+    graph = build_site_chunks(site, read_site_chunks(run, site, wanted, in_order, CHUNK), traj_steps, config)
     write_site(run, graph)
-    return site, graph.stats, graph.rejects
+    stats, rejects = graph.stats, graph.rejects
+    del graph
+    release_memory()       # a worker builds site after site: what this one freed goes back now
+    return site, stats, rejects
 
 
 def _job(args) -> tuple[str, dict, list[Reject]]:
@@ -405,14 +494,22 @@ def prepare(run_dir: str | Path, include_failed: bool = False) -> tuple[RunDir, 
     # writable, and the trajectories are this run's (recorded in stats.json).
     require_columns(run.trajectories, COLUMNS + ["source_path"], INGEST)
     run.check_inputs(STAGE, run.trajectories)
-    cols = load_plan_columns(run)
-    n_rows = len(cols["traj_id"])
-    per_site, plan_rejects = plan(cols, include_failed)
-    del cols
+    with pq.ParquetFile(run.trajectories) as f:
+        n_rows = f.metadata.num_rows
+    per_site, plan_rejects = plan(lambda: load_plan_columns(run), include_failed, lambda rows: source_paths(run, rows))
+    release_memory()       # the workers fork from here
     check_outputs(run, files=(str(run.graph_manifest.relative_to(run.root)),),
                   dirs=(str(run.graphs.relative_to(run.root)),
                         *(str(run.graph_dir(s).relative_to(run.root)) for s in per_site)))
     return run, n_rows, per_site, plan_rejects
+
+
+def source_paths(run: RunDir, rows: list[int]) -> list[str | None]:
+    """The ``source_path`` of the rows at these indices (read only when planning rejects some)."""
+    if not rows:
+        return []
+    with reading(run.trajectories, INGEST), pq.ParquetFile(run.trajectories) as f:
+        return f.read(columns=["source_path"]).column("source_path").take(rows).to_pylist()
 
 
 def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int | None = None,
@@ -424,7 +521,7 @@ def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int
     run, n_rows, per_site, plan_rejects = prepare(run_dir, include_failed)
     # Largest sites first, so the pool does not end waiting on one big site.
     jobs = [(str(run.root), site, sp, config)
-            for site, sp in sorted(per_site.items(), key=lambda kv: -len(kv[1]["steps"]))]
+            for site, sp in sorted(per_site.items(), key=lambda kv: -kv[1]["rows"])]
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:

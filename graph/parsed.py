@@ -114,6 +114,9 @@ def _int_list_array(lists: list[list[int]]) -> pa.Array:
                                     flat)
 
 
+LINE_BATCH = 8192       # distinct lines converted to Arrow at once (a site's grow with its pages)
+
+
 class ParsedTables:
     """The two tables of a site (see the module doc), fed chunk by chunk: :meth:`add` takes
     accepted observations (``Observation``: ``row``, ``res``) in row order with the lines memo
@@ -123,22 +126,25 @@ class ParsedTables:
     lone surrogate), is left out (its readers parse its text)."""
 
     def __init__(self):
-        self.ids: dict[tuple[str, str], int] = {}
-        self.line_rows: list[tuple] = []      # LINE_SCHEMA's columns
+        self.ids: dict[str, dict[str, int]] = {}     # obs_format -> distinct line -> its row
+        self.n_lines = 0
+        self.line_rows: list[tuple] = []      # LINE_SCHEMA's columns, the rows not yet in line_batches
+        self.line_batches: list[pa.Table] = []    # the rows, LINE_BATCH at a time, as Arrow (compact)
         self.obs_text: list[dict] = []
-        self.obs_lines: list[list[int]] = []
+        self.obs_lines: list[array] = []       # each observation's line ids (int32)
         self.elem_pos: list[list[int]] = []
         self.elem_nid: list[list[str]] = []
 
     def add(self, observations, line_memo: dict) -> None:
-        ids, line_rows = self.ids, self.line_rows
+        line_rows = self.line_rows
         for o in observations:
             tree = o.res.tree
             fmt = tree.obs_format
             memo = line_memo.get(fmt, {})
-            seq = []
+            ids = self.ids.setdefault(fmt, {})
+            seq = array("i")
             for raw in (o.row["observation"] or "").splitlines():
-                i = ids.get((fmt, raw))
+                i = ids.get(raw)
                 if i is None:
                     f = memo.get(raw, False)
                     if f is False:
@@ -151,8 +157,11 @@ class ParsedTables:
                             seq = None
                             break
                         row = (f[0], f[1] or "", f[2], f[3], value, f[5], "")
-                    i = ids[(fmt, raw)] = len(line_rows)
+                    i = ids[raw] = self.n_lines
+                    self.n_lines += 1
                     line_rows.append(row)
+                    if len(line_rows) == LINE_BATCH:
+                        self._convert_lines()
                 seq.append(i)
             if seq is None:
                 continue
@@ -169,8 +178,15 @@ class ParsedTables:
         elem_node = [[node_rows[n] for n in nids] for nids in self.elem_nid]
         obs = pa.Table.from_arrays([*text.columns, _int_list_array(self.obs_lines), _int_list_array(self.elem_pos),
                                     _int_list_array(elem_node)], schema=OBS_SCHEMA)
+        if self.line_rows or not self.line_batches:
+            self._convert_lines()
+        return pa.concat_tables(self.line_batches).combine_chunks(), obs
+
+    def _convert_lines(self) -> None:
         cols = list(zip(*self.line_rows)) or [()] * len(LINE_SCHEMA)
-        return pa.Table.from_arrays([_int_array(cols[0]), *map(_str_array, cols[1:])], schema=LINE_SCHEMA), obs
+        self.line_batches.append(pa.Table.from_arrays([_int_array(cols[0]), *map(_str_array, cols[1:])],
+                                                      schema=LINE_SCHEMA))
+        self.line_rows.clear()
 
 
 # -- reading -------------------------------------------------------------------------------------------

@@ -63,11 +63,11 @@ def test_site_task_logic_without_engine(sample_run):
     from flows.build_graphs import build_site_graph
     from graph.build import BuildConfig, load_plan_columns, plan
 
-    per_site, _ = plan(load_plan_columns(RunDir(sample_run)), False)
+    per_site, _ = plan(lambda: load_plan_columns(RunDir(sample_run)), False)
     (site, stats, rejects), written = build_site_graph.fn(str(sample_run), "servicenow", per_site["servicenow"],
                                                           "fp", BuildConfig())
     assert written and "nodes.parquet" in written
-    assert site == "servicenow" and stats["observations"] == len(per_site["servicenow"]["steps"])
+    assert site == "servicenow" and stats["observations"] == per_site["servicenow"]["rows"]
     assert (sample_run / "graphs" / "servicenow" / "nodes.parquet").exists()
 
 
