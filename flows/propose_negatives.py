@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
@@ -59,6 +60,7 @@ from proposals.mine import (
     write_chunks,
 )
 from proposals.mine import build_parser as mine_parser
+from proposals.spool import spool_dir
 
 
 def _report(stats: StageStats, run: str) -> dict:
@@ -82,9 +84,10 @@ TASK_TRAJECTORIES = 256       # trajectories of one site a mine-chunk task mines
 @task(name="mine-chunk", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_unless_refused,
       cache_policy=NO_CACHE)
 @stage_task
-def mine_chunk_task(run: str, config: MineConfig, site: str, trajs: dict[str, int]) -> tuple:
-    """One chunk of a site's negatives before their fill values (``proposals.mine.mine_chunk``)."""
-    return mine_chunk(run, config, site, trajs)
+def mine_chunk_task(run: str, config: MineConfig, site: str, trajs: dict[str, int], spool: str) -> tuple:
+    """One chunk of a site's negatives (``proposals.mine.mine_chunk``): its final rows and rejects
+    spooled to files under ``spool``, the negatives that wait for fill values returned."""
+    return mine_chunk(run, config, site, trajs, spool)
 
 
 def mine_by_chunk(run: str, config: MineConfig, fill_llm: LLMConfig | None, progress: bool) -> dict:
@@ -94,15 +97,16 @@ def mine_by_chunk(run: str, config: MineConfig, fill_llm: LLMConfig | None, prog
     root = str(rundir.root.resolve())           # the workers' path to the run (a shared filesystem)
     trajs = plan_trajectories(rundir)
     chunks = plan_chunks(trajs, TASK_TRAJECTORIES)
-    futures = [mine_chunk_task.submit(root, config, site, chunk) for site, chunk in chunks]
-    site_of = {id(future): (site, len(chunk)) for future, (site, chunk) in zip(futures, chunks)}
-    with progress_bar(len(trajs), f"{STAGE} mining", unit="traj", enabled=progress) as bar:
-        for future in as_completed(futures):
-            site, n = site_of[id(future)]
-            dask_gave_up(future, f"mine-chunk of site {site!r} ({n} trajectories)")
-            bar.update(n)
-    results = [unwrap(final_state(future)) for future in futures]
-    return _report(write_chunks(rundir, config, results, fill_llm, progress, t0), run)
+    with spool_dir(Path(root)) as spool:        # the chunks' rows and rejects, on the shared filesystem
+        futures = [mine_chunk_task.submit(root, config, site, chunk, str(spool)) for site, chunk in chunks]
+        site_of = {id(future): (site, len(chunk)) for future, (site, chunk) in zip(futures, chunks)}
+        with progress_bar(len(trajs), f"{STAGE} mining", unit="traj", enabled=progress) as bar:
+            for future in as_completed(futures):
+                site, n = site_of[id(future)]
+                dask_gave_up(future, f"mine-chunk of site {site!r} ({n} trajectories)")
+                bar.update(n)
+        results = [unwrap(final_state(future)) for future in futures]
+        return _report(write_chunks(rundir, config, results, fill_llm, progress, t0), run)
 
 
 @flow(name="propose-negatives", log_prints=True)

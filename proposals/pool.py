@@ -1,6 +1,8 @@
 """The pool: the miners over a run's successful trajectories in chunks (in forked processes, or one
-task per chunk on the flow's Dask cluster), then once for the whole run the fill values, the last checks, the
-seeded sample, ``candidates.parquet``, the audit and the stage's stats and rejects.
+task per chunk on the flow's Dask cluster), each spooling its final rows and rejects to disk
+(``proposals.spool``), then once for the whole run the fill values, the last checks, the seeded
+sample, ``candidates.parquet`` (merged from the spools in ``pair_id`` order), the audit and the
+stage's stats and rejects.
 """
 
 from __future__ import annotations
@@ -11,12 +13,17 @@ import multiprocessing
 import os
 import random
 import time
+from array import array
 from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
+from itertools import chain
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from cli.progress import progress
-from data.rundir import RunDir, StageStats, atomic_parquet_writer
+from data.rundir import RunDir, StageStats
 from data.schema import AXIS_OF, CANDIDATE_SCHEMA
 from graph.identity import NodeKind
 from graph.parsed import Parsed
@@ -28,6 +35,7 @@ from proposals.fill import complete_fills
 from proposals.gmcp_ratio import TOLERANCE, match_gmcp_ratio, share
 from proposals.graphindex import check_graphs, read_columns
 from proposals.grounding import COLUMNS, INGEST, Miner, Pending, _make, _pair_id, chunk_rows, webprm_rows
+from proposals.spool import ChunkSpool, light_columns, merged_rejects, out_by_rule, spool_dir, write_sorted
 
 # A job's trajectories are mined in runs of at most this many observations (and at least one
 # trajectory): what a worker holds at once (rows, parsed trees) does not grow with the pool (a site of
@@ -36,16 +44,22 @@ CHUNK_ROWS = 512
 ROW_GROUP = 65536       # rows of a row group of ``candidates.parquet`` (a pool up to this size: one, as before)
 
 
-def mine_chunk(run_root: str, config: MineConfig, site: str, trajs: dict[str, int]) -> tuple[list[Pending], tuple]:
-    """Mine one chunk of a site's trajectories (trajectory -> its rows): the negatives still pending
-    (fill values are asked for the whole run by :func:`write_pool`) and the miner's tallies. A forked
-    worker of :func:`mine` or a task of the propose-negatives flow on Dask. The rows and the parsed
-    observations are read ``CHUNK_ROWS`` at a time (``chunk_rows``); the site's graph and parsed
-    lines once for the chunk."""
+def mine_chunk(run_root: str, config: MineConfig, site: str, trajs: dict[str, int],
+               spool: str) -> tuple[list[Pending], tuple, dict]:
+    """Mine one chunk of a site's trajectories (trajectory -> its rows), in a forked worker of
+    :func:`mine` or a task of the propose-negatives flow on Dask. The rows of every step whose
+    negatives are final (none waits for an LLM fill value) and the chunk's rejects go to files in
+    the ``spool`` folder as they are mined (``proposals.spool``); returns the negatives of the
+    steps that wait for fill values (asked for the whole run by :func:`write_pool`), the miner's
+    tallies and the spool's files. The rows and the parsed observations are read ``CHUNK_ROWS``
+    at a time (``chunk_rows``); the site's graph and parsed lines once for the chunk: what a worker
+    holds does not grow with the pool."""
     run = RunDir(run_root)
     miner = Miner(run, config)
+    out = ChunkSpool(spool)
     lines: dict = {}
-    pending = []
+    held: list[Pending] = []
+    without = WithoutCandidates()
     for part in row_runs(trajs, CHUNK_ROWS):
         if not config.no_graph:
             miner.parsed = Parsed(run_root, trajs=list(part), lines=lines)
@@ -56,11 +70,42 @@ def mine_chunk(run_root: str, config: MineConfig, site: str, trajs: dict[str, in
         gc.disable()
         try:
             for traj in part:
-                pending += miner.trajectory(by_traj[traj])
+                m0 = len(miner.mined)
+                held += spool_final(miner, config, miner.trajectory(by_traj[traj]), out, without, m0)
         finally:
             gc.enable()
         del by_traj
-    return pending, miner.tallies()
+        out.add_rejects(miner.step_rejects, miner.tally.rejects)
+    return held, (*miner.tallies(), without), out.close()
+
+
+def spool_final(miner: Miner, config: MineConfig, pending: list[Pending], out: ChunkSpool,
+                without: WithoutCandidates, m0: int) -> list[Pending]:
+    """One trajectory's negatives (its steps: ``miner.mined[m0:]``): the rows of the steps whose
+    negatives are final go to ``out`` (those steps counted in ``without``); the steps with a negative
+    that waits for a fill value (or a spare for one) are returned whole, their steps left in
+    ``miner.mined`` (counted once their values are known).
+    A final negative is never dropped by :func:`candidate_row` (its checks were made at grounding)."""
+    steps: dict[tuple, list[Pending]] = {}
+    for p in pending:
+        steps.setdefault((p.row["traj_id"], p.row["step_idx"]), []).append(p)
+    held, final = [], set()
+    row_of = candidate_row(miner, config)
+    for key, ps in steps.items():
+        if any(p.value_source == "llm" or p.spare is not None for p in ps):
+            held += ps
+            continue
+        final.add(key)
+        for p in ps:
+            out.add_row(row_of(p))
+    mined = miner.mined[m0:]
+    del miner.mined[m0:]
+    for m in mined:
+        if (m[0], m[1]) in steps and (m[0], m[1]) not in final:
+            miner.mined.append(m)
+        else:
+            without.add(m, (m[0], m[1]) in final)
+    return held
 
 
 def row_runs(trajs: dict[str, int], max_rows: int) -> list[dict[str, int]]:
@@ -136,75 +181,90 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     # at a time: the pool is never held whole) and loading the site's graph once; results put back
     # in trajectory order.
     chunks = plan_chunks(trajs, max(1, -(-len(trajs) // (workers * 4))))
-    jobs = [(str(run.root), config, site, c) for site, c in chunks]
-    results = []
-    with progress(len(trajs), f"{STAGE} mining", unit="traj", enabled=show_progress) as bar:
-        if workers > 1:
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                for result, (_, chunk) in zip(pool.map(_mine_job, jobs), chunks):
-                    results.append(result)
+    with spool_dir(run.root) as spool:
+        jobs = [(str(run.root), config, site, c, str(spool)) for site, c in chunks]
+        results = []
+        with progress(len(trajs), f"{STAGE} mining", unit="traj", enabled=show_progress) as bar:
+            if workers > 1:
+                with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                    for result, (_, chunk) in zip(pool.map(_mine_job, jobs), chunks):
+                        results.append(result)
+                        bar.update(len(chunk))
+            else:
+                for job, (_, chunk) in zip(jobs, chunks):
+                    results.append(mine_chunk(*job))
                     bar.update(len(chunk))
-        else:
-            for job, (_, chunk) in zip(jobs, chunks):
-                results.append(mine_chunk(*job))
-                bar.update(len(chunk))
-    return write_chunks(run, config, results, llm_config, show_progress, t0, workers)
+        return write_chunks(run, config, results, llm_config, show_progress, t0, workers)
 
 
 def _mine_job(args):
     return mine_chunk(*args)
 
 
-def write_chunks(run: RunDir, config: MineConfig, results: list[tuple[list[Pending], tuple]], llm_config,
+def write_chunks(run: RunDir, config: MineConfig, results: list[tuple[list[Pending], tuple, dict]], llm_config,
                  show_progress: bool, t0: float, workers: int = 1) -> StageStats:
-    """:func:`write_pool` on the chunks' results (``mine_chunk``, in any order), put back in the order
-    a one-process run mines in (a stable sort by trajectory id: each trajectory is mined whole, in
-    step order, by one chunk), so the fill requests, the pool, the sample, the stats and the rejects
-    do not depend on the chunks or on where they ran."""
+    """:func:`write_pool` on the chunks' results (``mine_chunk``, in any order; their spools still
+    on disk), put back in the order a one-process run mines in (a stable sort by trajectory id:
+    each trajectory is mined whole, in step order, by one chunk), so the fill requests, the pool,
+    the sample, the stats and the rejects do not depend on the chunks or on where they ran."""
     miner = Miner(run, config)
-    pending: list[Pending] = []
-    for part, tallies in results:
-        pending += part
-        miner.absorb(tallies)
+    held: list[Pending] = []
+    spools: list[dict] = []
+    without = WithoutCandidates()
+    for part, (*tallies, chunk_without), files in results:
+        held += part
+        miner.absorb(tuple(tallies))
+        without.absorb(chunk_without)
+        spools.append(files)
     results.clear()
-    in_trajectory_order(miner, pending)
-    return write_pool(run, config, webprm_rows(run), miner, pending, llm_config, show_progress, t0, workers)
+    in_trajectory_order(miner, held)
+    return write_pool(run, config, webprm_rows(run), miner, held, spools, without, llm_config, show_progress, t0,
+                      workers)
 
 
 def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, pending: list[Pending],
-               llm_config, show_progress: bool, t0: float, workers: int = 1) -> StageStats:
-    """What follows the rules: the fill values (each distinct prompt asked once, through the LLM
-    cache), the last checks, the pool and its seeded sample, the audit (its observations parsed
-    by ``workers`` forked processes) and the stage's stats and rejects (``rows``: the run's rows,
-    for the WebPRM rejected-action audit; ``t0``: the stage's start)."""
+               spools: list[dict], without: WithoutCandidates, llm_config, show_progress: bool, t0: float,
+               workers: int = 1) -> StageStats:
+    """What follows the rules: the fill values of the steps that wait for them (each distinct
+    prompt asked once, through the LLM cache) and their last checks, the pool sorted by
+    ``pair_id`` from the chunks' spools and those steps' rows, its seeded sample, the audit (its
+    observations parsed by ``workers`` forked processes) and the stage's stats and rejects
+    (``rows``: the run's rows, for the WebPRM rejected-action audit; ``t0``: the stage's start)."""
     if llm_config is None:
         from llm import LLMConfig
         llm_config = LLMConfig()
     kept = [p for p in pending if p.spare is None]
     usage, fill_counts = complete_fills(kept, llm_config, config.seed, show_progress,
                                         replace=spares_for(miner, pending, kept))
-    # Each negative becomes its row and is freed at once (in ``kept``'s order): the pool is held once,
-    # as negatives or as rows, not twice (the caller's list is emptied first).
     pending.clear()
-    kept.reverse()
-    row_of, cands = candidate_row(miner, config), []
-    while kept:
-        c = row_of(kept.pop())
-        if c is not None:
-            cands.append(c)
-    cands.sort(key=lambda c: c["pair_id"])
-    cands, ratio_entry = to_gmcp_ratio(miner, cands, config)
+    row_of = candidate_row(miner, config)
+    filled = [c for c in map(row_of, kept) if c is not None]
+    kept.clear()
+    have = {(c["traj_id"], c["step_idx"]) for c in filled}
+    for m in miner.mined:
+        without.add(m, (m[0], m[1]) in have)
+    sources = [s["rows"] for s in spools if s["rows"]] + [pinned_table(filled, CANDIDATE_SCHEMA)]
+    del filled
+
+    # The pool in pair_id order from a few light columns; the rows themselves are gathered a row
+    # group at a time from the spools (proposals.spool.write_sorted): never held whole.
+    per_step = bool(config.sample_per_step or config.sample_min_per_step)
+    light = light_columns(sources, ["pair_id", "rule"] + (
+        ["traj_id", "step_idx", "gmcp", "action_neg"] if per_step or config.pool_gmcp_ratio is not None else []))
+    order = pc.sort_indices(light.column("pair_id"))
+    cands = light.take(order).to_pylist() if per_step or config.pool_gmcp_ratio is not None else None
+    ratio_entry: dict = {}
+    if config.pool_gmcp_ratio is not None:
+        at = {id(c): j for j, c in enumerate(cands)}
+        cands, ratio_entry = to_gmcp_ratio(miner, cands, config)
+        order = order.take(pa.array([at[id(c)] for c in cands], pa.int64()))
     rng = random.Random(config.seed)
-    eligible = per_step_sample(cands, config)
-    for i in rng.sample(eligible, min(config.sample_size, len(eligible))):
-        cands[i]["sampled"] = True
-    # Converted and written a row group at a time: the pool is never held twice (rows and table).
-    with atomic_parquet_writer(run.candidates, CANDIDATE_SCHEMA) as writer:
-        for i in range(0, max(len(cands), 1), ROW_GROUP):
-            writer.write_table(pinned_table(cands[i:i + ROW_GROUP], CANDIDATE_SCHEMA))
-    rules, without = rule_counts(config, miner, cands), steps_without_candidates(miner, cands)
-    n_out = len(cands)
-    cands.clear()
+    eligible = per_step_sample(cands, config) if per_step else range(len(order))
+    sampled = set(rng.sample(eligible, min(config.sample_size, len(eligible))))
+    write_sorted(run.candidates, sources, array("q", order.to_pylist()), sampled, ROW_GROUP)
+    rules = rule_counts(config, miner, out_by_rule(light, order))
+    n_out = len(order)
+    del light, order, cands, sampled
 
     stats = StageStats(STAGE, n_in=miner.tally.proposed, n_out=n_out, rejected=miner.tally.drops)
     stats.extra = {
@@ -213,7 +273,7 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
                    "no_graph": config.no_graph, "no_fill": config.no_fill, "max_per_rule": config.max_per_rule,
                    "pool_gmcp_ratio": config.pool_gmcp_ratio,
                    **({"sample_per_step": config.sample_per_step, "sample_min_per_step": config.sample_min_per_step}
-                      if config.sample_per_step or config.sample_min_per_step else {}),
+                      if per_step else {}),
                    "params": {k: getattr(config.params, k) for k in config.params.__slots__}},
         # Per rule: candidates looked at (in), candidates written (out), and what grounding and
         # the later value checks removed, by reason (in = out + rejected for every rule).
@@ -225,7 +285,7 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
         "steps": {"in": miner.steps_in, "out": miner.steps_mined,
                   "rejected": dict(sorted(miner.step_rejected.items()))},
         # Mined steps that gave no candidate, by why (the line a near-empty pool prints).
-        "without_candidates": without,
+        "without_candidates": without.as_dict(),
         # Re-derived from the files just written, as ``python -m proposals.audit`` does.
         "audit": write_audit(run.root, "candidates", workers),
         "fill": fill_counts,
@@ -237,7 +297,9 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
     if webprm["pairs"]:
         stats.extra["webprm_rejected_audit"] = webprm
     assert miner.steps_in == miner.steps_mined + sum(miner.step_rejected.values())
-    run.write_stage(stats, miner.step_rejects + miner.tally.rejects)
+    # The chunks' rejects (spooled, merged in trajectory order), then those of the fills and last checks.
+    run.write_stage(stats, chain(merged_rejects(spools, "step_rejects"), merged_rejects(spools, "rejects"),
+                                 miner.step_rejects, miner.tally.rejects))
     return stats
 
 
@@ -321,22 +383,38 @@ def candidate_row(miner: Miner, config: MineConfig):
     return row_of
 
 
-def steps_without_candidates(miner: Miner, cands: list[dict]) -> dict:
-    """The mined steps that gave no candidate (``steps``), by why: the positive acts on no element
+class WithoutCandidates:
+    """The mined steps that gave no candidate, by why: the positive acts on no element
     (``virtual_positive``, its ops in ``virtual_positive_ops``: no rule contrasts an element with
     it), no rule put a candidate forward (``no_candidate``), or grounding and the value checks
-    removed all they put forward (``all_dropped``)."""
-    have = {(c["traj_id"], c["step_idx"]) for c in cands}
-    why, virtual_ops = Counter(), Counter()
-    for traj, step, kind, op, looked in miner.mined:
-        if (traj, step) in have:
-            continue
+    removed all they put forward (``all_dropped``). Counted as chunks are mined, in any order:
+    ops of equal counts are listed in trajectory order, as one pass over the pool lists them."""
+
+    def __init__(self):
+        self.why: Counter = Counter()
+        self.virtual_ops: Counter = Counter()
+        self.first: dict[str, tuple] = {}       # op -> the first (traj_id, step_idx) it was seen at
+
+    def add(self, mined: tuple, has_candidates: bool) -> None:
+        traj, step, kind, op, looked = mined
+        if has_candidates:
+            return
         if kind == NodeKind.VIRTUAL:
-            why["virtual_positive"] += 1
-            virtual_ops[op] += 1
+            self.why["virtual_positive"] += 1
+            self.virtual_ops[op] += 1
+            self.first[op] = min(self.first.get(op, (traj, step)), (traj, step))
         else:
-            why["all_dropped" if looked else "no_candidate"] += 1
-    return {"steps": dict(sorted(why.items())), "virtual_positive_ops": dict(virtual_ops.most_common())}
+            self.why["all_dropped" if looked else "no_candidate"] += 1
+
+    def absorb(self, other: WithoutCandidates) -> None:
+        self.why.update(other.why)
+        self.virtual_ops.update(other.virtual_ops)
+        for op, at in other.first.items():
+            self.first[op] = min(self.first.get(op, at), at)
+
+    def as_dict(self) -> dict:
+        ops = sorted(self.virtual_ops.items(), key=lambda kv: (-kv[1], self.first[kv[0]]))
+        return {"steps": dict(sorted(self.why.items())), "virtual_positive_ops": dict(ops)}
 
 
 def to_gmcp_ratio(miner: Miner, cands: list[dict], config: MineConfig) -> tuple[list[dict], dict]:
@@ -355,9 +433,9 @@ def to_gmcp_ratio(miner: Miner, cands: list[dict], config: MineConfig) -> tuple[
                                  "dropped_other": sum(not c["gmcp"] for c in dropped)}}
 
 
-def rule_counts(config: MineConfig, miner: Miner, cands: list[dict]) -> dict:
-    """Per rule: candidates looked at (in), written (out) and dropped by reason; in = out + rejected."""
-    out_by_rule = Counter(c["rule"] for c in cands)
+def rule_counts(config: MineConfig, miner: Miner, out_by_rule: Counter) -> dict:
+    """Per rule: candidates looked at (in), written (out: ``out_by_rule``) and dropped by reason;
+    in = out + rejected."""
     rules = {}
     for rule in config.rules:
         dropped = {reason: n for (r, reason), n in sorted(miner.tally.rule_drops.items()) if r == rule}
