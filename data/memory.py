@@ -26,6 +26,15 @@ def _malloc_trim():
 _TRIM = _malloc_trim()
 
 
+def system_allocator() -> None:
+    """Arrow allocates from the C heap (``malloc``) in this process from now on, instead of its
+    bundled mimalloc, which keeps freed pages per thread: a mining worker that reads row group after
+    row group held 393 MB at 10x the paper's pool with mimalloc, 247 MB with ``malloc`` (the
+    same as ``ARROW_DEFAULT_MEMORY_POOL=system``). Called by the stages that stream a pool."""
+    if pa.default_memory_pool().backend_name != "system":
+        pa.set_memory_pool(pa.system_memory_pool())
+
+
 def release_memory() -> None:
     """Return the free pages of Arrow's memory pool and of the C heap (glibc) to the system."""
     pa.default_memory_pool().release_unused()

@@ -191,28 +191,34 @@ class ParsedTables:
 
 # -- reading -------------------------------------------------------------------------------------------
 class SiteLines:
-    """A site's distinct lines (``parsed_lines.parquet``) decoded, and its parsed observations as
-    read (``parsed.parquet``, Arrow): what every run of the site's observations shares (read once
-    per site by a job that mines them a run at a time)."""
+    """A site's distinct lines (``parsed_lines.parquet``) and its parsed observations
+    (``parsed.parquet``), both as read (Arrow: compact): what every run of the site's observations
+    shares (read once per site by a job that mines them a run at a time). A run decodes only the
+    lines its observations use (:meth:`decode`): a site's distinct lines grow with its pages."""
 
     def __init__(self, site_dir: Path):
         with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / LINES_FILE) as f:
-            lines = f.read().to_pydict()
+            self.table = f.read()
         with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / OBS_FILE) as f:
             self.observations = f.read()       # the site's parsed observations, as Arrow (ids: compact)
-        self.raw = lines["raw"]
-        self.fields: list[tuple | None] = []
-        self.fresh: dict[int, str] = {}      # lines whose value is a list or dict: decoded for each tree
-        for i, (depth, bid, role, name, value, rest) in enumerate(zip(
-                lines["depth"], lines["bid"], lines["role"], lines["name"], lines["value"], lines["rest"])):
+
+    def decode(self, ids: list[int]) -> tuple[dict[int, str], dict[int, tuple | None], dict[int, str]]:
+        """The lines ``ids`` (sorted): raw text, fields (None for a line that is no node) and, for the
+        lines whose value is a list or dict, the value's text (decoded again for each tree)."""
+        cols = self.table.take(_int_array(ids)).to_pydict()
+        raw = dict(zip(ids, cols["raw"]))
+        fields: dict[int, tuple | None] = {}
+        fresh: dict[int, str] = {}
+        for i, depth, bid, role, name, value, rest in zip(
+                ids, cols["depth"], cols["bid"], cols["role"], cols["name"], cols["value"], cols["rest"]):
             if not role:
-                self.fields.append(None)
+                fields[i] = None
                 continue
-            bid = bid or None
             v = _decode_value(value) if value else None
             if type(v) not in _SCALARS:
-                self.fresh[i] = value
-            self.fields.append((depth, bid, role, name, v, rest))
+                fresh[i] = value
+            fields[i] = (depth, bid or None, role, name, v, rest)
+        return raw, fields, fresh
 
 
 class ParsedSite:
@@ -227,7 +233,10 @@ class ParsedSite:
         if trajs is not None:
             table = table.filter(pc.is_in(table["traj_id"], value_set=pa.array(trajs, pa.string())))
         obs = table.to_pydict()
-        self._raw, self._fields, self._fresh = self.lines.raw, self.lines.fields, self.lines.fresh
+        used: set[int] = set()
+        for seq in obs["lines"]:
+            used.update(seq)
+        self._raw, self._fields, self._fresh = self.lines.decode(sorted(used))
         self._index = {k: n for n, k in enumerate(zip(obs["traj_id"], obs["step_idx"]))}
         self._obs = obs
         self._node_ids: list[str] | None = None

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from data.actions import VALUE_OPS, Action
 from data.rundir import Reject, RunDir
-from graph.build import graph_settings, site_row_groups
+from graph.build import MEMO_ENTRIES, graph_settings, memo_entries, site_row_groups
 from graph.identity import NodeKind
 from graph.parsed import Parsed
 from graph.passes import Observation, ObservationRejected, Observations, demonstrated_steps, next_urls, observe
@@ -126,6 +126,13 @@ class Miner:
         # O_t as graph.build parsed and resolved it (graph.parsed); the No-Graph ablation parses the text.
         # A caller that mines a site in runs sets one per run (``proposals.pool.mine_chunk``).
         self.parsed = None if config.no_graph else Parsed(run.root)
+
+    def trim_memos(self) -> None:
+        """Empty a site's memo past ``graph.build.MEMO_ENTRIES`` entries (a cache, as the build's: a
+        site's distinct lines grow with its pages)."""
+        for memo in self._site_memos.values():
+            if memo_entries(memo) > MEMO_ENTRIES:
+                memo.clear()
 
     def graph(self, site: str) -> GraphIndex | None:
         if self.config.no_graph:

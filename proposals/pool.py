@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cli.progress import progress
+from data.memory import release_memory, system_allocator
 from data.rundir import RunDir, StageStats
 from data.schema import AXIS_OF, CANDIDATE_SCHEMA
 from graph.identity import NodeKind
@@ -55,6 +56,7 @@ def mine_chunk(run_root: str, config: MineConfig, site: str, trajs: dict[str, in
     at a time (``chunk_rows``); the site's graph and parsed lines once for the chunk: what a worker
     holds does not grow with the pool."""
     run = RunDir(run_root)
+    system_allocator()     # in a Dask worker too (a forked worker inherits it)
     miner = Miner(run, config)
     out = ChunkSpool(spool)
     lines: dict = {}
@@ -76,6 +78,8 @@ def mine_chunk(run_root: str, config: MineConfig, site: str, trajs: dict[str, in
             gc.enable()
         del by_traj
         out.add_rejects(miner.step_rejects, miner.tally.rejects)
+        miner.trim_memos()
+        release_memory()
     return held, (*miner.tallies(), without), out.close()
 
 
@@ -124,6 +128,7 @@ def open_run(run_dir: str | Path, config: MineConfig) -> RunDir:
     run = RunDir(run_dir)
     if not run.trajectories.exists():
         raise FileNotFoundError(f"{run.trajectories} not found: run `python -m data.ingest` first")
+    system_allocator()
     if not config.no_graph and not run.graph_manifest.exists():
         raise FileNotFoundError(f"{run.root / 'graphs'} not found: run `python -m graph.build` first "
                                 f"(or mine with --no-graph)")
@@ -265,6 +270,7 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
     rules = rule_counts(config, miner, out_by_rule(light, order))
     n_out = len(order)
     del light, order, cands, sampled
+    release_memory()
 
     stats = StageStats(STAGE, n_in=miner.tally.proposed, n_out=n_out, rejected=miner.tally.drops)
     stats.extra = {

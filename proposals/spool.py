@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from data.memory import release_memory
 from data.rundir import Reject, atomic_parquet_writer
 from data.schema import CANDIDATE_SCHEMA
 from graph.schema import pinned_table
@@ -36,7 +37,11 @@ BATCH = 4096        # rows a chunk converts and writes at once, and the merge re
 
 @contextmanager
 def spool_dir(run_root: Path):
-    """A temporary folder of the run directory for one mining's spools, removed afterwards."""
+    """A temporary folder of the run directory for one mining's spools, removed afterwards; the
+    folders a killed mining left are removed first (the caller holds the stage's lock, so none is
+    in use)."""
+    for stale in Path(run_root).glob(".mine-spool-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     path = Path(tempfile.mkdtemp(prefix=".mine-spool-", dir=run_root))
     try:
         yield path
@@ -154,6 +159,8 @@ def write_sorted(path: Path, sources: list, order: array, sampled: set[int], gro
             flags = pc.is_in(_int64(range(lo, hi)), value_set=_int64(sorted(sampled)))
             table = table.set_column(table.schema.get_field_index("sampled"), CANDIDATE_SCHEMA.field("sampled"), flags)
             writer.write_table(table.combine_chunks())
+            del pieces, table
+            release_memory()
 
 
 def _count(src) -> int:

@@ -326,6 +326,28 @@ def test_worker_processes_mine_what_one_process_mines(tmp_path, scripted_llm, mo
                         stats.n_out)
     assert len({r["site"] for r in pq.read_table(two / "candidates.parquet", columns=["site"]).to_pylist()}) == 2
     assert got[1][3] > 0 and got[1] == got[2] == got[3]
+    # The chunks spool their rows 7 at a time and the pool is gathered in row groups of 50: the
+    # same rows in the same order, the same sample, rejects and stats (only the row groups differ).
+    import proposals.spool
+
+    tiny = tmp_path / "tiny"
+    shutil.copytree(one, tiny)
+    monkeypatch.setattr(proposals.spool, "BATCH", 7)
+    monkeypatch.setattr(proposals.pool, "ROW_GROUP", 50)
+    (tiny / ".mine-spool-killed").mkdir()          # what a killed mining leaves
+    (tiny / ".mine-spool-killed" / "x.rows.parquet").write_bytes(b"partial")
+    mine(tiny, MineConfig(sample_size=100, seed=42), scripted_llm, workers=2, show_progress=False)
+    entry = json.loads((tiny / "stats.json").read_text())["proposals.mine"]
+    for key in ("seconds", "llm"):
+        entry.pop(key)
+    with pq.ParquetFile(tiny / "candidates.parquet") as f:
+        assert f.metadata.num_row_groups == -(-got[1][3] // 50) > 1
+    assert pq.read_table(tiny / "candidates.parquet").to_pylist() == \
+        pq.read_table(one / "candidates.parquet").to_pylist()
+    digests = ("audit", "table_sha256"), ("fingerprints", "outputs")     # the file's: other row groups
+    strip = [{**e, **{k: {**e[k], sub: None} for k, sub in digests}} for e in (entry, got[1][2])]
+    assert (tiny / "rejects.jsonl").read_text() == got[1][1] and strip[0] == strip[1]
+    assert not list(tiny.glob(".mine-spool-*"))           # the spools are removed with the stage, old ones first
 
 
 def test_sample_per_step_bounds_each_steps_sample(mined, bundled_run, scripted_llm, tmp_path):
