@@ -56,7 +56,7 @@ from cli.errors import error_exit
 from data.actions import ELEMENT_OPS, Action, ActionParseError, parse_action
 from data.rundir import RunDir, RunDirError, atomic_write_text
 from graph.axtree import AXTree, AXTreeParseError, parse_axtree
-from graph.build import graph_identity
+from graph.build import graph_identity, site_row_groups
 from graph.identity import DEFAULT_IDENTITY
 from graph.parsed import Parsed
 from graph.resolve import resolve_observation
@@ -172,18 +172,23 @@ class AuditTally:
     def __init__(self):
         self.all = _Counts()
         self.other_reasons, self.mismatch, self.virtual = Counter(), Counter(), Counter()
+        self.first: dict[str, int] = {}     # a direction's or op's first record (ties are listed in that order)
         self.disagrees = 0
         self.groups: dict[str, dict[str, _Counts]] = {"rule": {}, "axis": {}}
 
-    def add(self, r: dict) -> None:
+    def add(self, r: dict, n: int = 0) -> None:
+        """Count one classified record; ``n``: its position in the table (records may come in any order)."""
         self.all.add(r)
         category = r["category"]
         if category == "other":
             self.other_reasons[r["reason"]] += 1
         elif category == "affordance_mismatch":
-            self.mismatch[f"{r['op_pos']}->{r['op_neg']}"] += 1
+            key = f"{r['op_pos']}->{r['op_neg']}"
+            self.mismatch[key] += 1
+            self.first[key] = min(self.first.get(key, n), n)
         elif category == "virtual_positive":
             self.virtual[r["op_pos"]] += 1
+            self.first["\x00" + r["op_pos"]] = min(self.first.get("\x00" + r["op_pos"], n), n)
         if r.get("stored_gmcp") is not None and r["stored_gmcp"] != (category == "gmcp"):
             self.disagrees += 1
         for key, groups in self.groups.items():
@@ -192,9 +197,10 @@ class AuditTally:
     def result(self) -> dict:
         out = self.all.result()
         out["other_reasons"] = dict(sorted(self.other_reasons.items()))
-        # most_common keeps first-seen order among equal counts: the records' order, as a list's Counter
-        out["mismatch_directions"] = dict(self.mismatch.most_common())
-        out["virtual_positive_ops"] = dict(self.virtual.most_common())
+        # equal counts in the order of their first record, as a list's Counter.most_common gives them
+        out["mismatch_directions"] = dict(sorted(self.mismatch.items(), key=lambda kv: (-kv[1], self.first[kv[0]])))
+        out["virtual_positive_ops"] = dict(sorted(self.virtual.items(),
+                                                  key=lambda kv: (-kv[1], self.first["\x00" + kv[0]])))
         out["stored_gmcp_disagrees"] = self.disagrees
         for key, groups in self.groups.items():
             out[f"by_{key}"] = {k: c.result() for k, c in sorted(groups.items())}
@@ -204,8 +210,8 @@ class AuditTally:
 def audit_records(records) -> dict:
     """Counts and ratios of classified pairs, overall and per rule and axis."""
     tally = AuditTally()
-    for r in records:
-        tally.add(r)
+    for n, r in enumerate(records):
+        tally.add(r, n)
     return tally.result()
 
 
@@ -231,20 +237,20 @@ def mined_identity(run_root: Path) -> str:
     mode ``no_graph``) or a run without graphs."""
     cands = run_root / "candidates.parquet"
     if cands.exists() and "mode" in pq.read_schema(cands).names:
-        if set(read_columns(cands, ["mode"]).column("mode").to_pylist()) == {"no_graph"}:
+        if set(read_columns(cands, ["mode"]).column("mode").unique().to_pylist()) == {"no_graph"}:
             return DEFAULT_IDENTITY
     if not (run_root / "graphs" / "manifest.json").exists():
         return DEFAULT_IDENTITY
     return graph_identity(RunDir(run_root))
 
 
-def _observations(run_root: Path, targets: dict[tuple[str, int], set[str]], workers: int = 1
-                  ) -> dict[tuple[str, int], tuple[Counter, dict[str, int]] | None]:
+def _observations(run_root: Path, targets: dict[tuple[str, int], set[str]], workers: int = 1,
+                  sites: set[str] | None = None) -> dict[tuple[str, int], tuple[Counter, dict[str, int]] | None]:
     """(bid counts, node bid counts) of the observations of the given steps, restricted to each
     step's targets (the only bids ``classify`` looks up), parsed and resolved from
     ``trajectories.parquet`` (only the steps asked for are kept; the first row of a step wins);
     None for an observation that does not parse. ``workers`` > 1: contiguous runs of row groups
-    in forked processes."""
+    in forked processes; ``sites``: the steps' sites, when known (only their row groups are read)."""
     identity = mined_identity(run_root)
     path = run_root / "trajectories.parquet"
     got = _parsed_observations(run_root, targets, identity)
@@ -254,7 +260,8 @@ def _observations(run_root: Path, targets: dict[tuple[str, int], set[str]], work
     f = pq.ParquetFile(path)
     cols = [c for c in ("traj_id", "step_idx", "site", "url", "observation", "obs_format", "html")
             if c in f.schema_arrow.names]
-    groups = list(range(f.num_row_groups))
+    groups = list(range(f.num_row_groups)) if sites is None else \
+        sorted({g for site in sites for g in site_row_groups(f, site)})
     n = max(1, min(workers, len(groups)))
     if n == 1:
         return {**got, **_observe_groups(path, cols, groups, targets, identity)}
@@ -275,23 +282,39 @@ def _parsed_observations(run_root: Path, targets: dict[tuple[str, int], set[str]
     parsed = Parsed(run_root)
     if not parsed.sites() or graph_identity(RunDir(run_root)) != identity:
         return {}
-    light = read_columns(run_root / "trajectories.parquet", ["traj_id", "step_idx", "site"]).to_pydict()
     site_of: dict[tuple[str, int], str] = {}
-    for key, site in zip(zip(light["traj_id"], light["step_idx"]), light["site"]):
-        if key in targets:
-            site_of.setdefault(key, site)
-    got = {}
+    with pq.ParquetFile(run_root / "trajectories.parquet") as f:
+        for batch in f.iter_batches(8192, columns=["traj_id", "step_idx", "site"]):
+            light = batch.to_pydict()
+            for key, site in zip(zip(light["traj_id"], light["step_idx"]), light["site"]):
+                if key in targets:
+                    site_of.setdefault(key, site)
+    by_site: dict[str, list[tuple[str, int]]] = {}
     for key in sorted(site_of, key=lambda k: (site_of[k], k)):
-        s = parsed.site(site_of[key])
-        if s is None or key not in s:
-            continue
-        wanted = targets[key]
-        node_bids = s.node_bid_counts(key, wanted)
-        if node_bids is None:
-            continue
-        counts = Counter(b for b in s.bids(key) if b in wanted)
-        got[key] = (counts, node_bids)
+        by_site.setdefault(site_of[key], []).append(key)
+    got = {}
+    for site, keys in by_site.items():
+        # A site's observations AUDIT_TRAJS trajectories at a time (its lines read once, a run
+        # decoding those it uses), as mining reads them: a site's parsed tables grow with its pages.
+        lines: dict = {}
+        trajs = list(dict.fromkeys(t for t, _ in keys))
+        for i in range(0, len(trajs), AUDIT_TRAJS):
+            part = set(trajs[i:i + AUDIT_TRAJS])
+            s = Parsed(run_root, trajs=sorted(part), lines=lines).site(site)
+            if s is None:
+                break
+            for key in keys:
+                if key[0] not in part or key not in s:
+                    continue
+                wanted = targets[key]
+                node_bids = s.node_bid_counts(key, wanted)
+                if node_bids is None:
+                    continue
+                got[key] = (Counter(b for b in s.bids(key) if b in wanted), node_bids)
     return got
+
+
+AUDIT_TRAJS = 64      # trajectories of a site whose parsed observations the audit reads at once
 
 
 def _observe_groups(path: Path, cols: list[str], groups: list[int], targets: dict[tuple[str, int], set[str]],
@@ -329,42 +352,58 @@ def _observe_batches(batches, targets: dict[tuple[str, int], set[str]], identity
                         {b: node_bids[b] for b in wanted if b in node_bids})
 
 
-def _pairs(path: Path, table: str, extra: tuple[str, ...] = ()):
-    """(traj_id, step_idx, positive, negative, *``extra`` columns) of every row of the table, from
-    its columns a batch at a time (no row dicts): in a preference table the positive is the
-    response that ``label`` names."""
+def _pairs(path: Path, table: str, extra: tuple[str, ...] = (), sites: set[str] | None = None,
+           numbered: bool = False):
+    """(traj_id, step_idx, positive, negative, *``extra`` columns) of every row of the table (of the
+    ``sites`` only, when given), from its columns a batch at a time (no row dicts): in a preference
+    table the positive is the response that ``label`` names. ``numbered``: (row index, that tuple)."""
     actions = ["action_pos", "action_neg"] if table == "candidates" else ["label", "response_1", "response_2"]
     cols = ["traj_id", "step_idx", *actions, *extra]
-    for batch in pq.ParquetFile(path).iter_batches(columns=cols, batch_size=8192):
+    start = 0
+    for batch in pq.ParquetFile(path).iter_batches(columns=cols + (["site"] if sites is not None else []),
+                                                   batch_size=8192):
         c = [batch.column(i).to_pylist() for i in range(len(cols))]
         if table != "candidates":
             label, first, second = c[2:5]
             c[2:5] = [[f if n == 1 else s for n, f, s in zip(label, first, second)],
                       [s if n == 1 else f for n, f, s in zip(label, first, second)]]
-        yield from zip(*c)
+        rows = zip(range(start, start + batch.num_rows), zip(*c))
+        start += batch.num_rows
+        if sites is not None:
+            keep = batch.column(len(cols)).to_pylist()
+            rows = ((n, r) for (n, r), site in zip(rows, keep) if site in sites)
+        yield from (rows if numbered else (r for _, r in rows))
+
+
+# Pairs whose steps' facts (targets, bid counts) the audit holds at once: the table is audited in
+# groups of whole sites of about this many pairs (a pool up to this size: one group, one pass).
+AUDIT_PAIRS = 65536
 
 
 def audit_table(run_dir: str | Path, table: str = "candidates", workers: int = 1) -> dict:
     """The audit of one table of a run, re-derived from the files (see the module docstring);
-    ``workers``: processes that parse and resolve the observations. The table is read twice, a
-    batch at a time (the targets of each step, then each pair classified and counted)."""
+    ``workers``: processes that parse and resolve the observations. The table is read a batch at
+    a time, for each group of sites of about ``AUDIT_PAIRS`` pairs twice (the targets of each of
+    their steps, then each pair classified and counted): what it holds does not grow with the pool."""
     root = Path(run_dir)
     path = root / f"{table}.parquet"
     for need in (path, root / "trajectories.parquet"):
         if not need.exists():
             raise FileNotFoundError(f"{need} not found")
-    obs = _observations(root, _targets(_pairs(path, table)), workers)
     tally, sample = AuditTally(), AuditTally()
     extra = ("rule", "axis", "gmcp", "sampled") if table == "candidates" else ("rule", "axis", "gmcp")
-    for traj, step, pos, neg, rule, axis, gmcp, *sampled in _pairs(path, table, extra):
-        counts, node_bids = obs.get((traj, step)) or (None, None)
-        rec = classify(pos, neg, counts, node_bids)
-        if (traj, step) not in obs and rec["reason"] == "unparseable_observation":
-            rec["reason"] = "no_observation"
-        rec.update(rule=rule, axis=axis, stored_gmcp=gmcp)
-        tally.add(rec)
-        if sampled and sampled[0]:
-            sample.add(rec)
+    for sites in _site_groups(path, AUDIT_PAIRS):
+        obs = _observations(root, _targets(_pairs(path, table, sites=sites)), workers, sites)
+        for n, (traj, step, pos, neg, rule, axis, gmcp, *sampled) in _pairs(path, table, extra, sites, numbered=True):
+            counts, node_bids = obs.get((traj, step)) or (None, None)
+            rec = classify(pos, neg, counts, node_bids)
+            if (traj, step) not in obs and rec["reason"] == "unparseable_observation":
+                rec["reason"] = "no_observation"
+            rec.update(rule=rule, axis=axis, stored_gmcp=gmcp)
+            tally.add(rec, n)
+            if sampled and sampled[0]:
+                sample.add(rec, n)
+        del obs
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -373,6 +412,26 @@ def audit_table(run_dir: str | Path, table: str = "candidates", workers: int = 1
     if table == "candidates":
         out["sample"] = sample.result()
     return out
+
+
+def _site_groups(path: Path, size: int) -> list[set[str] | None]:
+    """The table's sites in groups of about ``size`` pairs (whole sites, in name order); one group,
+    None (every row), when the table is that small or has no ``site`` column."""
+    with pq.ParquetFile(path) as f:
+        if f.metadata.num_rows <= size or "site" not in f.schema_arrow.names:
+            return [None]
+        counts: Counter = Counter()
+        for batch in f.iter_batches(65536, columns=["site"]):
+            counts.update(batch.column(0).to_pylist())
+    groups: list[set[str]] = [set()]
+    n = 0
+    for site in sorted(counts):
+        if n and n + counts[site] > size:
+            groups.append(set())
+            n = 0
+        groups[-1].add(site)
+        n += counts[site]
+    return groups
 
 
 def write_audit(run_dir: str | Path, table: str = "candidates", workers: int = 1) -> dict:

@@ -373,3 +373,22 @@ def test_sample_per_step_bounds_each_steps_sample(mined, bundled_run, scripted_l
     mine(run, MineConfig(sample_size=5, seed=42, sample_per_step=2, sample_min_per_step=4), scripted_llm, workers=1)
     small = {c["pair_id"] for c in pq.read_table(run / "candidates.parquet").to_pylist() if c["sampled"]}
     assert len(small) == 5 and small <= {c["pair_id"] for c in out if c["sampled"]}
+
+
+def test_the_audit_in_site_groups_equals_one_pass(mined, bundled_run, monkeypatch, tmp_path):
+    """A pool larger than ``AUDIT_PAIRS`` is audited a group of whole sites at a time, each site a
+    trajectory at a time: the same audit, key order (ties of equal counts) included, as one pass."""
+    import pyarrow as pa
+
+    import proposals.audit as audit
+
+    whole = audit.audit_table(bundled_run, "candidates")
+    monkeypatch.setattr(audit, "AUDIT_PAIRS", 10)
+    monkeypatch.setattr(audit, "AUDIT_TRAJS", 1)
+    grouped = audit.audit_table(bundled_run, "candidates")
+    assert json.dumps(grouped) == json.dumps(whole) and whole["pairs"] == len(mined[2])
+    # several sites: whole sites in name order, a group closed before it would pass the size
+    pq.write_table(pa.table({"site": list("bbbbbaaaaacc")}), tmp_path / "t.parquet")
+    assert audit._site_groups(tmp_path / "t.parquet", 10) == [{"a", "b"}, {"c"}]
+    assert audit._site_groups(tmp_path / "t.parquet", 6) == [{"a"}, {"b"}, {"c"}]
+    assert audit._site_groups(tmp_path / "t.parquet", 12) == [None]
