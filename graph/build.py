@@ -356,12 +356,12 @@ def read_site_chunks(run: RunDir, site: str, wanted: dict, in_order: bool, size:
     ones whose ancestors come from it. Observation text never travels between processes (or Dask
     workers): each site's build reads its own."""
     if not in_order:
-        rows = [r for g in _site_groups(run, site, wanted) for r in g]
+        rows = [r for g in _wanted_rows(run, site, wanted) for r in g]
         rows.sort(key=lambda r: (r["traj_id"], r["step_idx"]))
         yield from trajectory_chunks(rows, size)
         return
     chunk: list[dict] = []
-    for group in _site_groups(run, site, wanted):
+    for group in _wanted_rows(run, site, wanted):
         for r in group:
             if len(chunk) >= size and r["traj_id"] != chunk[-1]["traj_id"]:
                 yield chunk
@@ -370,7 +370,7 @@ def read_site_chunks(run: RunDir, site: str, wanted: dict, in_order: bool, size:
     yield chunk
 
 
-def _site_groups(run: RunDir, site: str, wanted: dict) -> Iterator[list[dict]]:
+def _wanted_rows(run: RunDir, site: str, wanted: dict) -> Iterator[list[dict]]:
     """The wanted rows of each row group that may hold ``site``, in the file's order."""
     columns = [c for c in COLUMNS if c != "html"] + ["source_path"]
     with reading(run.trajectories, INGEST), pq.ParquetFile(run.trajectories) as f:
@@ -381,14 +381,22 @@ def _site_groups(run: RunDir, site: str, wanted: dict) -> Iterator[list[dict]]:
                     if ids["site"][i] == site and key in wanted]
             if not keep:
                 continue
-            rows = f.read_row_group(g, columns=columns).take(keep).to_pylist()
-            flat = [i for i, r in zip(keep, rows) if r["obs_format"] == "flat"]
-            html = dict(zip(flat, f.read_row_group(g, columns=["html"]).take(flat).column("html").to_pylist())) \
-                if has_html and flat else {}
-            for i, r in zip(keep, rows):
+            rows = group_rows(f, g, columns, keep, has_html)
+            for r in rows:
                 r["next_url"] = wanted[(r["traj_id"], r["step_idx"])]
-                r["html"] = html.get(i)
             yield rows
+
+
+def group_rows(f: pq.ParquetFile, g: int, columns: list[str], keep: list[int], has_html: bool) -> list[dict]:
+    """Rows ``keep`` of row group ``g`` as dicts of ``columns``, with ``html`` read only for flat
+    observations (the only ones whose ancestors come from it; None for the others)."""
+    rows = f.read_row_group(g, columns=columns).take(keep).to_pylist()
+    flat = [i for i, r in zip(keep, rows) if r["obs_format"] == "flat"]
+    html = dict(zip(flat, f.read_row_group(g, columns=["html"]).take(flat).column("html").to_pylist())) \
+        if has_html and flat else {}
+    for i, r in zip(keep, rows):
+        r["html"] = html.get(i)
+    return rows
 
 
 def site_row_groups(f: pq.ParquetFile, site: str) -> list[int]:

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from data.actions import VALUE_OPS, Action
 from data.rundir import Reject, RunDir
-from graph.build import MEMO_ENTRIES, graph_settings, memo_entries, site_row_groups
+from graph.build import MEMO_ENTRIES, graph_settings, group_rows, memo_entries, site_row_groups
 from graph.identity import NodeKind
 from graph.parsed import Parsed
 from graph.passes import Observation, ObservationRejected, Observations, demonstrated_steps, next_urls, observe
@@ -76,12 +76,7 @@ def _read_groups(f: pq.ParquetFile, groups: list[int], trajs: set[str], got: dic
         keep = [i for i, t in enumerate(ids) if t in trajs]
         if not keep:
             continue
-        rows = f.read_row_group(g, columns=COLUMNS).take(keep).to_pylist()
-        flat = [i for i, r in zip(keep, rows) if r["obs_format"] == "flat"]
-        html = dict(zip(flat, f.read_row_group(g, columns=["html"]).take(flat).column("html").to_pylist())) \
-            if has_html and flat else {}
-        for i, r in zip(keep, rows):
-            r["html"] = html.get(i)
+        for r in group_rows(f, g, COLUMNS, keep, has_html):
             got[r["traj_id"]].append(r)
 
 

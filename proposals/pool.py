@@ -101,7 +101,9 @@ def spool_final(miner: Miner, config: MineConfig, pending: list[Pending], out: C
             continue
         final.add(key)
         for p in ps:
-            out.add_row(row_of(p))
+            row = row_of(p)
+            assert row is not None, (key, p.rule)     # no check is deferred for a final negative
+            out.add_row(row)
     mined = miner.mined[m0:]
     del miner.mined[m0:]
     for m in mined:
@@ -166,10 +168,10 @@ def plan_trajectories(run: RunDir) -> dict[str, tuple[str, int]]:
 
 def in_trajectory_order(miner: Miner, pending: list[Pending]) -> None:
     """Results of trajectories mined in any order put back in the order of a one-process run (a
-    stable sort by trajectory id: each trajectory is mined whole, in step order, by one miner)."""
+    stable sort by trajectory id: each trajectory is mined whole, in step order, by one miner).
+    The chunks' rejects are not among them: they are spooled, and merged in that order on reading
+    (``proposals.spool.merged_rejects``)."""
     pending.sort(key=lambda p: p.row["traj_id"])
-    for rejects in (miner.tally.rejects, miner.step_rejects):
-        rejects.sort(key=lambda r: r.key["traj_id"])
     miner.mined.sort(key=lambda m: m[0])
 
 

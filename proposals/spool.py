@@ -76,11 +76,11 @@ class ChunkSpool:
                 records.clear()
 
     def close(self) -> dict:
-        """The files written (``rows``: None when the chunk kept no final row) and ``n_rows``."""
+        """The files written (``rows``: None when the chunk kept no final row)."""
         self._flush()
         if self._writer is not None:
             self._writer.close()
-        return {**self.files, "rows": self.files["rows"] if self.n_rows else None, "n_rows": self.n_rows}
+        return {**self.files, "rows": self.files["rows"] if self.n_rows else None}
 
     def _flush(self) -> None:
         if not self._rows:
@@ -138,6 +138,7 @@ def write_sorted(path: Path, sources: list, order: array, sampled: set[int], gro
     for pos, i in enumerate(order):
         rank[i] = pos
     n = len(order)
+    chosen = _int64(sorted(sampled))
     with atomic_parquet_writer(path, CANDIDATE_SCHEMA) as writer:
         if n == 0:
             writer.write_table(CANDIDATE_SCHEMA.empty_table())
@@ -156,7 +157,7 @@ def write_sorted(path: Path, sources: list, order: array, sampled: set[int], gro
             for j, p in enumerate(positions):
                 where[p] = j
             table = table.take(_int64(where))
-            flags = pc.is_in(_int64(range(lo, hi)), value_set=_int64(sorted(sampled)))
+            flags = pc.is_in(_int64(range(lo, hi)), value_set=chosen)
             table = table.set_column(table.schema.get_field_index("sampled"), CANDIDATE_SCHEMA.field("sampled"), flags)
             writer.write_table(table.combine_chunks())
             del pieces, table
