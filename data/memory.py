@@ -26,13 +26,22 @@ def _malloc_trim():
 _TRIM = _malloc_trim()
 
 
-def system_allocator() -> None:
-    """Arrow allocates from the C heap (``malloc``) in this process from now on, instead of its
-    bundled mimalloc, which keeps freed pages per thread: a mining worker that reads row group after
-    row group held 393 MB at 10x the paper's pool with mimalloc, 247 MB with ``malloc`` (the
-    same as ``ARROW_DEFAULT_MEMORY_POOL=system``). Called by the stages that stream a pool."""
-    if pa.default_memory_pool().backend_name != "system":
-        pa.set_memory_pool(pa.system_memory_pool())
+def arrow_allocator() -> None:
+    """Arrow allocates from jemalloc with freed pages returned at once (decay 0) in this process
+    from now on, instead of its bundled mimalloc, which keeps freed pages per thread: a mining
+    worker that reads row group after row group held 393 MB at 10x the paper's pool with mimalloc,
+    247 MB with glibc's ``malloc`` (``ARROW_DEFAULT_MEMORY_POOL=system``); with jemalloc the mining
+    process peaked at 275 MB against 306 with ``malloc``, its workers at 226-244 against 248-258
+    (the same 10x mining, bench/RESULTS.md). Where this Arrow has no jemalloc, ``malloc``. Called by
+    the stages that stream a pool."""
+    if pa.default_memory_pool().backend_name == "jemalloc":
+        return
+    try:
+        pool = pa.jemalloc_memory_pool()
+        pa.jemalloc_set_decay_ms(0)
+    except NotImplementedError:
+        pool = pa.system_memory_pool()
+    pa.set_memory_pool(pool)
 
 
 def release_memory() -> None:

@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from cli.config import Configurable, check_ranges, make_parser
 from cli.errors import error_exit
 from data.loss import stage_loss_line
-from data.memory import release_memory, system_allocator
+from data.memory import arrow_allocator, release_memory
 from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_write_parquet, atomic_write_text
 from graph import passes
 from graph.identity import (
@@ -429,7 +429,7 @@ def build_and_write_site(run_root: str, site: str, plan_entry: dict,
                          config: BuildConfig | None = None) -> tuple[str, dict, list[Reject]]:
     """Read, build and write one site's graph; returns (site, stats, rejects)."""
     run = RunDir(run_root)
-    system_allocator()     # in a Dask worker too (a forked worker inherits it)
+    arrow_allocator()     # in a Dask worker too (a forked worker inherits it)
     wanted, traj_steps, in_order = site_plan(run, site, plan_entry["trajs"])
     graph = build_site_chunks(site, read_site_chunks(run, site, wanted, in_order, CHUNK), traj_steps, config)
     write_site(run, graph)
@@ -499,7 +499,7 @@ def prepare(run_dir: str | Path, include_failed: bool = False) -> tuple[RunDir, 
     run = RunDir(run_dir)
     if not run.trajectories.exists():
         raise FileNotFoundError(f"{run.trajectories} not found: run `python -m data.ingest` first")
-    system_allocator()
+    arrow_allocator()
     # Before the work: the trajectories open and have the columns, the run directory is
     # writable, and the trajectories are this run's (recorded in stats.json).
     require_columns(run.trajectories, COLUMNS + ["source_path"], INGEST)

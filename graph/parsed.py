@@ -196,9 +196,10 @@ class SiteLines:
     shares (read once per site by a job that mines them a run at a time). A run decodes only the
     lines its observations use (:meth:`decode`): a site's distinct lines grow with its pages."""
 
-    def __init__(self, site_dir: Path):
+    def __init__(self, site_dir: Path, columns: list[str] | None = None):
+        """``columns``: only these of the lines (``bid`` and ``role`` for :meth:`bid_roles`)."""
         with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / LINES_FILE) as f:
-            self.table = f.read()
+            self.table = f.read(columns=columns)
         with reading(site_dir / OBS_FILE, GRAPH_BUILD), pq.ParquetFile(site_dir / OBS_FILE) as f:
             self.observations = f.read()       # the site's parsed observations, as Arrow (ids: compact)
 
@@ -221,22 +222,38 @@ class SiteLines:
         return raw, fields, fresh
 
 
+    def bid_roles(self, ids: list[int]) -> dict[int, tuple | None]:
+        """The lines ``ids`` as :meth:`decode`'s fields with only the bid and the role filled
+        (``(None, bid, role, None, None, None)``; None for a line that is no node)."""
+        cols = self.table.select(["bid", "role"]).take(_int_array(ids)).to_pydict()
+        return {i: (None, bid or None, role, None, None, None) if role else None
+                for i, bid, role in zip(ids, cols["bid"], cols["role"])}
+
+
 class ParsedSite:
     """One site's parsed observations (``graphs/<site>/parsed*.parquet``), read whole, or only
     those of the trajectories ``trajs`` (a chunk of the site's); ``lines``: the site's
-    :class:`SiteLines` when already read."""
+    :class:`SiteLines` when already read; ``bids_only``: only each line's bid and role are read
+    (:meth:`target_counts`, what the audit asks: no tree)."""
 
-    def __init__(self, site_dir: Path, trajs: list[str] | None = None, lines: SiteLines | None = None):
+    def __init__(self, site_dir: Path, trajs: list[str] | None = None, lines: SiteLines | None = None,
+                 bids_only: bool = False):
         self.site_dir = site_dir
-        self.lines = lines or SiteLines(site_dir)
+        self.lines = lines or SiteLines(site_dir, ["bid", "role"] if bids_only else None)
         table = self.lines.observations
         if trajs is not None:
             table = table.filter(pc.is_in(table["traj_id"], value_set=pa.array(trajs, pa.string())))
+        if bids_only:
+            table = table.select(["traj_id", "step_idx", "lines", "elem_pos", "elem_node"])
         obs = table.to_pydict()
         used: set[int] = set()
         for seq in obs["lines"]:
             used.update(seq)
-        self._raw, self._fields, self._fresh = self.lines.decode(sorted(used))
+        self.bids_only = bids_only
+        if bids_only:
+            self._raw, self._fields, self._fresh = None, self.lines.bid_roles(sorted(used)), {}
+        else:
+            self._raw, self._fields, self._fresh = self.lines.decode(sorted(used))
         self._index = {k: n for n, k in enumerate(zip(obs["traj_id"], obs["step_idx"]))}
         self._obs = obs
         self._node_ids: list[str] | None = None
@@ -246,6 +263,7 @@ class ParsedSite:
 
     def tree(self, key: tuple[str, int]) -> AXTree | None:
         """The parsed observation (a fresh tree: callers may infer its structure), None when absent."""
+        assert not self.bids_only, "a tree needs every field of its lines"
         n = self._index.get(key)
         if n is None:
             return None
@@ -257,14 +275,6 @@ class ParsedSite:
                 f = fs[j]
                 fs[j] = (f[0], f[1], f[2], f[3], _decode_value(self._fresh[i]), f[5])
         return assemble([raws[i] for i in seq], fs, self._obs["obs_format"][n])
-
-    def bids(self, key: tuple[str, int]) -> list[str] | None:
-        """The bids of the observation's nodes in document order (repeats kept), None when absent."""
-        n = self._index.get(key)
-        if n is None:
-            return None
-        fields = self._fields
-        return [f[1] for f in (fields[i] for i in self._obs["lines"][n]) if f is not None and f[1] is not None]
 
     def node_ids(self) -> list[str]:
         if self._node_ids is None:
@@ -303,25 +313,32 @@ class ParsedSite:
         res._content_page = self._obs["content_page"][self._index[key]]
         return res
 
-    def node_bid_counts(self, key: tuple[str, int], targets) -> dict[str, int] | None:
-        """bid -> bids of its node in O_t for the ``targets`` the build resolved, as
-        ``proposals.audit.node_bid_counts`` re-derives them with ``targets`` resolved too; None
-        when that would resolve another set of elements than the build did (a target present in
-        O_t that the build did not resolve, or a non-interactive element that is no target)."""
+    def target_counts(self, key: tuple[str, int], targets) -> tuple[dict[str, int], dict[str, int]] | None:
+        """For the ``targets`` (bids): how often each occurs among O_t's bids (those that occur), and
+        the bids of its node in O_t (those the build resolved), as ``proposals.audit`` re-derives
+        both from the text (``bid_counts``, and ``node_bid_counts`` with the targets resolved too);
+        None when that would resolve another set of elements than the build did (a target present
+        in O_t that the build did not resolve, or a non-interactive element that is no target)."""
         n = self._index[key]
         fields = self._fields
         nodes = [f for f in (fields[i] for i in self._obs["lines"][n]) if f is not None]
+        targets = set(targets)
+        roles: dict[str, str] = {}
+        seen: dict[str, int] = {}
+        for f in nodes:
+            if f[1] is not None:
+                roles[f[1]] = f[2]
+                if f[1] in targets:
+                    seen[f[1]] = seen.get(f[1], 0) + 1
         ids = self.node_ids()
         got = {nodes[p][1]: ids[r] for p, r in zip(self._obs["elem_pos"][n], self._obs["elem_node"][n])}
-        roles = {f[1]: f[2] for f in nodes if f[1] is not None}
-        targets = set(targets)
         if any(t in roles and t not in got for t in targets) or \
                 any(roles[b] not in INTERACTIVE_ROLES and b not in targets for b in got):
             return None
         count: dict[str, int] = {}
         for nid in got.values():
             count[nid] = count.get(nid, 0) + 1
-        return {b: count[got[b]] for b in targets if b in got}
+        return seen, {b: count[got[b]] for b in targets if b in got}
 
 
 class Parsed:
@@ -330,11 +347,12 @@ class Parsed:
     readers ask for one site's observations after another)."""
 
     def __init__(self, run_root: str | Path, keep: int = 1, trajs: list[str] | None = None,
-                 lines: dict[str, SiteLines] | None = None):
+                 lines: dict[str, SiteLines] | None = None, bids_only: bool = False):
         """``trajs``: only these trajectories' observations are read (a chunk's), else all;
-        ``lines``: site -> its :class:`SiteLines`, read once and shared (filled here)."""
+        ``lines``: site -> its :class:`SiteLines`, read once and shared (filled here);
+        ``bids_only``: see :class:`ParsedSite`."""
         self.root = Path(run_root)
-        self.keep, self.trajs = keep, trajs
+        self.keep, self.trajs, self.bids_only = keep, trajs, bids_only
         self._lines = {} if lines is None else lines
         self._own_lines = lines is None       # lines read here go with their site when it is dropped
         self._sites: dict[str, ParsedSite | None] = {}
@@ -349,8 +367,8 @@ class Parsed:
                     self._lines.pop(dropped, None)
             found = (d / OBS_FILE).exists() and (d / LINES_FILE).exists()
             if found and site not in self._lines:
-                self._lines[site] = SiteLines(d)
-            self._sites[site] = ParsedSite(d, self.trajs, self._lines.get(site)) if found else None
+                self._lines[site] = SiteLines(d, ["bid", "role"] if self.bids_only else None)
+            self._sites[site] = ParsedSite(d, self.trajs, self._lines.get(site), self.bids_only) if found else None
         return self._sites[site]
 
     def sites(self) -> list[str]:

@@ -49,11 +49,14 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cli.config import Configurable, make_parser
 from cli.errors import error_exit
 from data.actions import ELEMENT_OPS, Action, ActionParseError, parse_action
+from data.memory import arrow_allocator, release_memory
 from data.rundir import RunDir, RunDirError, atomic_write_text
 from graph.axtree import AXTree, AXTreeParseError, parse_axtree
 from graph.build import graph_identity, site_row_groups
@@ -278,7 +281,7 @@ def _parsed_observations(run_root: Path, targets: dict[tuple[str, int], set[str]
     """:func:`_observations`' facts of the steps whose O_t ``graph.build`` parsed and resolved under
     ``identity`` (``graph.parsed``: the observation's bids, and its elements' nodes, which the
     build's identity function derived from O_t), where that resolution is the one the audit's own
-    would give (see ``ParsedSite.node_bid_counts``); the other steps are left to the text."""
+    would give (see ``ParsedSite.target_counts``); the other steps are left to the text."""
     parsed = Parsed(run_root)
     if not parsed.sites() or graph_identity(RunDir(run_root)) != identity:
         return {}
@@ -300,21 +303,20 @@ def _parsed_observations(run_root: Path, targets: dict[tuple[str, int], set[str]
         trajs = list(dict.fromkeys(t for t, _ in keys))
         for i in range(0, len(trajs), AUDIT_TRAJS):
             part = set(trajs[i:i + AUDIT_TRAJS])
-            s = Parsed(run_root, trajs=sorted(part), lines=lines).site(site)
+            s = Parsed(run_root, trajs=sorted(part), lines=lines, bids_only=True).site(site)
             if s is None:
                 break
             for key in keys:
                 if key[0] not in part or key not in s:
                     continue
                 wanted = targets[key]
-                node_bids = s.node_bid_counts(key, wanted)
-                if node_bids is None:
-                    continue
-                got[key] = (Counter(b for b in s.bids(key) if b in wanted), node_bids)
+                facts = s.target_counts(key, wanted)
+                if facts is not None:
+                    got[key] = (Counter(facts[0]), facts[1])
     return got
 
 
-AUDIT_TRAJS = 64      # trajectories of a site whose parsed observations the audit reads at once
+AUDIT_TRAJS = 16      # trajectories of a site whose parsed observations the audit reads at once (~a 1x site)
 
 
 def _observe_groups(path: Path, cols: list[str], groups: list[int], targets: dict[tuple[str, int], set[str]],
@@ -362,22 +364,24 @@ def _pairs(path: Path, table: str, extra: tuple[str, ...] = (), sites: set[str] 
     start = 0
     for batch in pq.ParquetFile(path).iter_batches(columns=cols + (["site"] if sites is not None else []),
                                                    batch_size=8192):
+        n_rows = batch.num_rows
+        keep = None
+        if sites is not None:     # the group's rows picked in Arrow: only they are converted
+            keep = pc.indices_nonzero(pc.is_in(batch.column(len(cols)), value_set=pa.array(sorted(sites))))
+            batch = batch.take(keep)
         c = [batch.column(i).to_pylist() for i in range(len(cols))]
         if table != "candidates":
             label, first, second = c[2:5]
             c[2:5] = [[f if n == 1 else s for n, f, s in zip(label, first, second)],
                       [s if n == 1 else f for n, f, s in zip(label, first, second)]]
-        rows = zip(range(start, start + batch.num_rows), zip(*c))
-        start += batch.num_rows
-        if sites is not None:
-            keep = batch.column(len(cols)).to_pylist()
-            rows = ((n, r) for (n, r), site in zip(rows, keep) if site in sites)
+        rows = zip(range(start, start + n_rows) if keep is None else (start + i for i in keep.to_pylist()), zip(*c))
+        start += n_rows
         yield from (rows if numbered else (r for _, r in rows))
 
 
 # Pairs whose steps' facts (targets, bid counts) the audit holds at once: the table is audited in
 # groups of whole sites of about this many pairs (a pool up to this size: one group, one pass).
-AUDIT_PAIRS = 65536
+AUDIT_PAIRS = 32768
 
 
 def audit_table(run_dir: str | Path, table: str = "candidates", workers: int = 1) -> dict:
@@ -390,6 +394,7 @@ def audit_table(run_dir: str | Path, table: str = "candidates", workers: int = 1
     for need in (path, root / "trajectories.parquet"):
         if not need.exists():
             raise FileNotFoundError(f"{need} not found")
+    arrow_allocator()      # Arrow's freed read buffers returned at once, the heap's after each group
     tally, sample = AuditTally(), AuditTally()
     extra = ("rule", "axis", "gmcp", "sampled") if table == "candidates" else ("rule", "axis", "gmcp")
     for sites in _site_groups(path, AUDIT_PAIRS):
@@ -404,6 +409,8 @@ def audit_table(run_dir: str | Path, table: str = "candidates", workers: int = 1
             if sampled and sampled[0]:
                 sample.add(rec, n)
         del obs
+        _parse.cache_clear()
+        release_memory()
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -439,6 +446,15 @@ def write_audit(run_dir: str | Path, table: str = "candidates", workers: int = 1
     audit = audit_table(run_dir, table, workers)
     atomic_write_text(Path(run_dir) / "audit" / f"{table}.json", json.dumps(audit, indent=1, sort_keys=True) + "\n")
     return audit
+
+
+def write_audit_apart(run_dir: str | Path, table: str = "candidates", workers: int = 1) -> dict:
+    """:func:`write_audit` in a fresh process (spawned: it inherits no page of the caller's), as
+    ``proposals.mine`` runs it after writing the pool: the audit's reads then start from an empty
+    heap, not from the one the pool's merge left (at 10x the paper's pool the mining process
+    peaked at 350 MB auditing in place, a fresh process at ~265 MB)."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(write_audit, str(run_dir), table, workers).result()
 
 
 def failures(audit: dict) -> int:

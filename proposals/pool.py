@@ -21,27 +21,30 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from cli.progress import progress
-from data.memory import release_memory, system_allocator
+from data.memory import arrow_allocator, release_memory
 from data.rundir import RunDir, StageStats
 from data.schema import AXIS_OF, CANDIDATE_SCHEMA
+from graph.build import PLAN_BATCH
 from graph.identity import NodeKind
 from graph.parsed import Parsed
 from graph.schema import check_outputs, pinned_table, reading, require_columns
 from proposals.affordance import FILL_ATTEMPTS
-from proposals.audit import audit_webprm_rejected, write_audit
+from proposals.audit import audit_webprm_rejected, write_audit_apart
 from proposals.config import STAGE, MineConfig
 from proposals.fill import complete_fills
 from proposals.gmcp_ratio import TOLERANCE, match_gmcp_ratio, share
-from proposals.graphindex import check_graphs, read_columns
+from proposals.graphindex import check_graphs
 from proposals.grounding import COLUMNS, INGEST, Miner, Pending, _make, _pair_id, chunk_rows, webprm_rows
 from proposals.spool import ChunkSpool, light_columns, merged_rejects, out_by_rule, spool_dir, write_sorted
 
 # A job's trajectories are mined in runs of at most this many observations (and at least one
 # trajectory): what a worker holds at once (rows, parsed trees) does not grow with the pool (a site of
-# the paper's job at 10x holds ~1,900).
-CHUNK_ROWS = 512
+# the paper's job at 10x holds ~1,700; a site of its 1x pool ~160, so a chunk of 256 holds about as
+# much as a whole 1x site: at 10x, 256 rows against 512 cut a site's job from 260 to 235 MB for ~5% CPU).
+CHUNK_ROWS = 256
 ROW_GROUP = 65536       # rows of a row group of ``candidates.parquet`` (a pool up to this size: one, as before)
 
 
@@ -56,7 +59,7 @@ def mine_chunk(run_root: str, config: MineConfig, site: str, trajs: dict[str, in
     at a time (``chunk_rows``); the site's graph and parsed lines once for the chunk: what a worker
     holds does not grow with the pool."""
     run = RunDir(run_root)
-    system_allocator()     # in a Dask worker too (a forked worker inherits it)
+    arrow_allocator()     # in a Dask worker too (a forked worker inherits it)
     miner = Miner(run, config)
     out = ChunkSpool(spool)
     lines: dict = {}
@@ -130,7 +133,7 @@ def open_run(run_dir: str | Path, config: MineConfig) -> RunDir:
     run = RunDir(run_dir)
     if not run.trajectories.exists():
         raise FileNotFoundError(f"{run.trajectories} not found: run `python -m data.ingest` first")
-    system_allocator()
+    arrow_allocator()
     if not config.no_graph and not run.graph_manifest.exists():
         raise FileNotFoundError(f"{run.root / 'graphs'} not found: run `python -m graph.build` first "
                                 f"(or mine with --no-graph)")
@@ -156,14 +159,20 @@ def plan_chunks(trajs: dict[str, tuple[str, int]], size: int) -> list[tuple[str,
 def plan_trajectories(run: RunDir) -> dict[str, tuple[str, int]]:
     """The successful trajectories, sorted, each with its site (its first step's) and its number
     of rows, from three light columns (no observation is read)."""
-    with reading(run.trajectories, INGEST):
-        d = read_columns(run.trajectories, ["traj_id", "step_idx", "site", "success"]).to_pydict()
     first: dict[str, tuple[int, str, bool]] = {}
-    count: Counter = Counter(d["traj_id"])
-    for traj, step, site, ok in zip(d["traj_id"], d["step_idx"], d["site"], d["success"]):
-        if traj not in first or step < first[traj][0]:
-            first[traj] = (step, site, ok)
-    return {t: (first[t][1], count[t]) for t in sorted(first) if first[t][2]}
+    count: Counter = Counter()
+    # 8,192 rows at a time: the parent's pages are every forked worker's, so it holds no column whole
+    with reading(run.trajectories, INGEST), pq.ParquetFile(run.trajectories) as f:
+        for batch in f.iter_batches(PLAN_BATCH, columns=["traj_id", "step_idx", "site", "success"]):
+            d = batch.to_pydict()
+            count.update(d["traj_id"])
+            for traj, step, site, ok in zip(d["traj_id"], d["step_idx"], d["site"], d["success"]):
+                if traj not in first or step < first[traj][0]:
+                    first[traj] = (step, site, ok)
+    plan = {t: (first[t][1], count[t]) for t in sorted(first) if first[t][2]}
+    del first, count
+    release_memory()
+    return plan
 
 
 def in_trajectory_order(miner: Miner, pending: list[Pending]) -> None:
@@ -234,8 +243,9 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
                workers: int = 1) -> StageStats:
     """What follows the rules: the fill values of the steps that wait for them (each distinct
     prompt asked once, through the LLM cache) and their last checks, the pool sorted by
-    ``pair_id`` from the chunks' spools and those steps' rows, its seeded sample, the audit (its
-    observations parsed by ``workers`` forked processes) and the stage's stats and rejects
+    ``pair_id`` from the chunks' spools and those steps' rows, its seeded sample, the audit (in a
+    fresh process; its observations parsed by ``workers`` forked processes when the graphs did not
+    parse them) and the stage's stats and rejects
     (``rows``: the run's rows, for the WebPRM rejected-action audit; ``t0``: the stage's start)."""
     if llm_config is None:
         from llm import LLMConfig
@@ -294,8 +304,8 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
                   "rejected": dict(sorted(miner.step_rejected.items()))},
         # Mined steps that gave no candidate, by why (the line a near-empty pool prints).
         "without_candidates": without.as_dict(),
-        # Re-derived from the files just written, as ``python -m proposals.audit`` does.
-        "audit": write_audit(run.root, "candidates", workers),
+        # Re-derived from the files just written, as ``python -m proposals.audit`` does (in a fresh process).
+        "audit": write_audit_apart(run.root, "candidates", workers),
         "fill": fill_counts,
         **ratio_entry,
         "llm": usage,

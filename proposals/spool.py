@@ -132,9 +132,12 @@ def _int64(values: Iterable[int]) -> pa.Array:
 def write_sorted(path: Path, sources: list, order: array, sampled: set[int], group_rows: int) -> None:
     """Write the sources' rows at ``order`` (global row indices, in output order) to ``path``,
     ``group_rows`` rows a row group, with ``sampled`` true at the output positions in ``sampled``.
-    Each row group is gathered by one pass over the sources, so only one is ever held; a row
-    group is the same table that converting those rows at once would give (same bytes)."""
-    rank = array("q", [-1]) * sum(_count(s) for s in sources)
+    Each source is read once for a row group and only its rows for the group kept; the group is
+    then put in order a column at a time, each column's pieces freed as it is built (what is held:
+    about the group once, not its pieces, its rows taken and the table again); a row group is the
+    same table that converting those rows at once would give (same bytes)."""
+    counts = [_count(s) for s in sources]
+    rank = array("q", [-1]) * sum(counts)
     for pos, i in enumerate(order):
         rank[i] = pos
     n = len(order)
@@ -144,24 +147,41 @@ def write_sorted(path: Path, sources: list, order: array, sampled: set[int], gro
             writer.write_table(CANDIDATE_SCHEMA.empty_table())
         for lo in range(0, n, group_rows):
             hi = min(lo + group_rows, n)
-            pieces, positions, offset = [], array("q"), 0
-            for batch in _batches(sources):
-                ranks = rank[offset:offset + batch.num_rows]
-                offset += batch.num_rows
+            picks, positions, offset = [], array("q"), 0
+            for count in counts:      # each source's rows in this group, and their output positions
+                ranks = rank[offset:offset + count]
+                offset += count
                 keep = [j for j, r in enumerate(ranks) if lo <= r < hi]
-                if keep:
-                    pieces.append(batch.take(_int64(keep)))
-                    positions.extend(ranks[j] - lo for j in keep)
-            table = pa.Table.from_batches(pieces, schema=CANDIDATE_SCHEMA)
+                picks.append(_int64(keep) if keep else None)
+                positions.extend(ranks[j] - lo for j in keep)
             where = array("q", [0]) * len(positions)
             for j, p in enumerate(positions):
                 where[p] = j
-            table = table.take(_int64(where))
-            flags = pc.is_in(_int64(range(lo, hi)), value_set=chosen)
-            table = table.set_column(table.schema.get_field_index("sampled"), CANDIDATE_SCHEMA.field("sampled"), flags)
-            writer.write_table(table.combine_chunks())
-            del pieces, table
+            where_arr = _int64(where)
+            # each source read once for the group, its rows for the group kept column by column
+            pieces: list[list] = [[] for _ in CANDIDATE_SCHEMA]
+            for src, keep in zip(sources, picks):
+                if keep is not None:
+                    for k, column in enumerate(_read(src).take(keep).columns):
+                        pieces[k].append(column)
+            columns = []
+            for field, parts in zip(CANDIDATE_SCHEMA, pieces):
+                if field.name == "sampled":
+                    columns.append(pc.is_in(_int64(range(lo, hi)), value_set=chosen))
+                else:
+                    columns.append(pa.chunked_array([c for part in parts for c in part.chunks], field.type)
+                                   .take(where_arr).combine_chunks())
+                parts.clear()
+            writer.write_table(pa.Table.from_arrays(columns, schema=CANDIDATE_SCHEMA))
+            del columns
             release_memory()
+
+
+def _read(src) -> pa.Table:
+    if isinstance(src, pa.Table):
+        return src
+    with pq.ParquetFile(src) as f:
+        return f.read()
 
 
 def _count(src) -> int:

@@ -77,3 +77,30 @@ def test_values_read_back_with_their_type(value):
     assert text is not None
     back = _decode_value(text)
     assert back == value and type(back) is type(value)
+
+
+def test_the_audit_s_bids_only_read_gives_the_full_read_s_target_counts(tmp_path):
+    """``Parsed(bids_only=True)`` (the audit's read: each line's bid and role, no tree) gives every
+    observation's target counts (each target's bids in O_t, and its node's) as the full read does,
+    and no tree."""
+    ingest("canonical", [BUNDLED / "agentlab_workarena.parquet"], tmp_path, quiet=True)
+    build_graphs(tmp_path, workers=1, include_failed=True)
+    full, light = Parsed(tmp_path), Parsed(tmp_path, bids_only=True)
+    rows = pq.read_table(tmp_path / "trajectories.parquet", columns=["site", "traj_id", "step_idx"]).to_pylist()
+    compared = resolved = 0
+    for r in rows:
+        key = (r["traj_id"], r["step_idx"])
+        a, b = full.site(r["site"]), light.site(r["site"])
+        if a is None or key not in a:
+            continue
+        bids = [n.bid for n in a.tree(key).nodes if n.bid is not None]
+        targets = sorted(set(bids))[:5] + ["no-such-bid"]
+        counts = a.target_counts(key, targets)
+        assert b.target_counts(key, targets) == counts
+        if counts is not None:
+            assert counts[0] == {t: bids.count(t) for t in targets if t in bids}
+            resolved += 1
+        compared += 1
+    assert compared >= 3 and resolved
+    with pytest.raises(AssertionError):
+        b.tree(key)
