@@ -260,8 +260,10 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
     have = {(c["traj_id"], c["step_idx"]) for c in filled}
     for m in miner.mined:
         without.add(m, (m[0], m[1]) in have)
+    miner.mined.clear()
     sources = [s["rows"] for s in spools if s["rows"]] + [pinned_table(filled, CANDIDATE_SCHEMA)]
-    del filled
+    del filled, row_of, have        # row_of's memo of each step's rows held the filled rows too
+    release_memory()
 
     # The pool in pair_id order from a few light columns; the rows themselves are gathered a row
     # group at a time from the spools (proposals.spool.write_sorted): never held whole.
