@@ -12,7 +12,7 @@ from data.schema import AXIS_OF, CANDIDATE_SCHEMA, StepRecord, steps_to_table
 from dataset.report import collect
 from graph.build import build_graphs
 from llm import LLMConfig
-from proposals.audit import audit_table, main, write_audit
+from proposals.audit import audit_table, main, write_audit, write_audit_apart
 from proposals.mine import MineConfig, mine
 
 OBS = "RootWebArea 'Shop'\n\t[2] form 'Order'\n\t\t[3] textbox 'Quantity'\n\t\t[4] button 'Add'\n\t\t[5] button 'Buy'"
@@ -129,6 +129,13 @@ def test_a_mined_file_with_a_planted_row(tmp_path):
     shutil.rmtree(tmp_path / "graphs")
     assert main(["--run", str(tmp_path)]) == 1
     assert write_audit(tmp_path, "candidates") == audit
+    # The audit mining runs after its merge, in a fresh process: the same audit, the same file; its
+    # failure is the mining's, with the audit's own words.
+    (tmp_path / "audit" / "candidates.json").unlink()
+    assert write_audit_apart(tmp_path, "candidates") == audit
+    assert json.loads((tmp_path / "audit" / "candidates.json").read_text()) == audit
+    with pytest.raises(RuntimeError, match="FileNotFoundError: .*candidates.parquet not found"):
+        write_audit_apart(tmp_path / "nowhere", "candidates")
 
 
 TWO_BUY = OBS + "\n\t\t[6] button 'Buy'"          # two 'Buy' buttons: told apart only by their ordinal
