@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -49,3 +53,19 @@ def release_memory() -> None:
     pa.default_memory_pool().release_unused()
     if _TRIM is not None:
         _TRIM(0)
+
+
+def fresh_python(code: str, *args: str, what: str) -> str:
+    """Run ``code`` (``python -c``, with ``args`` as ``sys.argv[1:]``) in a fresh Python process and
+    return what it printed: a piece of work that then starts from an empty heap instead of the
+    caller's (a subprocess, not a spawned ``multiprocessing`` child, which would import the caller's
+    ``__main__``: a script calling a stage without a ``__main__`` guard would fail). This checkout's
+    packages come first on its path. A failure raises RuntimeError with the child's exception line
+    (``what``: the work, for the message)."""
+    here = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+    if done.returncode != 0:       # the exception's line (the traceback stays in the child's stderr)
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise RuntimeError(f"{what} failed (exit {done.returncode}): {last}")
+    return done.stdout

@@ -43,8 +43,6 @@ import gc
 import hashlib
 import json
 import multiprocessing
-import os
-import subprocess
 import sys
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -58,7 +56,7 @@ import pyarrow.parquet as pq
 from cli.config import Configurable, make_parser
 from cli.errors import error_exit
 from data.actions import ELEMENT_OPS, Action, ActionParseError, parse_action
-from data.memory import arrow_allocator, release_memory
+from data.memory import arrow_allocator, fresh_python, release_memory
 from data.rundir import RunDir, RunDirError, atomic_write_text
 from graph.axtree import AXTree, AXTreeParseError, parse_axtree
 from graph.build import graph_identity, site_row_groups
@@ -455,21 +453,13 @@ def write_audit(run_dir: str | Path, table: str = "candidates", workers: int = 1
 
 
 def write_audit_apart(run_dir: str | Path, table: str = "candidates", workers: int = 1) -> dict:
-    """:func:`write_audit` in a fresh Python process (a subprocess: it inherits none of the caller's
-    pages, and re-runs none of the caller's script, as a spawned ``multiprocessing`` child would),
-    as ``proposals.mine`` runs it after writing the pool: the audit's reads then start from an empty
+    """:func:`write_audit` in a fresh Python process (``data.memory.fresh_python``), as
+    ``proposals.mine`` runs it after writing the pool: the audit's reads then start from an empty
     heap, not from the one the pool's merge left (at 10x the paper's pool the mining process peaked
     at 346-381 MB auditing in place, the audit alone at ~265 MB)."""
     code = ("import json, sys; from proposals.audit import write_audit; "
             "json.dump(write_audit(sys.argv[1], sys.argv[2], int(sys.argv[3])), sys.stdout)")
-    here = str(Path(__file__).resolve().parents[1])      # this checkout's packages, first
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-c", code, str(run_dir), table, str(workers)],
-                          capture_output=True, text=True, env=env)
-    if done.returncode != 0:       # the exception's line (the traceback stays in the child)
-        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise RuntimeError(f"the audit of {table} failed (exit {done.returncode}): {last}")
-    return json.loads(done.stdout)
+    return json.loads(fresh_python(code, str(run_dir), table, str(workers), what=f"the audit of {table}"))
 
 
 def failures(audit: dict) -> int:

@@ -392,3 +392,30 @@ def test_the_audit_in_site_groups_equals_one_pass(mined, bundled_run, monkeypatc
     assert audit._site_groups(tmp_path / "t.parquet", 10) == [{"a", "b"}, {"c"}]
     assert audit._site_groups(tmp_path / "t.parquet", 6) == [{"a"}, {"b"}, {"c"}]
     assert audit._site_groups(tmp_path / "t.parquet", 12) == [None]
+
+
+def test_the_merge_in_a_fresh_process_writes_the_same_bytes(mined, bundled_run, tmp_path):
+    """``write_sorted_apart`` (a pool of several row groups merged in a fresh process, its in-memory
+    rows and its order handed over as files) writes the bytes ``write_sorted`` writes in place."""
+    import random
+    from array import array
+
+    from proposals.spool import write_sorted, write_sorted_apart
+
+    table = pq.read_table(bundled_run / "candidates.parquet")
+    n = table.num_rows
+    assert n > 40
+    pq.write_table(table.slice(0, n // 3), tmp_path / "a.parquet", row_group_size=7)
+    sources = [str(tmp_path / "a.parquet"), table.slice(n // 3)]       # a spool file and rows in memory
+    order = array("q", random.Random(1).sample(range(n), n))
+    sampled = set(random.Random(2).sample(range(n), 10))
+    write_sorted(tmp_path / "here.parquet", sources, order, sampled, 16)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    write_sorted_apart(tmp_path / "apart.parquet", sources, order, sampled, 16, scratch)
+    assert (tmp_path / "apart.parquet").read_bytes() == (tmp_path / "here.parquet").read_bytes()
+    assert (scratch / "merge.json").exists()        # it went through the fresh process
+    got = pq.read_table(tmp_path / "apart.parquet")
+    assert pq.ParquetFile(tmp_path / "apart.parquet").metadata.num_row_groups == -(-n // 16)
+    assert got.column("pair_id").to_pylist() == table.take(list(order)).column("pair_id").to_pylist()
+    assert [i for i, s in enumerate(got.column("sampled").to_pylist()) if s] == sorted(sampled)
