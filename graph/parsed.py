@@ -221,7 +221,6 @@ class SiteLines:
             fields[i] = (depth, bid or None, role, name, v, rest)
         return raw, fields, fresh
 
-
     def bid_roles(self, ids: list[int]) -> dict[int, tuple | None]:
         """The lines ``ids`` as :meth:`decode`'s fields with only the bid and the role filled
         (``(None, bid, role, None, None, None)``; None for a line that is no node)."""

@@ -363,12 +363,13 @@ def _pairs(path: Path, table: str, extra: tuple[str, ...] = (), sites: set[str] 
     actions = ["action_pos", "action_neg"] if table == "candidates" else ["label", "response_1", "response_2"]
     cols = ["traj_id", "step_idx", *actions, *extra]
     start = 0
+    wanted = None if sites is None else pa.array(sorted(sites), pa.string())
     for batch in pq.ParquetFile(path).iter_batches(columns=cols + (["site"] if sites is not None else []),
                                                    batch_size=8192):
         n_rows = batch.num_rows
         keep = None
-        if sites is not None:     # the group's rows picked in Arrow: only they are converted
-            keep = pc.indices_nonzero(pc.is_in(batch.column(len(cols)), value_set=pa.array(sorted(sites))))
+        if wanted is not None:     # the group's rows picked in Arrow: only they are converted
+            keep = pc.indices_nonzero(pc.is_in(batch.column(len(cols)), value_set=wanted))
             batch = batch.take(keep)
         c = [batch.column(i).to_pylist() for i in range(len(cols))]
         if table != "candidates":

@@ -263,15 +263,16 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
     miner.mined.clear()
     # The filled steps' rows spooled too, BATCH rows converted at a time (converting them at once
     # cost the mining process +85 MB at 10x the paper's pool, 30,000 rows).
+    # No chunk (no spool folder) means no mined row: the filled ones, if any, stay in memory.
     folder = Path(spools[0]["step_rejects"]).parent if spools else None
     if folder is not None:
         out = ChunkSpool(folder)
         for c in filled:
             out.add_row(c)
-        filled_rows = [out.close()["rows"]]
+        filled_src = out.close()["rows"]
     else:
-        filled_rows = [pinned_table(filled, CANDIDATE_SCHEMA)]
-    sources = [s["rows"] for s in spools if s["rows"]] + [f for f in filled_rows if f is not None]
+        filled_src = pinned_table(filled, CANDIDATE_SCHEMA)
+    sources = [s["rows"] for s in spools if s["rows"]] + ([filled_src] if filled_src is not None else [])
     del filled, row_of, have        # row_of's memo of each step's rows held the filled rows too
     release_memory()
 

@@ -182,20 +182,13 @@ def write_sorted_apart(path: Path, sources: list, order: array, sampled: set[int
     """:func:`write_sorted`, in a fresh Python process (``data.memory.fresh_python``) when the pool
     spans more than one row group: each group gathered and written costs the writing process
     about three times the group's size (at 10x the paper's pool, +70-95 MB over the 196 MB the
-    mining process held before the merge). The in-memory sources and the order go to files in
-    ``scratch`` (the mining's spool folder; None: in this process) first; the same bytes either
-    way (test)."""
-    if len(order) <= group_rows or scratch is None:
+    mining process held before the merge). The order and the sample go to files in ``scratch``
+    (the mining's spool folder); sources in memory, or no ``scratch``: merged in this process. The
+    same bytes either way (test)."""
+    if len(order) <= group_rows or scratch is None or any(isinstance(src, pa.Table) for src in sources):
         write_sorted(path, sources, order, sampled, group_rows)
         return
-    files = []
-    for k, src in enumerate(sources):
-        if isinstance(src, pa.Table):
-            files.append(str(scratch / f"merge-{k}.parquet"))
-            pq.write_table(src, files[-1])
-        else:
-            files.append(str(src))
-    spec = {"path": str(path), "sources": files, "group_rows": group_rows,
+    spec = {"path": str(path), "sources": [str(src) for src in sources], "group_rows": group_rows,
             "order": str(scratch / "merge-order.bin"), "sampled": str(scratch / "merge-sampled.bin")}
     Path(spec["order"]).write_bytes(order.tobytes())
     Path(spec["sampled"]).write_bytes(array("q", sorted(sampled)).tobytes())

@@ -395,8 +395,8 @@ def test_the_audit_in_site_groups_equals_one_pass(mined, bundled_run, monkeypatc
 
 
 def test_the_merge_in_a_fresh_process_writes_the_same_bytes(mined, bundled_run, tmp_path):
-    """``write_sorted_apart`` (a pool of several row groups merged in a fresh process, its in-memory
-    rows and its order handed over as files) writes the bytes ``write_sorted`` writes in place."""
+    """``write_sorted_apart`` (a pool of several row groups merged in a fresh process, its order and
+    sample handed over as files) writes the bytes ``write_sorted`` writes in place."""
     import random
     from array import array
 
@@ -406,7 +406,8 @@ def test_the_merge_in_a_fresh_process_writes_the_same_bytes(mined, bundled_run, 
     n = table.num_rows
     assert n > 40
     pq.write_table(table.slice(0, n // 3), tmp_path / "a.parquet", row_group_size=7)
-    sources = [str(tmp_path / "a.parquet"), table.slice(n // 3)]       # a spool file and rows in memory
+    pq.write_table(table.slice(n // 3), tmp_path / "b.parquet", row_group_size=5)
+    sources = [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]      # two spools
     order = array("q", random.Random(1).sample(range(n), n))
     sampled = set(random.Random(2).sample(range(n), 10))
     write_sorted(tmp_path / "here.parquet", sources, order, sampled, 16)
