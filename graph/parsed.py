@@ -62,6 +62,9 @@ OBS_SCHEMA = pa.schema([
     pa.field("elem_node", _IDS, nullable=False),
 ])
 _OBS_TEXT = ["traj_id", "step_idx", "obs_format", "content_page"]
+# Rows per row group of the two files (their encoding's buffers are a row group's).
+LINES_ROW_GROUP = 8192
+OBS_ROW_GROUP = 256
 
 
 # -- writing (graph.build) ---------------------------------------------------------------------------
@@ -90,7 +93,8 @@ def _utf8(text: str) -> bool:
         return False
 
 
-def _int_array(values) -> pa.Array:
+def int32_array(values) -> pa.Array:
+    """int32 values as an Arrow array, through a buffer (``pa.array`` imports pandas: ~0.35 s a process)."""
     buf = array("i", values)
     return pa.Array.from_buffers(pa.int32(), len(buf), [None, pa.py_buffer(buf)])
 
@@ -184,7 +188,7 @@ class ParsedTables:
 
     def _convert_lines(self) -> None:
         cols = list(zip(*self.line_rows)) or [()] * len(LINE_SCHEMA)
-        self.line_batches.append(pa.Table.from_arrays([_int_array(cols[0]), *map(_str_array, cols[1:])],
+        self.line_batches.append(pa.Table.from_arrays([int32_array(cols[0]), *map(_str_array, cols[1:])],
                                                       schema=LINE_SCHEMA))
         self.line_rows.clear()
 
@@ -206,7 +210,7 @@ class SiteLines:
     def decode(self, ids: list[int]) -> tuple[dict[int, str], dict[int, tuple | None], dict[int, str]]:
         """The lines ``ids`` (sorted): raw text, fields (None for a line that is no node) and, for the
         lines whose value is a list or dict, the value's text (decoded again for each tree)."""
-        cols = self.table.take(_int_array(ids)).to_pydict()
+        cols = self.table.take(int32_array(ids)).to_pydict()
         raw = dict(zip(ids, cols["raw"]))
         fields: dict[int, tuple | None] = {}
         fresh: dict[int, str] = {}
@@ -224,7 +228,7 @@ class SiteLines:
     def bid_roles(self, ids: list[int]) -> dict[int, tuple | None]:
         """The lines ``ids`` as :meth:`decode`'s fields with only the bid and the role filled
         (``(None, bid, role, None, None, None)``; None for a line that is no node)."""
-        cols = self.table.select(["bid", "role"]).take(_int_array(ids)).to_pydict()
+        cols = self.table.select(["bid", "role"]).take(int32_array(ids)).to_pydict()
         return {i: (None, bid or None, role, None, None, None) if role else None
                 for i, bid, role in zip(ids, cols["bid"], cols["role"])}
 
@@ -241,7 +245,7 @@ class ParsedSite:
         self.lines = lines or SiteLines(site_dir, ["bid", "role"] if bids_only else None)
         table = self.lines.observations
         if trajs is not None:
-            table = table.filter(pc.is_in(table["traj_id"], value_set=pa.array(trajs, pa.string())))
+            table = table.filter(pc.is_in(table["traj_id"], value_set=_str_array(trajs)))
         if bids_only:
             table = table.select(["traj_id", "step_idx", "lines", "elem_pos", "elem_node"])
         obs = table.to_pydict()

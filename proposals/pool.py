@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import gc
 import json
-import multiprocessing
 import os
 import random
 import time
 from array import array
 from collections import Counter, defaultdict
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
 
@@ -23,8 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+import proposals.spool
 from cli.progress import progress
-from data.memory import arrow_allocator, release_memory
+from data.memory import arrow_allocator, fresh_process_pool, release_memory
 from data.rundir import RunDir, StageStats
 from data.schema import AXIS_OF, CANDIDATE_SCHEMA
 from graph.build import PLAN_BATCH
@@ -49,23 +49,25 @@ ROW_GROUP = 65536       # rows of a row group of ``candidates.parquet`` (a pool 
 
 
 def mine_chunk(run_root: str, config: MineConfig, site: str, trajs: dict[str, int],
-               spool: str) -> tuple[list[Pending], tuple, dict]:
-    """Mine one chunk of a site's trajectories (trajectory -> its rows), in a forked worker of
+               spool: str, run_rows: int | None = None,
+               batch: int | None = None) -> tuple[list[Pending], tuple, dict]:
+    """Mine one chunk of a site's trajectories (trajectory -> its rows), in a fresh worker of
     :func:`mine` or a task of the propose-negatives flow on Dask. The rows of every step whose
     negatives are final (none waits for an LLM fill value) and the chunk's rejects go to files in
     the ``spool`` folder as they are mined (``proposals.spool``); returns the negatives of the
     steps that wait for fill values (asked for the whole run by :func:`write_pool`), the miner's
-    tallies and the spool's files. The rows and the parsed observations are read ``CHUNK_ROWS``
-    at a time (``chunk_rows``); the site's graph and parsed lines once for the chunk: what a worker
-    holds does not grow with the pool."""
+    tallies and the spool's files. The rows and the parsed observations are read ``run_rows``
+    (default ``CHUNK_ROWS``) at a time, the rows spooled ``batch`` (default ``spool.BATCH``) at a
+    time; the site's graph and parsed lines once for the chunk: what a worker holds does not grow
+    with the pool."""
     run = RunDir(run_root)
-    arrow_allocator()     # in a Dask worker too (a forked worker inherits it)
+    arrow_allocator()     # in a Dask worker too
     miner = Miner(run, config)
-    out = ChunkSpool(spool)
+    out = ChunkSpool(spool, batch)
     lines: dict = {}
     held: list[Pending] = []
     without = WithoutCandidates()
-    for part in row_runs(trajs, CHUNK_ROWS):
+    for part in row_runs(trajs, run_rows or CHUNK_ROWS):
         if not config.no_graph:
             miner.parsed = Parsed(run_root, trajs=list(part), lines=lines)
         by_traj = chunk_rows(run, site, part)
@@ -198,12 +200,15 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
     # in trajectory order.
     chunks = plan_chunks(trajs, max(1, -(-len(trajs) // (workers * 4))))
     with spool_dir(run.root) as spool:
-        jobs = [(str(run.root), config, site, c, str(spool)) for site, c in chunks]
+        jobs = [(str(run.root), config, site, c, str(spool), CHUNK_ROWS, proposals.spool.BATCH)
+                for site, c in chunks]
         results = []
         with progress(len(trajs), f"{STAGE} mining", unit="traj", enabled=show_progress) as bar:
             if workers > 1:
-                with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                    for result, (_, chunk) in zip(pool.map(_mine_job, jobs), chunks):
+                # fresh workers (not forks of this process: its plan, its Arrow allocator) that mine
+                # chunk after chunk: at 10x the paper's pool 229 -> 172 MB each
+                with fresh_process_pool(workers, ["proposals.pool"], tasks_per_process=None) as pool:
+                    for result, (_, chunk) in zip(pool.imap(_mine_job, jobs), chunks):
                         results.append(result)
                         bar.update(len(chunk))
             else:
@@ -254,26 +259,25 @@ def write_pool(run: RunDir, config: MineConfig, rows: list[dict], miner: Miner, 
     usage, fill_counts = complete_fills(kept, llm_config, config.seed, show_progress,
                                         replace=spares_for(miner, pending, kept))
     pending.clear()
-    row_of = candidate_row(miner, config)
-    filled = [c for c in map(row_of, kept) if c is not None]
-    kept.clear()
-    have = {(c["traj_id"], c["step_idx"]) for c in filled}
+    have = set()
+    # The filled steps' rows spooled too, BATCH rows converted at a time, each step's as soon as its
+    # last negative is through (gathered first, they cost the mining process +50 MB at 10x the
+    # paper's pool, 30,000 steps). No chunk (no spool folder) means no mined row: the filled ones,
+    # if any, stay in memory.
+    folder = Path(spools[0]["step_rejects"]).parent if spools else None
+    out, filled = (ChunkSpool(folder), None) if folder is not None else (None, [])
+    for c in filled_rows(kept, candidate_row(miner, config)):
+        have.add((c["traj_id"], c["step_idx"]))
+        if out is not None:
+            out.add_row(c)
+        else:
+            filled.append(c)
     for m in miner.mined:
         without.add(m, (m[0], m[1]) in have)
     miner.mined.clear()
-    # The filled steps' rows spooled too, BATCH rows converted at a time (converting them at once
-    # cost the mining process +85 MB at 10x the paper's pool, 30,000 rows).
-    # No chunk (no spool folder) means no mined row: the filled ones, if any, stay in memory.
-    folder = Path(spools[0]["step_rejects"]).parent if spools else None
-    if folder is not None:
-        out = ChunkSpool(folder)
-        for c in filled:
-            out.add_row(c)
-        filled_src = out.close()["rows"]
-    else:
-        filled_src = pinned_table(filled, CANDIDATE_SCHEMA)
+    filled_src = out.close()["rows"] if out is not None else pinned_table(filled, CANDIDATE_SCHEMA)
     sources = [s["rows"] for s in spools if s["rows"]] + ([filled_src] if filled_src is not None else [])
-    del filled, row_of, have        # row_of's memo of each step's rows held the filled rows too
+    del filled, have
     release_memory()
 
     # The pool in pair_id order from a few light columns; the rows themselves are gathered a row
@@ -372,16 +376,41 @@ def spares_for(miner: Miner, pending: list[Pending], kept: list[Pending]):
     return replace
 
 
+def filled_rows(kept: list[Pending], row_of) -> Iterator[dict]:
+    """The rows (``row_of``: :func:`candidate_row`) of the negatives that waited for fill values, a
+    step's once its last negative is through (a later duplicate adds its rule to an earlier row's
+    ``rules``); ``kept`` holds each step's negatives together (:func:`spool_final` holds a step
+    whole) and is emptied as it is read."""
+    step, rows = None, []
+    for i, p in enumerate(kept):
+        kept[i] = None
+        key = (p.row["traj_id"], p.row["step_idx"])
+        if key != step:
+            yield from rows
+            step, rows = key, []
+        row = row_of(p)
+        if row is not None:
+            rows.append(row)
+    yield from rows
+    kept.clear()
+
+
 def candidate_row(miner: Miner, config: MineConfig):
     """A function from a pending negative, its value now known, to its ``candidates.parquet`` row,
     or None when its fill failed or its value makes it equal to the positive or to an earlier
     negative of its step (dropped with the reason, its rule added to that negative's ``rules``).
+    A step's negatives are given one after another (only the current step's rows are remembered).
     ``rule`` is the rule that kept the negative (the first in ``RULES`` order to draw it, unless
     it replaced a failed fill), ``rules`` every rule that drew it."""
-    seen: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    seen: dict[str, dict] = {}       # the current step's negatives by action (a step's come together)
+    step: list[tuple | None] = [None]
 
     def row_of(p: Pending) -> dict | None:
         row = p.row
+        key = (row["traj_id"], row["step_idx"])
+        if key != step[0]:
+            seen.clear()
+            step[0] = key
         if p.value_source == "llm" and p.value is None:
             if p.infra:
                 miner.drop("fill_value_unavailable", row, f"{p.rule}: {p.infra}", p.rule)
@@ -392,16 +421,15 @@ def candidate_row(miner: Miner, config: MineConfig):
         bid = p.proposal.bid
         action = p.proposal.action.with_bid(bid) if p.proposal.action is not None else _make(p.op, bid, p.value)
         neg = action.to_string()
-        key = (row["traj_id"], row["step_idx"])
         if p.value_source == "llm" or p.spare is not None:     # checks deferred until the value existed
             if neg == p.ctx_pos:
                 miner.drop("equals_positive", row, f"{p.rule}: {neg}", p.rule)
                 return None
-            if neg in seen[key]:
+            if neg in seen:
                 miner.drop("duplicate_negative", row, f"{p.rule}: {neg}", p.rule)
-                seen[key][neg]["rules"] = list(dict.fromkeys(seen[key][neg]["rules"] + [p.rule, *p.also_fired]))
+                seen[neg]["rules"] = list(dict.fromkeys(seen[neg]["rules"] + [p.rule, *p.also_fired]))
                 return None
-        seen[key][neg] = out = {
+        seen[neg] = out = {
             "pair_id": _pair_id(row, p.rule, neg), "site": row["site"], "traj_id": row["traj_id"],
             "task_id": row["task_id"], "step_idx": row["step_idx"], "rule": p.rule, "axis": AXIS_OF[p.rule],
             "action_pos": p.ctx_pos, "action_neg": neg,

@@ -52,7 +52,9 @@ def spool_dir(run_root: Path):
 class ChunkSpool:
     """One chunk's files: its final candidate rows (Parquet) and its rejects (JSON lines)."""
 
-    def __init__(self, directory: str | Path):
+    def __init__(self, directory: str | Path, batch: int | None = None):
+        """``batch``: rows converted and written at a time (default ``BATCH``)."""
+        self.batch = batch or BATCH
         name = Path(directory) / uuid.uuid4().hex
         self.files = {"rows": f"{name}.rows.parquet", "step_rejects": f"{name}.steps.jsonl",
                       "rejects": f"{name}.rejects.jsonl"}
@@ -64,7 +66,7 @@ class ChunkSpool:
 
     def add_row(self, row: dict) -> None:
         self._rows.append(row)
-        if len(self._rows) == BATCH:
+        if len(self._rows) == self.batch:
             self._flush()
 
     def add_rejects(self, step_rejects: list[Reject], rejects: list[Reject]) -> None:

@@ -1,0 +1,32 @@
+"""data.memory: work in fresh processes (issue 42)."""
+
+import os
+
+import pytest
+
+from data.memory import fresh_process_pool, fresh_python
+
+
+def _pid_of(x):
+    if x < 0:
+        raise ValueError(f"negative: {x}")
+    return x, os.getpid()
+
+
+def test_each_task_of_a_fresh_process_pool_runs_in_its_own_process():
+    with fresh_process_pool(2, ["data.memory"]) as pool:
+        got = list(pool.imap(_pid_of, range(6)))
+    assert [x for x, _ in got] == list(range(6))          # in the tasks' order
+    pids = [p for _, p in got]
+    assert len(set(pids)) == 6 and os.getpid() not in pids
+
+
+def test_a_failing_task_raises_in_the_caller():
+    with fresh_process_pool(2, ["data.memory"]) as pool, pytest.raises(ValueError, match="negative: -1"):
+        list(pool.imap(_pid_of, [1, -1, 2]))
+
+
+def test_fresh_python_returns_the_output_and_reports_a_failure():
+    assert fresh_python("import sys, data.memory; print(sys.argv[1])", "hello", what="echo").strip() == "hello"
+    with pytest.raises(RuntimeError, match=r"boom failed \(exit 1\): ZeroDivisionError"):
+        fresh_python("1 / 0", what="boom")
