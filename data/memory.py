@@ -77,10 +77,21 @@ def fresh_process_pool(workers: int, preload: list[str], tasks_per_process: int 
     importable and picklable, and it sees none of the caller's changes to module globals."""
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
+    server = None
     if method == "forkserver":
+        from multiprocessing import forkserver
+        server = forkserver._forkserver       # the module's server (private: checked for)
+        if getattr(server, "_forkserver_pid", 0) is not None or not hasattr(server, "_stop"):
+            server = None      # one this process started before: left running
         ctx.set_forkserver_preload(preload)
-    with ctx.Pool(workers, maxtasksperchild=tasks_per_process) as pool:
-        yield pool
+    try:
+        with ctx.Pool(workers, maxtasksperchild=tasks_per_process) as pool:
+            yield pool
+    finally:
+        if server is not None:
+            # Stopped and waited for: its workers' CPU time then counts as this process's children's
+            # (``time``, ``getrusage``); a server left running is never waited for.
+            server._stop()
 
 
 def fresh_python(code: str, *args: str, what: str) -> str:

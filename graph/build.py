@@ -429,7 +429,7 @@ def build_and_write_site(run_root: str, site: str, plan_entry: dict,
                          config: BuildConfig | None = None) -> tuple[str, dict, list[Reject]]:
     """Read, build and write one site's graph; returns (site, stats, rejects)."""
     run = RunDir(run_root)
-    arrow_allocator()     # in a Dask worker too (a forked worker inherits it)
+    arrow_allocator()     # in a fresh worker and a Dask worker too
     wanted, traj_steps, in_order = site_plan(run, site, plan_entry["trajs"])
     graph = build_site_chunks(site, read_site_chunks(run, site, wanted, in_order, CHUNK), traj_steps, config)
     write_site(run, graph)
@@ -437,6 +437,11 @@ def build_and_write_site(run_root: str, site: str, plan_entry: dict,
     del graph
     release_memory()       # a worker builds site after site: what this one freed goes back now
     return site, stats, rejects
+
+
+# What a fresh worker imports before its site (this module's own imports; not this module, which a
+# worker started from ``python -m graph.build`` runs again as its ``__main__``: it must not be there).
+PRELOAD = ["cli.config", "data.rundir", "graph.passes", "graph.parsed", "graph.schema", "pyarrow.parquet"]
 
 
 def _job(args) -> tuple[str, dict, list[Reject]]:
@@ -534,7 +539,7 @@ def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int
             for site, sp in sorted(per_site.items(), key=lambda kv: -kv[1]["rows"])]
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     if workers > 1:       # each site in a fresh process: see data.memory.fresh_process_pool
-        with fresh_process_pool(workers, ["graph.build"]) as pool:
+        with fresh_process_pool(workers, PRELOAD) as pool:
             results = list(pool.imap(_job, jobs))
     else:
         results = [_job(j) for j in jobs]

@@ -1,4 +1,4 @@
-"""The pool: the miners over a run's successful trajectories in chunks (in forked processes, or one
+"""The pool: the miners over a run's successful trajectories in chunks (in fresh processes, or one
 task per chunk on the flow's Dask cluster), each spooling its final rows and rejects to disk
 (``proposals.spool``), then once for the whole run the fill values, the last checks, the seeded
 sample, ``candidates.parquet`` (merged from the spools in ``pair_id`` order), the audit and the
@@ -163,7 +163,7 @@ def plan_trajectories(run: RunDir) -> dict[str, tuple[str, int]]:
     of rows, from three light columns (no observation is read)."""
     first: dict[str, tuple[int, str, bool]] = {}
     count: Counter = Counter()
-    # 8,192 rows at a time: the parent's pages are every forked worker's, so it holds no column whole
+    # 8,192 rows at a time: the mining process holds no column whole
     with reading(run.trajectories, INGEST), pq.ParquetFile(run.trajectories) as f:
         for batch in f.iter_batches(PLAN_BATCH, columns=["traj_id", "step_idx", "site", "success"]):
             d = batch.to_pydict()
