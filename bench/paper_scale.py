@@ -115,11 +115,10 @@ def sample():
                 summed += rss
                 if rss > per_pid.get(p.pid, 0):
                     per_pid[p.pid] = rss
-                    if p.pid not in names:
-                        try:
-                            names[p.pid] = " ".join(p.cmdline()[1:4])[:80]
-                        except psutil.Error:
-                            names[p.pid] = "?"
+                    try:       # read again at each new peak: a child seen before its exec bore our name
+                        names[p.pid] = " ".join(p.cmdline()[1:4])[:80]
+                    except psutil.Error:
+                        names.setdefault(p.pid, "?")
         peak["summed"], peak["job"] = max(peak["summed"], summed), max(peak["job"], job)
         time.sleep(0.02)
 threading.Thread(target=sample, daemon=True).start()

@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from data.locks import EXCLUSIVE, SHARED, held, holder, try_lock, unlock
+from data.schema import int32_array
 from data.state import State
 
 # A site's folder name: the name itself when it is plain, short and cannot be mistaken for a
@@ -323,7 +324,7 @@ class RunDir:
                 take = [i for i, t in enumerate(ids) if t in trajs]
                 if not take:
                     continue
-                batch = batch.take(take)
+                batch = batch.take(int32_array(take))
                 text = batch.column("observation")
                 for i, r in enumerate(batch.select(light).to_pylist()):
                     r["observation"] = text[i].as_py() if (r["traj_id"], r["step_idx"]) in keys else None

@@ -40,6 +40,7 @@ from cli.errors import error_exit
 from data.loss import stage_loss_line
 from data.memory import arrow_allocator, fresh_process_pool, release_memory
 from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_write_parquet, atomic_write_text
+from data.schema import int32_array
 from graph import passes
 from graph.identity import (
     CONTAINMENTS,
@@ -49,7 +50,7 @@ from graph.identity import (
     check_containment,
     check_identity,
 )
-from graph.parsed import LINES_FILE, LINES_ROW_GROUP, OBS_FILE, OBS_ROW_GROUP, ParsedTables, int32_array
+from graph.parsed import LINES_FILE, LINES_ROW_GROUP, OBS_FILE, OBS_ROW_GROUP, ParsedTables
 from graph.passes import MAX_DEPTH, MAX_NODES, STAGE, next_urls
 from graph.schema import EDGE_SCHEMA, NODE_SCHEMA, STEP_SCHEMA, check_outputs, pinned_table, reading, require_columns
 

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from data.schema import int32_array
 from graph.axtree import _SCALARS, AXTree, _literal, _read_line, assemble, infer_structure
 from graph.identity import INTERACTIVE_ROLES, PageContext, html_bid_parents, page_path
 from graph.resolve import Resolution
@@ -91,12 +92,6 @@ def _utf8(text: str) -> bool:
         return True
     except UnicodeEncodeError:
         return False
-
-
-def int32_array(values) -> pa.Array:
-    """int32 values as an Arrow array, through a buffer (``pa.array`` imports pandas: ~0.35 s a process)."""
-    buf = array("i", values)
-    return pa.Array.from_buffers(pa.int32(), len(buf), [None, pa.py_buffer(buf)])
 
 
 def _str_array(values: list[str]) -> pa.Array:
