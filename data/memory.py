@@ -44,7 +44,7 @@ def arrow_allocator() -> None:
     ``pyarrow.set_memory_pool`` reaches what Python asks of Arrow, not what Arrow's C++ takes from
     its own default (the Parquet reader's and writer's buffers): that default is fixed when pyarrow
     is imported, from ``ARROW_DEFAULT_MEMORY_POOL``. So the variable is set too (unless the user set
-    it), for the processes started from here on (``fresh_process_pool``'s, ``fresh_python``'s): a
+    it), for the processes started from here on (``fresh_processes``', ``fresh_python``'s): a
     10x site's build peaked at 217 MB with jemalloc under Parquet, 230 with mimalloc."""
     try:
         pool = pa.jemalloc_memory_pool()
@@ -64,17 +64,21 @@ def release_memory() -> None:
 
 
 @contextlib.contextmanager
-def fresh_process_pool(workers: int, preload: list[str], tasks_per_process: int | None = 1):
-    """A ``multiprocessing`` pool of ``workers`` fresh processes, forked from a server process that
-    has imported ``preload`` and nothing of the caller (its heap, its plan, its Arrow allocator:
-    Arrow's default for Parquet is fixed at import, see :func:`arrow_allocator`), each running
-    ``tasks_per_process`` tasks (None: any number) before a fresh one takes its place. A worker
-    that builds piece after piece keeps what each piece's allocations fragmented: ``graph.build`` at
-    10x the paper's pool, a worker's peak grew from 242 MB at its first site to 330 MB by its 25th
-    although its live objects did not grow; a fresh process per site starts again from the imports
-    (its first piece costs what its imports left undone: keep them in ``preload``). Where there is
-    no fork server (Windows), the processes are spawned. A task's function and arguments must be
-    importable and picklable, and it sees none of the caller's changes to module globals."""
+def fresh_processes(preload: list[str], tasks_per_process: int | None = 1):
+    """Work in fresh processes: yields ``imap(fn, items, workers)``, ``multiprocessing``'s ordered
+    ``imap`` over a pool of ``workers`` processes, each running ``tasks_per_process`` tasks (None:
+    any number) before a fresh one takes its place. They are forked from a server process that has
+    imported ``preload`` and nothing of the caller (its heap, its plan, its Arrow allocator: Arrow's
+    default for Parquet is fixed at import, see :func:`arrow_allocator`). The server starts
+    importing when the block is entered, the pool when ``imap`` is first called: enter the block
+    before the work that plans the tasks, and the two overlap.
+
+    A worker that builds piece after piece keeps what each piece's allocations fragmented:
+    ``graph.build`` at 10x the paper's pool, a worker's peak grew from 242 MB at its first site to
+    330 MB by its 25th although its live objects did not grow; a fresh process starts again from
+    the imports (what they left undone, each process does again: keep them in ``preload``). Where
+    there is no fork server (Windows), the processes are spawned. A task's function and arguments
+    must be importable and picklable, and it sees none of the caller's changes to module globals."""
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     ctx = multiprocessing.get_context(method)
     server = None
@@ -84,10 +88,21 @@ def fresh_process_pool(workers: int, preload: list[str], tasks_per_process: int 
         if getattr(server, "_forkserver_pid", 0) is not None or not hasattr(server, "_stop"):
             server = None      # one this process started before: left running
         ctx.set_forkserver_preload(preload)
+        if server is not None:
+            server.ensure_running()      # returns at once: the server imports while the caller plans
+    pool = None
+
+    def imap(fn, items, workers: int):
+        nonlocal pool
+        if pool is None:
+            pool = ctx.Pool(workers, maxtasksperchild=tasks_per_process)
+        return pool.imap(fn, items)
     try:
-        with ctx.Pool(workers, maxtasksperchild=tasks_per_process) as pool:
-            yield pool
+        yield imap
     finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
         if server is not None:
             # Stopped and waited for: its workers' CPU time then counts as this process's children's
             # (``time``, ``getrusage``); a server left running is never waited for.

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 import proposals.spool
 from cli.progress import progress
-from data.memory import arrow_allocator, fresh_process_pool, release_memory
+from data.memory import arrow_allocator, fresh_processes, release_memory
 from data.rundir import RunDir, StageStats
 from data.schema import AXIS_OF, CANDIDATE_SCHEMA
 from graph.build import PLAN_BATCH
@@ -207,8 +207,8 @@ def mine(run_dir: str | Path, config: MineConfig | None = None, llm_config=None,
             if workers > 1:
                 # fresh workers (not forks of this process: its plan, its Arrow allocator) that mine
                 # chunk after chunk: at 10x the paper's pool 229 -> 172 MB each
-                with fresh_process_pool(workers, ["proposals.pool"], tasks_per_process=None) as pool:
-                    for result, (_, chunk) in zip(pool.imap(_mine_job, jobs), chunks):
+                with fresh_processes(["proposals.pool"], tasks_per_process=None) as imap:
+                    for result, (_, chunk) in zip(imap(_mine_job, jobs, workers), chunks):
                         results.append(result)
                         bar.update(len(chunk))
             else:

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from data.memory import fresh_process_pool, fresh_python
+from data.memory import fresh_processes, fresh_python
 
 
 def _pid_of(x):
@@ -13,17 +13,23 @@ def _pid_of(x):
     return x, os.getpid()
 
 
-def test_each_task_of_a_fresh_process_pool_runs_in_its_own_process():
-    with fresh_process_pool(2, ["data.memory"]) as pool:
-        got = list(pool.imap(_pid_of, range(6)))
+def test_each_task_in_fresh_processes_runs_in_its_own_process():
+    with fresh_processes(["data.memory"]) as imap:
+        got = list(imap(_pid_of, range(6), 2))
     assert [x for x, _ in got] == list(range(6))          # in the tasks' order
     pids = [p for _, p in got]
     assert len(set(pids)) == 6 and os.getpid() not in pids
 
 
 def test_a_failing_task_raises_in_the_caller():
-    with fresh_process_pool(2, ["data.memory"]) as pool, pytest.raises(ValueError, match="negative: -1"):
-        list(pool.imap(_pid_of, [1, -1, 2]))
+    with fresh_processes(["data.memory"]) as imap, pytest.raises(ValueError, match="negative: -1"):
+        list(imap(_pid_of, [1, -1, 2], 2))
+
+
+def test_processes_that_run_any_number_of_tasks_are_still_not_the_caller():
+    with fresh_processes(["data.memory"], tasks_per_process=None) as imap:
+        pids = {p for _, p in imap(_pid_of, range(8), 2)}
+    assert 1 <= len(pids) <= 2 and os.getpid() not in pids
 
 
 def test_fresh_python_returns_the_output_and_reports_a_failure():
