@@ -314,40 +314,46 @@ class RunDir:
         trajs = {t for t, _ in keys}
         if not trajs:
             return {}
-        # Read in batches, and the observation text only of the keyed steps: the trajectories of a
-        # 10,000-pair sample hold most of a large pool's observations.
-        light = ["traj_id", "step_idx", "intent", "url", "action", "meta"]
-        rows = []
+        # Read in batches; of the other steps of the keyed steps' trajectories only the action (the
+        # history) and the first step's URL: a 10,000-pair sample's trajectories hold most of a
+        # large pool's rows (at 10x the paper's pool, their intents and metadata cost ~70 MB).
+        rows: list[tuple] = []         # (traj_id, step_idx, action, the keyed step's fields or None)
+        first: dict[str, tuple[int, str]] = {}      # each trajectory's first step and its URL
         with pq.ParquetFile(self.trajectories) as f:
-            for batch in f.iter_batches(batch_size=1024, columns=light + ["observation"]):
+            for batch in f.iter_batches(batch_size=1024, columns=["traj_id", "step_idx", "url", "action"]
+                                        + ["intent", "meta", "observation"]):
                 ids = batch.column("traj_id").to_pylist()
                 take = [i for i, t in enumerate(ids) if t in trajs]
                 if not take:
                     continue
                 batch = batch.take(int32_array(take))
-                text = batch.column("observation")
-                for i, r in enumerate(batch.select(light).to_pylist()):
-                    r["observation"] = text[i].as_py() if (r["traj_id"], r["step_idx"]) in keys else None
-                    rows.append(r)
-        by_traj: dict[str, list[dict]] = {}
-        for r in sorted(rows, key=lambda r: (r["traj_id"], r["step_idx"])):
-            by_traj.setdefault(r["traj_id"], []).append(r)
+                cols = batch.select(["traj_id", "step_idx", "url", "action"]).to_pydict()
+                keyed = [i for i, k in enumerate(zip(cols["traj_id"], cols["step_idx"])) if k in keys]
+                full = dict(zip(keyed, batch.select(["intent", "meta", "observation"]).take(int32_array(keyed))
+                                .to_pylist())) if keyed else {}
+                for i, (traj, step, url, action) in enumerate(zip(*cols.values())):
+                    if traj not in first or step < first[traj][0]:
+                        first[traj] = (step, url)
+                    if i in full:
+                        full[i]["url"] = url
+                    rows.append((traj, step, action, full.get(i)))
+        rows.sort(key=lambda r: (r[0], r[1]))
         out = {}
-        for traj_id, steps in by_traj.items():
-            history = []
-            for r in steps:
-                if (traj_id, r["step_idx"]) in keys:
-                    try:
-                        meta = json.loads(r["meta"] or "{}")
-                    except ValueError:
-                        meta = {}
-                    meta = meta if isinstance(meta, dict) else {}
-                    start = meta.get("start_url") if isinstance(meta.get("start_url"), str) else None
-                    out[(traj_id, r["step_idx"])] = State(
-                        intent=r["intent"], axtree=r["observation"], url=r["url"],
-                        start_url=start or steps[0]["url"], history=list(history))
-                if r["action"]:
-                    history.append(r["action"])
+        history: list[str] = []
+        for n, (traj_id, step, action, r) in enumerate(rows):
+            if n == 0 or rows[n - 1][0] != traj_id:
+                history = []
+            if r is not None:
+                try:
+                    meta = json.loads(r["meta"] or "{}")
+                except ValueError:
+                    meta = {}
+                meta = meta if isinstance(meta, dict) else {}
+                start = meta.get("start_url") if isinstance(meta.get("start_url"), str) else None
+                out[(traj_id, step)] = State(intent=r["intent"], axtree=r["observation"], url=r["url"],
+                                             start_url=start or first[traj_id][1], history=list(history))
+            if action:
+                history.append(action)
         return out
 
     @property
