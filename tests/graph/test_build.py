@@ -280,6 +280,15 @@ def test_chunks_never_split_a_trajectory():
     assert trajectory_chunks([], 64) == [[]]
 
 
+def test_small_sites_share_a_fresh_process_and_a_large_one_has_its_own():
+    from graph.build import process_tasks
+
+    jobs = [("run", site, {"rows": n}) for site, n in zip("abcdef", [1500, 900, 200, 300, 600, 50])]
+    tasks = process_tasks(jobs, 1000)
+    assert [[j[1] for j in t] for t in tasks] == [["a"], ["b", "c"], ["d", "e", "f"]]
+    assert process_tasks([], 1000) == []
+
+
 def test_the_build_does_not_depend_on_its_chunks(built, tmp_path, monkeypatch):
     """A site's trees are seen a chunk of trajectories at a time; one observation per chunk, a memo
     emptied before every chunk and the distinct lines converted one at a time write the same graphs,
