@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import json
 from array import array
-from itertools import accumulate
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from data.schema import int32_array
+from data.schema import int32_array, str_array
 from graph.axtree import _SCALARS, AXTree, _literal, _read_line, assemble, infer_structure
 from graph.identity import INTERACTIVE_ROLES, PageContext, html_bid_parents, page_path
 from graph.resolve import Resolution
@@ -92,14 +91,6 @@ def _utf8(text: str) -> bool:
         return True
     except UnicodeEncodeError:
         return False
-
-
-def _str_array(values: list[str]) -> pa.Array:
-    """A string array from Python strings through buffers (no ``pa.array``: it imports pandas)."""
-    data = [v.encode() for v in values]
-    offsets = array("i", [0])
-    offsets.extend(accumulate(map(len, data)))
-    return pa.Array.from_buffers(pa.string(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
 
 
 def _int_list_array(lists: list[list[int]]) -> pa.Array:
@@ -183,7 +174,7 @@ class ParsedTables:
 
     def _convert_lines(self) -> None:
         cols = list(zip(*self.line_rows)) or [()] * len(LINE_SCHEMA)
-        self.line_batches.append(pa.Table.from_arrays([int32_array(cols[0]), *map(_str_array, cols[1:])],
+        self.line_batches.append(pa.Table.from_arrays([int32_array(cols[0]), *map(str_array, cols[1:])],
                                                       schema=LINE_SCHEMA))
         self.line_rows.clear()
 
@@ -240,7 +231,7 @@ class ParsedSite:
         self.lines = lines or SiteLines(site_dir, ["bid", "role"] if bids_only else None)
         table = self.lines.observations
         if trajs is not None:
-            table = table.filter(pc.is_in(table["traj_id"], value_set=_str_array(trajs)))
+            table = table.filter(pc.is_in(table["traj_id"], value_set=str_array(trajs)))
         if bids_only:
             table = table.select(["traj_id", "step_idx", "lines", "elem_pos", "elem_node"])
         obs = table.to_pydict()

@@ -49,7 +49,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -58,6 +57,7 @@ from cli.errors import error_exit
 from data.actions import ELEMENT_OPS, Action, ActionParseError, parse_action
 from data.memory import arrow_allocator, fresh_python, release_memory
 from data.rundir import RunDir, RunDirError, atomic_write_text
+from data.schema import str_array
 from graph.axtree import AXTree, AXTreeParseError, parse_axtree
 from graph.build import graph_identity, site_row_groups
 from graph.identity import DEFAULT_IDENTITY
@@ -363,7 +363,7 @@ def _pairs(path: Path, table: str, extra: tuple[str, ...] = (), sites: set[str] 
     actions = ["action_pos", "action_neg"] if table == "candidates" else ["label", "response_1", "response_2"]
     cols = ["traj_id", "step_idx", *actions, *extra]
     start = 0
-    wanted = None if sites is None else pa.array(sorted(sites), pa.string())
+    wanted = None if sites is None else str_array(sorted(sites))
     for batch in pq.ParquetFile(path).iter_batches(columns=cols + (["site"] if sites is not None else []),
                                                    batch_size=8192):
         n_rows = batch.num_rows

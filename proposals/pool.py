@@ -403,14 +403,15 @@ def candidate_row(miner: Miner, config: MineConfig):
     ``rule`` is the rule that kept the negative (the first in ``RULES`` order to draw it, unless
     it replaced a failed fill), ``rules`` every rule that drew it."""
     seen: dict[str, dict] = {}       # the current step's negatives by action (a step's come together)
-    step: list[tuple | None] = [None]
+    step: tuple | None = None
 
     def row_of(p: Pending) -> dict | None:
+        nonlocal step
         row = p.row
         key = (row["traj_id"], row["step_idx"])
-        if key != step[0]:
+        if key != step:
             seen.clear()
-            step[0] = key
+            step = key
         if p.value_source == "llm" and p.value is None:
             if p.infra:
                 miner.drop("fill_value_unavailable", row, f"{p.rule}: {p.infra}", p.rule)
