@@ -35,6 +35,7 @@ from data.readers.webprm import read_webprm
 from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_parquet_writer, temp_beside
 from data.schema import (
     ROW_GROUP_SIZE,
+    STATISTICS_COLUMNS,
     STORAGE_ORDER,
     TRAJECTORY_SCHEMA,
     StepRecord,
@@ -181,8 +182,9 @@ class _SortedSpool:
             yield pa.Table.from_batches(parts, TRAJECTORY_SCHEMA).combine_chunks()
 
     def write(self) -> None:
-        """Write ``target`` (replaced atomically, zstd, ``ROW_GROUP_SIZE`` rows per row group)."""
-        with atomic_parquet_writer(self.target, TRAJECTORY_SCHEMA) as writer:
+        """Write ``target`` (replaced atomically, zstd, ``ROW_GROUP_SIZE`` rows per row group,
+        statistics of ``STATISTICS_COLUMNS``)."""
+        with atomic_parquet_writer(self.target, TRAJECTORY_SCHEMA, write_statistics=STATISTICS_COLUMNS) as writer:
             for group in self._sorted_groups():
                 writer.write_table(group, row_group_size=ROW_GROUP_SIZE)
 

@@ -186,6 +186,40 @@ class Reject:
     key: dict = field(default_factory=dict)   # identifying fields (traj_id, step_idx, ...)
 
 
+class RejectSpool:
+    """Rejects held on disk (an anonymous temp file) until the stage writes them: a stage whose
+    parts (a site's) come back in another order than it writes them adds each part as it comes
+    (:meth:`add`) and reads it back when its turn comes (:meth:`read`), so that its process holds
+    none of them (``graph.build`` at 10x the paper's pool: 26k rejects, 17 MB)."""
+
+    def __init__(self):
+        self._file = tempfile.TemporaryFile()
+        self._parts: dict[str, tuple[int, int]] = {}
+
+    def __enter__(self) -> RejectSpool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._file.close()
+
+    def add(self, part: str, rejects: Iterable[Reject]) -> None:
+        f = self._file
+        start = f.seek(0, os.SEEK_END)
+        for r in rejects:
+            f.write(json.dumps([r.stage, r.reason, r.source, r.detail, r.key], ensure_ascii=False).encode() + b"\n")
+        self._parts[part] = (start, f.tell())
+
+    def read(self, part: str) -> Iterator[Reject]:
+        """The part's rejects, as added (none for a part never added)."""
+        start, end = self._parts.get(part, (0, 0))
+        at = start
+        while at < end:
+            self._file.seek(at)
+            line = self._file.readline()
+            at += len(line)
+            yield Reject(*json.loads(line))
+
+
 @dataclass(slots=True)
 class StageStats:
     """Counts of one stage; ``in = out + rejected`` is checked before it is written."""
@@ -259,13 +293,13 @@ def atomic_write_parquet(path: Path, table: pa.Table, row_group_size: int | None
 
 
 @contextlib.contextmanager
-def atomic_parquet_writer(path: Path, schema: pa.Schema) -> Iterator[pq.ParquetWriter]:
-    """A ``ParquetWriter`` (zstd) to a temp file that replaces ``path`` when the block ends
-    without an error: written a table or row group at a time, the same bytes as one
-    ``pq.write_table`` of them all."""
+def atomic_parquet_writer(path: Path, schema: pa.Schema, **options) -> Iterator[pq.ParquetWriter]:
+    """A ``ParquetWriter`` (zstd; ``options``: its other keywords) to a temp file that replaces
+    ``path`` when the block ends without an error: written a table or row group at a time, the
+    same bytes as one ``pq.write_table`` of them all."""
     tmp = temp_beside(path)
     try:
-        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        with pq.ParquetWriter(tmp, schema, compression="zstd", **options) as writer:
             yield writer
         os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)

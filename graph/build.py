@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import json
 import os
 import shutil
@@ -39,7 +40,16 @@ from cli.config import Configurable, check_ranges, make_parser
 from cli.errors import error_exit
 from data.loss import stage_loss_line
 from data.memory import arrow_allocator, fresh_processes, release_memory
-from data.rundir import Reject, RunDir, RunDirError, StageStats, atomic_write_parquet, atomic_write_text
+from data.rundir import (
+    Reject,
+    RejectSpool,
+    RunDir,
+    RunDirError,
+    StageStats,
+    atomic_parquet_writer,
+    atomic_write_parquet,
+    atomic_write_text,
+)
 from data.schema import int32_array
 from graph import passes
 from graph.identity import (
@@ -50,7 +60,7 @@ from graph.identity import (
     check_containment,
     check_identity,
 )
-from graph.parsed import LINES_FILE, LINES_ROW_GROUP, OBS_FILE, OBS_ROW_GROUP, ParsedTables
+from graph.parsed import LINE_SCHEMA, LINES_FILE, LINES_ROW_GROUP, OBS_FILE, OBS_ROW_GROUP, ParsedTables
 from graph.passes import MAX_DEPTH, MAX_NODES, STAGE, next_urls
 from graph.schema import EDGE_SCHEMA, NODE_SCHEMA, STEP_SCHEMA, check_outputs, pinned_table, reading, require_columns
 
@@ -129,7 +139,7 @@ class InteractionElementGraph:
     steps: pa.Table
     stats: dict
     rejects: list[Reject]
-    parsed: tuple[pa.Table, pa.Table] | None = None    # graph.parsed's lines and observations
+    parsed: tuple[pa.Table | None, pa.Table] | None = None    # graph.parsed's lines (None: written) and observations
 
 
 def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int, str]]],
@@ -141,11 +151,14 @@ def build_site(site: str, rows: list[dict], traj_steps: dict[str, list[tuple[int
 
 
 def build_site_chunks(site: str, chunks: Iterable[list[dict]], traj_steps: dict[str, list[tuple[int, str]]],
-                      config: BuildConfig | None = None) -> InteractionElementGraph:
+                      config: BuildConfig | None = None,
+                      write_lines: Callable[[pa.Table], None] | None = None) -> InteractionElementGraph:
     """:func:`build_site` on the site's rows as chunks of whole trajectories (:func:`read_site_chunks`
-    reads them a row group at a time: a site's rows are never held together)."""
+    reads them a row group at a time: a site's rows are never held together). ``write_lines``:
+    takes the parsed lines a row group at a time as they fill (``graph.parsed.ParsedTables``), and
+    the graph's ``parsed`` then holds no lines table."""
     with without_gc():
-        return _build_site(site, chunks, traj_steps, config)
+        return _build_site(site, chunks, traj_steps, config, write_lines)
 
 
 @contextlib.contextmanager
@@ -165,7 +178,7 @@ def without_gc():
 
 
 def _build_site(site: str, chunks: Iterable[list[dict]], traj_steps: dict[str, list[tuple[int, str]]],
-                config: BuildConfig | None) -> InteractionElementGraph:
+                config: BuildConfig | None, write_lines: Callable[[pa.Table], None] | None) -> InteractionElementGraph:
     config = config or BuildConfig()
     settings = config.resolve_settings()
     # The passes that need the parsed trees see them a chunk of whole trajectories at a time, so
@@ -173,7 +186,7 @@ def _build_site(site: str, chunks: Iterable[list[dict]], traj_steps: dict[str, l
     # (steps, nodes, edges, lines) accumulate across chunks. The outputs do not depend on CHUNK.
     memo: dict = {}
     element_acc, contain_acc, parsed = passes.ElementNodes(site), passes.ContainmentEdges(config.containment), \
-        ParsedTables()
+        ParsedTables(write_lines)
     steps = passes.DemonstratedSteps([])
     rejected: dict = {}
     obs_rejects: list[Reject] = []
@@ -197,6 +210,9 @@ def _build_site(site: str, chunks: Iterable[list[dict]], traj_steps: dict[str, l
         pages.update(o.res.content_page for o in obs.accepted)
         accepted += len(obs.accepted)
         del obs, chunk
+        # The cycles of this chunk alone (the collector is off): ``ast.literal_eval`` leaves one per
+        # call (its nested functions), parsing each step's action; the youngest generation is cheap.
+        gc.collect(0)
     elements, sightings = element_acc.rows(steps)
     node_rows = elements + passes.virtual_nodes(site, steps)
     contain = contain_acc.rows()
@@ -228,12 +244,14 @@ def _build_site(site: str, chunks: Iterable[list[dict]], traj_steps: dict[str, l
 
 
 # Observations whose parsed trees a site's build holds at once (at least: a chunk ends where a
-# trajectory does).
-CHUNK = 64
+# trajectory does). At 10x the paper's pool, 32 rather than 64 took the largest site's peak from
+# 121 to 116 MB at the same CPU (what the trees fragment grows with them).
+CHUNK = 32
 # The site's memo (distinct lines parsed, chain links and ids hashed) is emptied between chunks past
 # this many entries: a site's distinct lines grow with its pages, and the memo with them (at 10x the
-# paper's pool the largest site's held 39 MB). The shared traces' largest site holds ~8,000.
-MEMO_ENTRIES = 20_000
+# paper's pool the largest site's held 39 MB). The shared traces' largest site holds ~8,000; at 10x,
+# 10,000 rather than 20,000 took the largest site's peak from 116 to 113 MB at no more CPU.
+MEMO_ENTRIES = 10_000
 
 
 def memo_entries(memo: dict) -> int:
@@ -405,7 +423,13 @@ def site_row_groups(f: pq.ParquetFile, site: str) -> list[int]:
     read). Reading them through ``pyarrow.parquet.ParquetFile`` rather than ``read_table``'s
     filters keeps ``pyarrow.dataset`` (and the pandas it imports, ~0.4 s) out of the build."""
     meta = f.metadata
-    col = [meta.schema.column(j).path for j in range(meta.num_columns)].index("site")
+    if not meta.num_row_groups:
+        return []
+    # The column by its row group's paths: ``meta.schema`` makes a reference cycle with the file's
+    # metadata, which then outlives the file until the cycle collector runs (which a site's build
+    # turns off): 7 MB for the 371 row groups at 10x the paper's pool, per reading.
+    first = meta.row_group(0)
+    col = [first.column(j).path_in_schema for j in range(meta.num_columns)].index("site")
     out = []
     for i in range(meta.num_row_groups):
         st = meta.row_group(i).column(col).statistics
@@ -421,7 +445,8 @@ def write_site(run: RunDir, graph: InteractionElementGraph) -> Path:
     atomic_write_parquet(out / "steps.parquet", graph.steps)
     if graph.parsed is not None:
         # in row groups: written whole, a 10x site's 92k lines took 32 MB more to encode, 13 MB so
-        atomic_write_parquet(out / LINES_FILE, graph.parsed[0], LINES_ROW_GROUP)
+        if graph.parsed[0] is not None:
+            atomic_write_parquet(out / LINES_FILE, graph.parsed[0], LINES_ROW_GROUP)
         atomic_write_parquet(out / OBS_FILE, graph.parsed[1], OBS_ROW_GROUP)
     return out
 
@@ -432,8 +457,12 @@ def build_and_write_site(run_root: str, site: str, plan_entry: dict,
     run = RunDir(run_root)
     arrow_allocator()     # in a fresh worker and a Dask worker too
     wanted, traj_steps, in_order = site_plan(run, site, plan_entry["trajs"])
-    graph = build_site_chunks(site, read_site_chunks(run, site, wanted, in_order, CHUNK), traj_steps, config)
-    write_site(run, graph)
+    # The parsed lines go to their file as they fill (a site's grow with its pages); it replaces
+    # the last one once the site's other files are written.
+    with atomic_parquet_writer(run.graph_dir(site) / LINES_FILE, LINE_SCHEMA) as lines:
+        graph = build_site_chunks(site, read_site_chunks(run, site, wanted, in_order, CHUNK), traj_steps, config,
+                                  lambda table: lines.write_table(table, row_group_size=LINES_ROW_GROUP))
+        write_site(run, graph)
     stats, rejects = graph.stats, graph.rejects
     del graph
     release_memory()       # a worker builds site after site: what this one freed goes back now
@@ -472,25 +501,28 @@ def _jobs(jobs: list[tuple]) -> list[tuple[str, dict, list[Reject]]]:
     return [_job(j) for j in jobs]
 
 
-def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject]]], plan_rejects: list[Reject],
-             n_rows: int, include_failed: bool, config: BuildConfig | None = None) -> StageStats:
-    """Write the manifest and the stage's stats and rejects from the per-site results."""
+def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject] | None]], plan_rejects: list[Reject],
+             n_rows: int, include_failed: bool, config: BuildConfig | None = None,
+             rejects_of: Callable[[str], Iterable[Reject]] | None = None) -> StageStats:
+    """Write the manifest and the stage's stats and rejects from the per-site results
+    (``rejects_of(site)``: a site's rejects, when its result holds none: a ``RejectSpool``'s)."""
     config = config or BuildConfig(include_failed=include_failed)
     stats = StageStats(STAGE, n_in=n_rows)
-    rejects = list(plan_rejects)
     for r in plan_rejects:
         stats.rejected[r.reason] += 1
     step_in = step_out = 0
     step_rej = Counter()
     sites = {}
-    for site, s, rej in sorted(results):
+    site_rejects = []
+    for site, s, rej in sorted(results, key=lambda r: r[0]):
         sites[site] = {**s, "dir": str(run.graph_dir(site).relative_to(run.root))}
         stats.n_out += s["observations"]
         stats.rejected.update(s["observations_rejected"])
         step_in += s["steps_in"]
         step_out += s["steps_out"]
         step_rej.update(s["steps_rejected"])
-        rejects += rej
+        site_rejects.append(rejects_of(site) if rej is None else rej)
+    rejects = itertools.chain(plan_rejects, *site_rejects)      # written as read (write_stage streams them)
     totals = {k: sum(s[k] for s in sites.values()) for k in
               ("element_nodes", "virtual_nodes", "containment_edges", "interaction_edges", "trajectories",
                "observations", "url_paths", "elements_seen", "positional_elements", "ambiguous_elements",
@@ -558,18 +590,22 @@ def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int
     config = config or BuildConfig(include_failed=include_failed, workers=workers)
     include_failed, workers = config.include_failed, config.workers or os.cpu_count() or 1
     arrow_allocator()      # first: the fresh processes take Arrow's allocator from the environment
-    # Sites in fresh processes (data.memory.fresh_processes), whose server imports while this plans.
-    with fresh_processes(PRELOAD) if workers > 1 else contextlib.nullcontext() as imap:
-        run, n_rows, per_site, plan_rejects = prepare(run_dir, include_failed)
-        # Largest sites first, so the pool does not end waiting on one big site.
-        jobs = [(str(run.root), site, sp, config)
-                for site, sp in sorted(per_site.items(), key=lambda kv: -kv[1]["rows"])]
-        workers = min(workers, len(jobs))
-        if workers > 1:
-            results = [r for part in imap(_jobs, process_tasks(jobs, ROWS_PER_PROCESS), workers) for r in part]
-        else:
-            results = [_job(j) for j in jobs]
-    return finalize(run, results, plan_rejects, n_rows, include_failed, config)
+    # Sites in fresh processes (data.memory.fresh_processes), whose server imports while this plans;
+    # their rejects wait on disk, not in this process (RejectSpool).
+    with RejectSpool() as spool:
+        with fresh_processes(PRELOAD) if workers > 1 else contextlib.nullcontext() as imap:
+            run, n_rows, per_site, plan_rejects = prepare(run_dir, include_failed)
+            # Largest sites first, so the pool does not end waiting on one big site.
+            jobs = [(str(run.root), site, sp, config)
+                    for site, sp in sorted(per_site.items(), key=lambda kv: -kv[1]["rows"])]
+            workers = min(workers, len(jobs))
+            done = (r for part in imap(_jobs, process_tasks(jobs, ROWS_PER_PROCESS), workers) for r in part) \
+                if workers > 1 else map(_job, jobs)
+            results = []
+            for site, stats, rejects in done:
+                spool.add(site, rejects)
+                results.append((site, stats, None))
+        return finalize(run, results, plan_rejects, n_rows, include_failed, config, spool.read)
 
 
 # A few words after a loss reason (data.loss): what the user can do about the common ones.

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import json
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -93,18 +95,67 @@ def _utf8(text: str) -> bool:
         return False
 
 
-def _int_list_array(lists: list[list[int]]) -> pa.Array:
-    """list<int32> from Python lists through buffers (``pa.array`` imports pandas: ~0.35 s a process)."""
-    offsets, values = array("i", [0]), array("i")
-    for ids in lists:
-        values.extend(ids)
-        offsets.append(len(values))
+def _int_list_array(offsets: array, values: array) -> pa.Array:
+    """list<int32> from its offsets and values (int32 arrays) through buffers (``pa.array`` imports
+    pandas: ~0.35 s a process)."""
     flat = pa.Array.from_buffers(pa.int32(), len(values), [None, pa.py_buffer(values)])
     return pa.ListArray.from_arrays(pa.Array.from_buffers(pa.int32(), len(offsets), [None, pa.py_buffer(offsets)]),
                                     flat)
 
 
-LINE_BATCH = 8192       # distinct lines converted to Arrow at once (a site's grow with its pages)
+class LineIndex:
+    """A site's distinct lines of one format -> their ids, held as each line's 64-bit ``hash`` and
+    length in sorted numpy arrays (16 bytes a line; a dict of the lines took ~190: at 10x the
+    paper's pool, 17 MB for the largest site's 92k lines). :meth:`lookup` finds a chunk's lines at
+    once; :meth:`add` takes the lines new in a chunk. Two lines of one hash and length would read
+    as one (about n^2 / 2^65 for n lines: 2e-10 at 92k); a hash shared by lines of other lengths
+    is kept apart (``spill``)."""
+
+    def __init__(self):
+        self.keys = np.empty(0, np.int64)
+        self.lens = np.empty(0, np.int32)
+        self.ids = np.empty(0, np.int32)
+        self.spill: dict[str, int] = {}
+
+    def lookup(self, lines: list[str]) -> list[int]:
+        """Each line's id, -1 for those not in the index (nor in ``spill``)."""
+        if not len(self.keys) or not lines:
+            return [self.spill.get(s, -1) for s in lines]
+        h = np.fromiter(map(hash, lines), np.int64, len(lines))
+        pos = np.searchsorted(self.keys, h)
+        pos[pos == len(self.keys)] = 0
+        hit = (self.keys[pos] == h) & (self.lens[pos] == np.fromiter(map(len, lines), np.int32, len(lines)))
+        found = np.where(hit, self.ids[pos], -1).tolist()
+        if self.spill:
+            spill = self.spill
+            found = [spill.get(s, i) if i < 0 else i for s, i in zip(lines, found)]
+        return found
+
+    def add(self, fresh: dict[str, int]) -> None:
+        """Lines not in the index (line -> id)."""
+        if not fresh:
+            return
+        lines = list(fresh)
+        h = np.fromiter(map(hash, lines), np.int64, len(lines))
+        order = np.argsort(h, kind="stable")
+        h = h[order]
+        taken = np.zeros(len(h), bool)
+        if len(self.keys):
+            pos = np.searchsorted(self.keys, h)
+            taken = self.keys[np.minimum(pos, len(self.keys) - 1)] == h
+        taken[1:] |= h[1:] == h[:-1]       # a hash twice among the new lines: the later ones spill
+        for j in np.flatnonzero(taken).tolist():
+            s = lines[order[j]]
+            self.spill[s] = fresh[s]
+        keep = order[~taken]
+        h = h[~taken]
+        at = np.searchsorted(self.keys, h)
+        self.keys = np.insert(self.keys, at, h)
+        self.lens = np.insert(self.lens, at, np.fromiter((len(lines[k]) for k in keep.tolist()), np.int32, len(keep)))
+        self.ids = np.insert(self.ids, at, np.fromiter((fresh[lines[k]] for k in keep.tolist()), np.int32, len(keep)))
+
+
+LINE_BATCH = LINES_ROW_GROUP       # distinct lines converted to Arrow at once: a row group of the lines file
 
 
 class ParsedTables:
@@ -113,29 +164,45 @@ class ParsedTables:
     their parse filled (``parse_axtree``'s ``lines``), so that their trees can go once added;
     :meth:`tables` gives the tables once node id -> row of ``nodes.parquet`` is known. An
     observation with a value that would not read back as it was, or a name Arrow cannot store (a
-    lone surrogate), is left out (its readers parse its text)."""
+    lone surrogate), is left out (its readers parse its text). ``write_lines``: called with the
+    distinct lines ``LINE_BATCH`` at a time as they fill (a row group of ``parsed_lines.parquet``),
+    so that a site's lines are not held; without it they are kept for :meth:`tables`. What is held
+    of the observations is compact: int32 ids and columns of text."""
 
-    def __init__(self):
-        self.ids: dict[str, dict[str, int]] = {}     # obs_format -> distinct line -> its row
+    def __init__(self, write_lines: Callable[[pa.Table], None] | None = None):
+        self.index: dict[str, LineIndex] = {}      # obs_format -> its distinct lines
         self.n_lines = 0
-        self.line_rows: list[tuple] = []      # LINE_SCHEMA's columns, the rows not yet in line_batches
-        self.line_batches: list[pa.Table] = []    # the rows, LINE_BATCH at a time, as Arrow (compact)
-        self.obs_text: list[dict] = []
-        self.obs_lines: list[array] = []       # each observation's line ids (int32)
-        self.elem_pos: list[list[int]] = []
-        self.elem_nid: list[list[str]] = []
+        self.line_rows: list[tuple] = []      # LINE_SCHEMA's columns, the rows not yet converted
+        self.line_batches: list[pa.Table] = []    # the converted ones (with write_lines: not yet written)
+        self.write_lines = write_lines
+        self.lines_written = 0
+        self.obs_text: dict[str, list] = {c: [] for c in _OBS_TEXT}
+        self.lines, self.elem_pos, self.elem_nid = array("i"), array("i"), array("i")    # flat, per observation:
+        self.lines_at, self.elem_at = array("i", [0]), array("i", [0])                   # where each one's start
+        self.node_ix: dict[str, int] = {}     # the elements' node ids, numbered as first met
 
     def add(self, observations, line_memo: dict) -> None:
+        texts = [(o.row["observation"] or "").splitlines() for o in observations]
+        known: list[list[int]] = [[]] * len(texts)      # each one's lines' ids in the index (-1: not there)
+        formats: dict[str, list[int]] = {}
+        for n, o in enumerate(observations):
+            formats.setdefault(o.res.tree.obs_format, []).append(n)
+        for fmt, ns in formats.items():       # the index is per format: a line reads by its format
+            found = self.index.setdefault(fmt, LineIndex()).lookup([s for n in ns for s in texts[n]])
+            at = 0
+            for n in ns:
+                known[n] = found[at:at + len(texts[n])]
+                at += len(texts[n])
+        fresh: dict[str, dict[str, int]] = {fmt: {} for fmt in formats}     # lines new in this chunk
         line_rows = self.line_rows
-        for o in observations:
-            tree = o.res.tree
-            fmt = tree.obs_format
-            memo = line_memo.get(fmt, {})
-            ids = self.ids.setdefault(fmt, {})
+        for o, lines, ids in zip(observations, texts, known):
+            fmt = o.res.tree.obs_format
+            new, memo = fresh[fmt], line_memo.get(fmt, {})
             seq = array("i")
-            for raw in (o.row["observation"] or "").splitlines():
-                i = ids.get(raw)
-                if i is None:
+            for raw, i in zip(lines, ids):
+                if i < 0:
+                    i = new.get(raw, -1)
+                if i < 0:
                     f = memo.get(raw, False)
                     if f is False:
                         f = _read_line(raw, fmt == "indented")
@@ -147,29 +214,48 @@ class ParsedTables:
                             seq = None
                             break
                         row = (f[0], f[1] or "", f[2], f[3], value, f[5], "")
-                    i = ids[raw] = self.n_lines
+                    i = new[raw] = self.n_lines
                     self.n_lines += 1
                     line_rows.append(row)
                     if len(line_rows) == LINE_BATCH:
                         self._convert_lines()
                 seq.append(i)
-            if seq is None:
-                continue
-            b2n = o.res.bid_to_node
-            pos = [n.index for n in tree.nodes if n.bid in b2n]
-            self.obs_text.append({"traj_id": o.row["traj_id"], "step_idx": o.row["step_idx"], "obs_format": fmt,
-                                  "content_page": o.res.content_page})
-            self.obs_lines.append(seq)
-            self.elem_pos.append(pos)
-            self.elem_nid.append([b2n[tree.nodes[p].bid] for p in pos])
+            if seq is not None:
+                self._add_observation(o, fmt, seq)
+        for fmt, new in fresh.items():
+            self.index[fmt].add(new)
 
-    def tables(self, node_rows: dict[str, int]) -> tuple[pa.Table, pa.Table]:
-        text = pinned_table(self.obs_text, pa.schema([OBS_SCHEMA.field(c) for c in _OBS_TEXT]))
-        elem_node = [[node_rows[n] for n in nids] for nids in self.elem_nid]
-        obs = pa.Table.from_arrays([*text.columns, _int_list_array(self.obs_lines), _int_list_array(self.elem_pos),
-                                    _int_list_array(elem_node)], schema=OBS_SCHEMA)
+    def _add_observation(self, o, fmt: str, seq: array) -> None:
+        tree, b2n = o.res.tree, o.res.bid_to_node
+        text = self.obs_text
+        text["traj_id"].append(o.row["traj_id"])
+        text["step_idx"].append(o.row["step_idx"])
+        text["obs_format"].append(fmt)
+        text["content_page"].append(o.res.content_page)
+        self.lines.extend(seq)
+        self.lines_at.append(len(self.lines))
+        node_ix = self.node_ix
+        for n in tree.nodes:
+            if n.bid in b2n:
+                nid = b2n[n.bid]
+                self.elem_pos.append(n.index)
+                self.elem_nid.append(node_ix.setdefault(nid, len(node_ix)))
+        self.elem_at.append(len(self.elem_pos))
+
+    def tables(self, node_rows: dict[str, int]) -> tuple[pa.Table | None, pa.Table]:
+        """The lines (None when they went to ``write_lines``: the last ones go now) and the observations."""
+        text = pinned_table([dict(zip(_OBS_TEXT, r)) for r in zip(*self.obs_text.values())],
+                            pa.schema([OBS_SCHEMA.field(c) for c in _OBS_TEXT]))
+        row_of = [node_rows[n] for n in self.node_ix]
+        elem_node = array("i", (row_of[j] for j in self.elem_nid))
+        obs = pa.Table.from_arrays([*text.columns, _int_list_array(self.lines_at, self.lines),
+                                    _int_list_array(self.elem_at, self.elem_pos),
+                                    _int_list_array(self.elem_at, elem_node)], schema=OBS_SCHEMA)
         if self.line_rows or not self.line_batches:
             self._convert_lines()
+        if self.write_lines:
+            self._write_lines(final=True)
+            return None, obs
         return pa.concat_tables(self.line_batches).combine_chunks(), obs
 
     def _convert_lines(self) -> None:
@@ -177,6 +263,17 @@ class ParsedTables:
         self.line_batches.append(pa.Table.from_arrays([int32_array(cols[0]), *map(str_array, cols[1:])],
                                                       schema=LINE_SCHEMA))
         self.line_rows.clear()
+        if self.write_lines and sum(map(len, self.line_batches)) >= LINES_ROW_GROUP:
+            self._write_lines(final=False)
+
+    def _write_lines(self, final: bool) -> None:
+        """The converted lines to ``write_lines``, in whole row groups (all of them when ``final``)."""
+        table = pa.concat_tables(self.line_batches).combine_chunks()
+        n = len(table) if final else len(table) - len(table) % LINES_ROW_GROUP
+        if n or (final and not self.lines_written):       # an empty table too: the file has its schema
+            self.write_lines(table.slice(0, n))
+            self.lines_written += n
+        self.line_batches = [table.slice(n)] if n < len(table) else []
 
 
 # -- reading -------------------------------------------------------------------------------------------

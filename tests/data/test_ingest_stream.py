@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 
 import data.ingest as di
 from conftest import BUNDLED
-from data.schema import ROW_GROUP_SIZE, STORAGE_ORDER, TRAJECTORY_SCHEMA
+from data.schema import ROW_GROUP_SIZE, STATISTICS_COLUMNS, STORAGE_ORDER, TRAJECTORY_SCHEMA
 
 SAMPLE = BUNDLED / "agentlab_workarena.parquet"
 
@@ -42,6 +42,10 @@ def test_spilled_merge_writes_the_bytes_of_one_sort(tmp_path, monkeypatch):
     meta = pq.ParquetFile(tmp_path / "split" / "trajectories.parquet").metadata
     assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)][:-1] == \
         [ROW_GROUP_SIZE] * (meta.num_row_groups - 1)
+    # min and max only of the columns that readers filter by (the metadata stays small)
+    group = meta.row_group(0)
+    with_stats = {group.column(j).path_in_schema for j in range(meta.num_columns) if group.column(j).is_stats_set}
+    assert with_stats == set(STATISTICS_COLUMNS)
 
 
 def test_nothing_ingested_writes_an_empty_table(tmp_path):

@@ -104,3 +104,43 @@ def test_the_audit_s_bids_only_read_gives_the_full_read_s_target_counts(tmp_path
     assert compared >= 3 and resolved
     with pytest.raises(AssertionError):
         b.tree(key)
+
+
+def test_the_line_index_keeps_lines_of_one_hash_apart(monkeypatch):
+    """``LineIndex`` finds a line by its hash and length: lines sharing a hash (different lengths)
+    keep their own ids, whether they arrive in one chunk or in two."""
+    import graph.parsed as gp
+
+    fake = {"x": 1, "yy": 1, "zzz": 1, "w": 2, "vv": 1}
+    monkeypatch.setattr(gp, "hash", fake.__getitem__, raising=False)
+    index = gp.LineIndex()
+    assert index.lookup(["x", "w"]) == [-1, -1]
+    index.add({"x": 0})
+    assert index.lookup(["x", "yy", "w"]) == [0, -1, -1]
+    index.add({"yy": 1, "zzz": 2, "w": 3})          # "yy" and "zzz" share "x"'s hash: kept apart
+    assert index.lookup(["zzz", "x", "w", "yy", "vv"]) == [2, 0, 3, 1, -1]
+
+
+def test_the_lines_go_to_their_file_as_they_fill(tmp_path, monkeypatch):
+    """With ``write_lines``, a site's distinct lines leave the build a row group at a time (its
+    memory does not grow with them) and make the table the build otherwise holds."""
+    import pyarrow as pa
+
+    import graph.build as gb
+    import graph.parsed as gp
+    from data.rundir import RunDir
+
+    monkeypatch.setattr(gp, "LINES_ROW_GROUP", 64)
+    monkeypatch.setattr(gp, "LINE_BATCH", 50)       # conversions that do not fall on row groups
+    ingest("canonical", [BUNDLED / "agentlab_workarena.parquet"], tmp_path, quiet=True)
+    run = RunDir(tmp_path)
+    _, _, per_site, _ = gb.prepare(tmp_path)
+    site = max(per_site, key=lambda s: per_site[s]["rows"])
+    wanted, traj_steps, in_order = gb.site_plan(run, site, per_site[site]["trajs"])
+    kept = gb.build_site_chunks(site, gb.read_site_chunks(run, site, wanted, in_order, gb.CHUNK), traj_steps)
+    written: list[pa.Table] = []
+    streamed = gb.build_site_chunks(site, gb.read_site_chunks(run, site, wanted, in_order, gb.CHUNK), traj_steps,
+                                    write_lines=written.append)
+    assert streamed.parsed[0] is None and streamed.parsed[1].equals(kept.parsed[1])
+    assert [len(t) for t in written][:-1] == [64] * (len(written) - 1) and len(written) > 2
+    assert pa.concat_tables(written).equals(kept.parsed[0])
