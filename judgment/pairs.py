@@ -14,7 +14,6 @@ import hashlib
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from data.rundir import RunDir
@@ -65,7 +64,7 @@ def iter_pairs(run: RunDir, seed: int, fmt: JudgmentFormat, pair_ids: Collection
     with pq.ParquetFile(path) as f:
         for g in range(f.num_row_groups):
             group = f.read_row_group(g, columns=PAIR_COLUMNS + ["sampled"])
-            cands += group.filter(pc.fill_null(group.column("sampled"), False)).to_pylist()
+            cands += group.filter(group.column("sampled")).to_pylist()     # a null is not sampled (dropped)
     cands = sorted((c for c in cands if pair_ids is None or c["pair_id"] in pair_ids), key=lambda c: c["pair_id"])
     states = run.states((c["traj_id"], c["step_idx"]) for c in cands)
 

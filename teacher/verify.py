@@ -66,6 +66,7 @@ from cli.config import Configurable, check_ranges, make_parser
 from cli.errors import error_exit
 from cli.progress import done_line, progress
 from data.loss import loss_line
+from data.memory import arrow_allocator, held_heap
 from data.rundir import Reject, RunDir, StageStats, atomic_write_parquet
 from data.schema import RULES
 from judgment.format import DEFAULT_BUDGET, UNTRUSTED_MODES, JudgmentFormat
@@ -274,19 +275,33 @@ def effective_k(config: VerifyConfig, mode: str) -> dict:
     return {"effective_k": config.k, "effective_k_note": "generate: up to k sampled attempts per pair"}
 
 
+# Decisions whose rows are converted to Arrow at once: converting 10,000 rows (127 MB of prompts)
+# in one call took twice as long as in batches of 1,024 (0.53 against 0.25 s, jemalloc).
+ROW_BATCH = 1024
+
+
 def write_outputs(run: RunDir, decisions: list[Decision], teacher_model: str) -> tuple[int, int]:
     """``preferences.parquet`` and ``discarded.parquet`` sorted by pair id (pending pairs in
     neither). Returns (kept, discarded)."""
-    kept, discarded = [], []
+    rows: dict[str, list[dict]] = {"kept": [], "discarded": []}
+    tables: dict[str, list[pa.Table]] = {"kept": [], "discarded": []}
+    schemas = {"kept": PREFERENCE_SCHEMA, "discarded": DISCARD_SCHEMA}
     for d in sorted(decisions, key=lambda d: d.pair.row["pair_id"]):
         if d.status == "kept":
-            kept.append({**_row(d, teacher_model), "judgment": d.judgment,
-                         "messages": d.pair.messages + [{"role": "assistant", "content": d.judgment}]})
+            row = {**_row(d, teacher_model), "judgment": d.judgment,
+                   "messages": d.pair.messages + [{"role": "assistant", "content": d.judgment}]}
         elif d.status == "discarded":
-            discarded.append({**_row(d, teacher_model), "reason": d.reason, "texts": [a.text for a in d.attempts]})
-    atomic_write_parquet(run.root / "preferences.parquet", pa.Table.from_pylist(kept, schema=PREFERENCE_SCHEMA))
-    atomic_write_parquet(run.root / "discarded.parquet", pa.Table.from_pylist(discarded, schema=DISCARD_SCHEMA))
-    return len(kept), len(discarded)
+            row = {**_row(d, teacher_model), "reason": d.reason, "texts": [a.text for a in d.attempts]}
+        else:
+            continue
+        rows[d.status].append(row)
+        if len(rows[d.status]) == ROW_BATCH:
+            tables[d.status].append(pa.Table.from_pylist(rows[d.status], schema=schemas[d.status]))
+            rows[d.status] = []
+    for status, name in (("kept", "preferences.parquet"), ("discarded", "discarded.parquet")):
+        tables[status].append(pa.Table.from_pylist(rows[status], schema=schemas[status]))
+        atomic_write_parquet(run.root / name, pa.concat_tables(tables[status]).combine_chunks())
+    return sum(map(len, tables["kept"])), sum(map(len, tables["discarded"]))
 
 
 def summarize_decisions(decisions: list[Decision]) -> dict:
@@ -350,9 +365,10 @@ def verify(run_dir: str | Path, config: VerifyConfig | None = None, llm_config=N
         return _verify_by_replay(run, pairs, config, replay_config, replay_backend, progress, t0)
     run, (n, pairs), t0 = open_pairs(run_dir, config, lazy=True)
     client = LLMClient(llm_config or LLMConfig())
-    decisions = asyncio.run(verify_all(client, pairs, config, Progress(n) if progress else None)) if n else []
-    return write_verification(run, [d.pair for d in decisions], decisions, config, client.config,
-                              client.usage.get(STAGE), t0)
+    with held_heap():      # the states and prompts stay; each request's objects come and go
+        decisions = asyncio.run(verify_all(client, pairs, config, Progress(n) if progress else None)) if n else []
+        return write_verification(run, [d.pair for d in decisions], decisions, config, client.config,
+                                  client.usage.get(STAGE), t0)
 
 
 def open_pairs(run_dir: str | Path, config: VerifyConfig, lazy: bool = False) -> tuple[RunDir, list[Pair], float]:
@@ -360,6 +376,9 @@ def open_pairs(run_dir: str | Path, config: VerifyConfig, lazy: bool = False) ->
     ``lazy``: the pairs as ``judgment.pairs.iter_pairs`` gives them, (how many, an iterator that
     renders each prompt when it is reached)."""
     check_ranges(config, "verify config")    # settings built in Python: the flags are checked when parsed
+    # jemalloc: under mimalloc (pyarrow's default), gathering the output rows' Arrow batches into one
+    # table (combine_chunks, 127 MB of prompts at the paper's scale) took 1 s, under jemalloc 0.08 s.
+    arrow_allocator()
     run = RunDir(run_dir)
     t0 = time.perf_counter()
     run.check_inputs(STAGE, run.root / "candidates.parquet", run.trajectories)   # same upstream run

@@ -36,3 +36,22 @@ def test_fresh_python_returns_the_output_and_reports_a_failure():
     assert fresh_python("import sys, data.memory; print(sys.argv[1])", "hello", what="echo").strip() == "hello"
     with pytest.raises(RuntimeError, match=r"boom failed \(exit 1\): ZeroDivisionError"):
         fresh_python("1 / 0", what="boom")
+
+
+def test_held_heap_freezes_and_restores_the_collector():
+    """``held_heap``: what is alive on entry is frozen and the youngest generation is collected
+    less often inside; both are as they were after it, even when the block raises."""
+    import gc
+
+    from data.memory import held_heap
+
+    before = gc.get_threshold()
+    keep = [object() for _ in range(100)]
+    try:
+        with held_heap(5_000):
+            assert gc.get_freeze_count() >= len(keep)
+            assert gc.get_threshold() == (5_000, *before[1:])
+            raise KeyError("inside")
+    except KeyError:
+        pass
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

@@ -137,3 +137,34 @@ def test_local_teacher_scores_both_orders_by_default(tiny_run, tmp_path):
     assert stats.extra["verdict_modes"] == {"score-both": len(pairs)}
     kept = pq.read_table(run / "preferences.parquet").to_pylist()
     assert all(r["verdicts"][0]["mode"] == "score-both" and r["judgment"] == answer_text(r["label"]) for r in kept)
+
+
+def test_outputs_converted_in_batches_write_the_same_bytes(tiny_run, tmp_path, monkeypatch):
+    """``write_outputs`` converts the rows to Arrow ``ROW_BATCH`` at a time (a large sample's rows
+    at once took twice as long): batches of one row, in any order of the decisions, write the
+    bytes of one batch, sorted by pair id."""
+    import random
+
+    import teacher.verify as tv
+    from data.rundir import RunDir
+    from judgment.format import JudgmentFormat
+    from judgment.pairs import load_pairs
+    from teacher.verify import Attempt, Decision, write_outputs
+
+    src, _, _ = tiny_run
+    pairs = load_pairs(RunDir(src), 0, JudgmentFormat())
+    assert len(pairs) >= 3
+    decisions = [Decision(p, "kept", [Attempt(1, 0, p.label, "agree", "t", 1, 0, 0.0)], judgment=answer_text(p.label))
+                 if n % 3 else Decision(p, "discarded", [Attempt(1, 0, 3 - p.label, "disagree", "t", 1, 0, 0.0)],
+                                        reason="all_attempts_disagree")
+                 for n, p in enumerate(pairs)]
+    whole = _copy(src, tmp_path / "whole")
+    assert write_outputs(RunDir(whole), decisions, "m") == (len(pairs) - len(pairs[::3]), len(pairs[::3]))
+    monkeypatch.setattr(tv, "ROW_BATCH", 1)
+    one = _copy(src, tmp_path / "one")
+    random.Random(0).shuffle(decisions)
+    write_outputs(RunDir(one), decisions, "m")
+    for name in ("preferences.parquet", "discarded.parquet"):
+        assert (one / name).read_bytes() == (whole / name).read_bytes()
+    ids = pq.read_table(whole / "preferences.parquet", columns=["pair_id"]).column("pair_id").to_pylist()
+    assert ids == sorted(ids)
