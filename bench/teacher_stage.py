@@ -3,18 +3,18 @@
     .venv/bin/python bench/teacher_stage.py --kept runs/h42y/x1 [--code DIR ...] [--repeat N]
 
 ``--kept``: a run that ``bench/paper_scale.py --keep`` left (its ``run/`` and ``labels.json``).
-Each round copies its run directory once (without the teacher's outputs), starts the bench's
-scripted OpenAI-protocol server (``paper_scale.Endpoint``: 200 ms a request, the verdicts of
-``labels.json``) and runs ``python -m teacher.verify`` of each checkout in ``--code`` (default:
-this one) in turn, ``--repeat`` times, interleaved, each with an empty response cache. Prints per
-run: wall and CPU seconds, from the process's start to the first judgment request, the requests'
-span, from the last answer to the process's end, the endpoint bound (calls x latency /
-concurrency) and its share of the wall time and of the span (issue 42: at least 90% of the wall).
+Its run directory is copied once (without the teacher's outputs; each run replaces the last one's),
+then the bench's scripted OpenAI-protocol server starts (``paper_scale.Endpoint``: 200 ms a
+request, the verdicts of ``labels.json``) and ``python -m teacher.verify`` of each checkout in
+``--code`` (default: this one) runs in turn, ``--repeat`` times, interleaved, each with an empty
+response cache. Prints per run: wall and CPU seconds, from the process's start to the first
+judgment request, the requests' span, from the last answer to the process's end, the endpoint
+bound (calls x latency / concurrency) and its share of the wall time and of the span (issue 42:
+at least 90% of the wall).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -23,10 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paper_scale import Endpoint  # noqa: E402
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.paper_scale import Endpoint  # noqa: E402
+from cli.config import make_parser  # noqa: E402
+
 OUTPUTS = ("preferences.parquet", "discarded.parquet", "export", "report", "README.md", "audit")
 
 
@@ -42,6 +44,8 @@ def run_once(code: Path, run: Path, ep: Endpoint, cache: Path, concurrency: int,
     if proc.returncode:
         raise SystemExit(f"teacher.verify failed ({code}): {proc.stderr[-2000:]}")
     calls = ep.calls()[1] - calls0
+    if not calls:
+        raise SystemExit(f"teacher.verify made no judgment request ({code}): is the response cache empty?")
     floor = calls * latency / concurrency
     wall, span = t1 - t0, ep.times[1] - ep.times[0]
     return {"wall": wall, "cpu": c1.children_user + c1.children_system - c0.children_user - c0.children_system,
@@ -50,7 +54,7 @@ def run_once(code: Path, run: Path, ep: Endpoint, cache: Path, concurrency: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = make_parser("bench/teacher_stage.py", __doc__)
     ap.add_argument("--kept", type=Path, required=True, help="a run kept by bench/paper_scale.py --keep")
     ap.add_argument("--code", type=Path, nargs="+", default=[ROOT], help="checkouts to run, interleaved")
     ap.add_argument("--repeat", type=int, default=2)

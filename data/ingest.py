@@ -124,7 +124,7 @@ class _SortedSpool:
     holding the pool: records are buffered up to ``SPOOL_BYTES`` of text, each full buffer sorted
     and spilled as a temp Arrow file beside ``target`` (``.<name>.<random>.tmp``: a killed
     ingest's are removed by the next one), and :meth:`write` merges the spills row group by row
-    group into ``target`` (atomically, as ``atomic_write_parquet`` writes it: byte-identical to
+    group into ``target`` (atomically, statistics of ``STATISTICS_COLUMNS`` only: byte-identical to
     sorting the whole table at once, since (traj_id, step_idx) is unique, so the order has no ties)."""
 
     def __init__(self, target: Path):

@@ -203,10 +203,12 @@ class RejectSpool:
         self._file.close()
 
     def add(self, part: str, rejects: Iterable[Reject]) -> None:
+        if part in self._parts:
+            raise ValueError(f"reject spool: part {part!r} added twice")
         f = self._file
         start = f.seek(0, os.SEEK_END)
-        for r in rejects:
-            f.write(json.dumps([r.stage, r.reason, r.source, r.detail, r.key], ensure_ascii=False).encode() + b"\n")
+        for r in rejects:       # as rejects.jsonl encodes them (text may hold lone surrogates)
+            f.write(json.dumps([r.stage, r.reason, r.source, r.detail, r.key], default=str).encode() + b"\n")
         self._parts[part] = (start, f.tell())
 
     def read(self, part: str) -> Iterator[Reject]:

@@ -108,8 +108,8 @@ class LineIndex:
     length in sorted numpy arrays (16 bytes a line; a dict of the lines took ~190: at 10x the
     paper's pool, 17 MB for the largest site's 92k lines). :meth:`lookup` finds a chunk's lines at
     once; :meth:`add` takes the lines new in a chunk. Two lines of one hash and length would read
-    as one (about n^2 / 2^65 for n lines: 2e-10 at 92k); a hash shared by lines of other lengths
-    is kept apart (``spill``)."""
+    as one (about n^2 / 2^65 for n lines: 2e-10 at 92k) unless they arrived in one chunk; a line whose
+    hash is taken (by a line of another length, or of the same in its chunk) is kept apart (``spill``)."""
 
     def __init__(self):
         self.keys = np.empty(0, np.int64)
@@ -126,9 +126,9 @@ class LineIndex:
         pos[pos == len(self.keys)] = 0
         hit = (self.keys[pos] == h) & (self.lens[pos] == np.fromiter(map(len, lines), np.int32, len(lines)))
         found = np.where(hit, self.ids[pos], -1).tolist()
-        if self.spill:
+        if self.spill:       # a spilled line may share its hash and length with an indexed one: it comes first
             spill = self.spill
-            found = [spill.get(s, i) if i < 0 else i for s, i in zip(lines, found)]
+            found = [spill.get(s, i) for s, i in zip(lines, found)]
         return found
 
     def add(self, fresh: dict[str, int]) -> None:

@@ -55,3 +55,17 @@ def test_held_heap_freezes_and_restores_the_collector():
     except KeyError:
         pass
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_held_heap_inside_held_heap_leaves_the_outer_frozen():
+    import gc
+
+    from data.memory import held_heap
+
+    before = gc.get_threshold()
+    with held_heap(6_000):
+        with held_heap(6_000):
+            pass
+        # still frozen (the count drops only as frozen objects die), and the outer threshold holds
+        assert gc.get_freeze_count() > 1_000 and gc.get_threshold() == (6_000, *before[1:])
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before

@@ -144,3 +144,16 @@ def test_the_lines_go_to_their_file_as_they_fill(tmp_path, monkeypatch):
     assert streamed.parsed[0] is None and streamed.parsed[1].equals(kept.parsed[1])
     assert [len(t) for t in written][:-1] == [64] * (len(written) - 1) and len(written) > 2
     assert pa.concat_tables(written).equals(kept.parsed[0])
+
+
+def test_lines_of_one_hash_and_length_new_in_one_chunk_keep_their_ids(monkeypatch):
+    """Two lines of one hash and one length arriving in one chunk: the second is spilled, and it is
+    found by its own id afterwards (the spill is looked at first)."""
+    import graph.parsed as gp
+
+    monkeypatch.setattr(gp, "hash", {"bb": 5, "cc": 5, "d": 6}.__getitem__, raising=False)
+    index = gp.LineIndex()
+    index.add({"bb": 0, "cc": 1})
+    assert index.lookup(["cc", "bb", "d"]) == [1, 0, -1]
+    index.add({"d": 2})
+    assert index.lookup(["d", "cc", "bb"]) == [2, 1, 0]
