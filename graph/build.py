@@ -501,11 +501,10 @@ def _jobs(jobs: list[tuple]) -> list[tuple[str, dict, list[Reject]]]:
     return [_job(j) for j in jobs]
 
 
-def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject] | None]], plan_rejects: list[Reject],
-             n_rows: int, include_failed: bool, config: BuildConfig | None = None,
-             rejects_of: Callable[[str], Iterable[Reject]] | None = None) -> StageStats:
-    """Write the manifest and the stage's stats and rejects from the per-site results
-    (``rejects_of(site)``: a site's rejects, when its result holds none: a ``RejectSpool``'s)."""
+def finalize(run: RunDir, results: list[tuple[str, dict, Iterable[Reject]]], plan_rejects: list[Reject],
+             n_rows: int, include_failed: bool, config: BuildConfig | None = None) -> StageStats:
+    """Write the manifest and the stage's stats and rejects from the per-site results (a site's
+    rejects: a list, or a ``RejectSpool``'s reader, read once as they are written)."""
     config = config or BuildConfig(include_failed=include_failed)
     stats = StageStats(STAGE, n_in=n_rows)
     for r in plan_rejects:
@@ -521,7 +520,7 @@ def finalize(run: RunDir, results: list[tuple[str, dict, list[Reject] | None]], 
         step_in += s["steps_in"]
         step_out += s["steps_out"]
         step_rej.update(s["steps_rejected"])
-        site_rejects.append(rejects_of(site) if rej is None else rej)
+        site_rejects.append(rej)
     rejects = itertools.chain(plan_rejects, *site_rejects)      # written as read (write_stage streams them)
     totals = {k: sum(s[k] for s in sites.values()) for k in
               ("element_nodes", "virtual_nodes", "containment_edges", "interaction_edges", "trajectories",
@@ -604,8 +603,8 @@ def build_graphs(run_dir: str | Path, include_failed: bool = False, workers: int
             results = []
             for site, stats, rejects in done:
                 spool.add(site, rejects)
-                results.append((site, stats, None))
-        return finalize(run, results, plan_rejects, n_rows, include_failed, config, spool.read)
+                results.append((site, stats, spool.read(site)))
+        return finalize(run, results, plan_rejects, n_rows, include_failed, config)
 
 
 # A few words after a loss reason (data.loss): what the user can do about the common ones.

@@ -37,7 +37,7 @@ from data.schema import int32_array, str_array
 from graph.axtree import _SCALARS, AXTree, _literal, _read_line, assemble, infer_structure
 from graph.identity import INTERACTIVE_ROLES, PageContext, html_bid_parents, page_path
 from graph.resolve import Resolution
-from graph.schema import pinned_table, reading
+from graph.schema import reading
 
 LINES_FILE = "parsed_lines.parquet"
 OBS_FILE = "parsed.parquet"
@@ -244,11 +244,11 @@ class ParsedTables:
 
     def tables(self, node_rows: dict[str, int]) -> tuple[pa.Table | None, pa.Table]:
         """The lines (None when they went to ``write_lines``: the last ones go now) and the observations."""
-        text = pinned_table([dict(zip(_OBS_TEXT, r)) for r in zip(*self.obs_text.values())],
-                            pa.schema([OBS_SCHEMA.field(c) for c in _OBS_TEXT]))
+        t = self.obs_text
         row_of = [node_rows[n] for n in self.node_ix]
         elem_node = array("i", (row_of[j] for j in self.elem_nid))
-        obs = pa.Table.from_arrays([*text.columns, _int_list_array(self.lines_at, self.lines),
+        obs = pa.Table.from_arrays([str_array(t["traj_id"]), int32_array(t["step_idx"]), str_array(t["obs_format"]),
+                                    str_array(t["content_page"]), _int_list_array(self.lines_at, self.lines),
                                     _int_list_array(self.elem_at, self.elem_pos),
                                     _int_list_array(self.elem_at, elem_node)], schema=OBS_SCHEMA)
         if self.line_rows or not self.line_batches:
